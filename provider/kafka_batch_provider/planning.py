@@ -1,0 +1,190 @@
+"""Planning: offsets in, plan out. Pure functions, no I/O.
+
+Like Spark's ``KafkaOffsetRangeCalculator``, everything here works on numbers the Kafka
+client already fetched (:class:`~kafka_batch_provider.offsets.PartitionOffsets`), so each
+policy can be tested without a broker.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import Iterable, Sequence
+
+from kafka_batch_provider.errors import ConfigError, PlanError
+from kafka_batch_provider.offsets import OffsetGap, OffsetRange, PartitionOffsets
+from kafka_batch_provider.plan import INCREMENTAL, REPLAY, OffsetPlan, batch_id_for
+
+
+class NewPartitionPolicy(str, Enum):
+    """Where to start a partition the group has never committed."""
+
+    EARLIEST = "earliest"  # default: starting at latest would silently drop what is there
+    LATEST = "latest"
+    ERROR = "error"
+
+
+class DataLossPolicy(str, Enum):
+    """What to do when the committed offset is below the log start (retention deleted data)."""
+
+    FAIL = "fail"  # default: loss is loud
+    EARLIEST = "earliest"  # skip to the log start and record the gap in the plan
+
+
+@dataclass(frozen=True)
+class PlanPolicy:
+    """Policies and bounds for an incremental plan.
+
+    :param max_records_per_partition: at most this many offsets per partition per batch.
+    :param max_records: at most this many offsets per batch, shared fairly between partitions.
+    """
+
+    new_partitions: NewPartitionPolicy = NewPartitionPolicy.EARLIEST
+    on_data_loss: DataLossPolicy = DataLossPolicy.FAIL
+    max_records_per_partition: int | None = None
+    max_records: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_records_per_partition", "max_records"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{name.replace('_', '-')} must be a positive integer, got {value}")
+
+
+def start_offset(state: PartitionOffsets, policy: PlanPolicy) -> tuple[int, OffsetGap | None]:
+    """Where the next batch of one partition starts, and the gap skipped to get there (if any)."""
+    if state.committed is not None and state.committed > state.log_end:
+        raise PlanError(
+            f"{state.tp}: committed offset {state.committed} is beyond the end offset {state.log_end}; "
+            "the topic may have been recreated or the group points at another cluster"
+        )
+    if state.committed is None:
+        if policy.new_partitions is NewPartitionPolicy.ERROR:
+            raise PlanError(
+                f"{state.tp}: the group has no committed offset and --new-partitions=error; "
+                "use --new-partitions=earliest or latest"
+            )
+        if policy.new_partitions is NewPartitionPolicy.LATEST:
+            return state.log_end, None
+        return state.log_start, None
+    if state.committed < state.log_start:
+        missing = f"[{state.committed}, {state.log_start})"
+        if policy.on_data_loss is DataLossPolicy.FAIL:
+            raise PlanError(
+                f"{state.tp}: committed offset {state.committed} is below the log start {state.log_start}: "
+                f"offsets {missing} were deleted before they were ingested; "
+                "rerun with --on-data-loss=earliest to skip them (the gap is recorded in the plan)"
+            )
+        return state.log_start, OffsetGap(state.topic, state.partition, state.committed, state.log_start)
+    return state.committed, None
+
+
+def fair_shares(sizes: Sequence[int], budget: int) -> list[int]:
+    """Split ``budget`` over partitions holding ``sizes`` offsets, smallest first.
+
+    Small partitions get all they have; what they leave is shared by the larger ones, so
+    the whole budget is used when there is enough data and no partition starves.
+    """
+    shares = [0] * len(sizes)
+    order = sorted((i for i, size in enumerate(sizes) if size > 0), key=lambda i: (sizes[i], i))
+    for k, i in enumerate(order):
+        share = min(sizes[i], math.ceil(budget / (len(order) - k)))
+        shares[i] = share
+        budget -= share
+    return shares
+
+
+def apply_bounds(ranges: Sequence[OffsetRange], policy: PlanPolicy) -> list[OffsetRange]:
+    """Shorten ranges to the per-partition and per-batch bounds (ends move down, starts stay)."""
+    ends = [r.end for r in ranges]
+    if policy.max_records_per_partition is not None:
+        ends = [min(end, r.start + policy.max_records_per_partition) for r, end in zip(ranges, ends)]
+    if policy.max_records is not None:
+        shares = fair_shares([end - r.start for r, end in zip(ranges, ends)], policy.max_records)
+        ends = [r.start + share for r, share in zip(ranges, shares)]
+    return [OffsetRange(r.topic, r.partition, r.start, end, r.expected_committed) for r, end in zip(ranges, ends)]
+
+
+def plan_incremental(
+    group_id: str,
+    topics: Sequence[str],
+    states: Iterable[PartitionOffsets],
+    policy: PlanPolicy,
+    isolation_level: str,
+    created_at: str,
+) -> OffsetPlan:
+    """The next batch for a group: from its committed offsets to the current ends, bounded.
+
+    A partition is in the plan when committing the plan moves its committed offset; a plan
+    with no ranges means there is nothing to do.
+    """
+    candidates: list[OffsetRange] = []
+    gaps: list[OffsetGap] = []
+    for state in sorted(states, key=lambda s: (s.topic, s.partition)):
+        start, gap = start_offset(state, policy)
+        candidates.append(OffsetRange(state.topic, state.partition, start, state.log_end, state.committed))
+        if gap is not None:
+            gaps.append(gap)
+    bounded = apply_bounds(candidates, policy)
+    ranges = tuple(r for r in bounded if r.end != r.expected_committed)
+    truncated = sum(r.size for r in bounded) < sum(r.size for r in candidates)
+    return OffsetPlan(
+        batch_id=batch_id_for(INCREMENTAL, group_id, ranges),
+        mode=INCREMENTAL,
+        group_id=group_id,
+        topics=tuple(topics),
+        isolation_level=isolation_level,
+        ranges=ranges,
+        gaps=tuple(gaps),
+        truncated=truncated,
+        created_at=created_at,
+    )
+
+
+def plan_replay(
+    requested: Iterable[OffsetRange],
+    states: Iterable[PartitionOffsets],
+    isolation_level: str,
+    created_at: str,
+    group_id: str | None = None,
+) -> OffsetPlan:
+    """A replay (backfill) of explicit ranges; checked against the log, never committed.
+
+    :param requested: ranges asked for; each must lie within ``[log_start, log_end]``.
+    """
+    by_tp = {s.tp: s for s in states}
+    ranges: list[OffsetRange] = []
+    for r in sorted(requested, key=lambda r: (r.topic, r.partition)):
+        state = by_tp.get(r.tp)
+        if state is None:
+            raise PlanError(f"{r.tp} does not exist")
+        if r.start < state.log_start:
+            raise PlanError(
+                f"{r.tp}: start offset {r.start} is below the log start {state.log_start}: "
+                f"offsets [{r.start}, {state.log_start}) no longer exist"
+            )
+        if r.end > state.log_end:
+            raise PlanError(f"{r.tp}: end offset {r.end} is beyond the end offset {state.log_end}")
+        if r.size > 0:
+            ranges.append(OffsetRange(r.topic, r.partition, r.start, r.end, None))
+    final = tuple(ranges)
+    return OffsetPlan(
+        batch_id=batch_id_for(REPLAY, group_id, final),
+        mode=REPLAY,
+        group_id=group_id,
+        topics=tuple(sorted({r.topic for r in final})),
+        isolation_level=isolation_level,
+        ranges=final,
+        created_at=created_at,
+    )
+
+
+def split_range(r: OffsetRange, max_offsets_per_task: int) -> list[OffsetRange]:
+    """Slices of at most ``max_offsets_per_task`` offsets, so one large partition uses several tasks."""
+    if max_offsets_per_task < 1:
+        raise ConfigError(f"max offsets per task must be positive, got {max_offsets_per_task}")
+    pieces = max(1, math.ceil(r.size / max_offsets_per_task))
+    step = math.ceil(r.size / pieces) if r.size else 0
+    bounds = [min(r.start + k * step, r.end) for k in range(pieces)] + [r.end]
+    return [OffsetRange(r.topic, r.partition, lo, hi, r.expected_committed) for lo, hi in zip(bounds, bounds[1:])]

@@ -1,0 +1,125 @@
+"""The Spark application: ``spark-submit app.py --plan ... --output ...``.
+
+Reads a plan file, runs the read and write steps (:func:`~kafka_batch_provider.spark.ingest.write_batch`)
+and prints one JSON line with what it wrote. ``spark_apps/kafka_batch_ingest.py`` is a thin
+copy-free entry point to this module for deployments that submit a file from the repository.
+
+Kafka settings (including secrets) never travel on the command line: they come from a JSON
+file named by ``--kafka-config-file`` (or ``$KAFKA_BATCH_KAFKA_CONFIG_FILE``), or from the
+``$KAFKA_BATCH_KAFKA_CONFIG`` environment variable holding the JSON itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from typing import Any, Sequence
+
+from kafka_batch_provider.batch_store import load_plan_file, output_of_plan_file
+from kafka_batch_provider.errors import ConfigError, KafkaBatchError
+from kafka_batch_provider.kafka_config import check_config
+from kafka_batch_provider.spark.source import DEFAULT_MAX_OFFSETS_PER_TASK
+
+CONFIG_FILE_ENV = "KAFKA_BATCH_KAFKA_CONFIG_FILE"
+CONFIG_JSON_ENV = "KAFKA_BATCH_KAFKA_CONFIG"
+
+
+def load_kafka_config(path: str | None) -> dict[str, Any]:
+    path = path or os.environ.get(CONFIG_FILE_ENV)
+    try:
+        if path:
+            with open(path) as f:
+                data = json.load(f)
+        elif os.environ.get(CONFIG_JSON_ENV):
+            data = json.loads(os.environ[CONFIG_JSON_ENV])
+        else:
+            raise ConfigError(f"no Kafka config: pass --kafka-config-file or set {CONFIG_FILE_ENV} or {CONFIG_JSON_ENV}")
+    except OSError as exc:
+        raise ConfigError(f"cannot read Kafka config file {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ConfigError(f"Kafka config is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("Kafka config must be a JSON object of librdkafka settings")
+    return check_config(data)
+
+
+_TASK_ERROR = re.compile(r"kafka_batch_provider\.errors\.(\w+Error): (.+)")
+
+
+def task_error_line(text: str) -> str | None:
+    """The one-line message of a :class:`KafkaBatchError` raised inside a Spark task, if any."""
+    match = _TASK_ERROR.search(text)
+    return match.group(2).strip() if match else None
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="kafka_batch_ingest", description=__doc__.splitlines()[0])
+    parser.add_argument("--plan", required=True, help="plan file (<output>/_plans/<batch_id>.json)")
+    parser.add_argument("--output", help="dataset directory (default: the one holding the plan)")
+    parser.add_argument("--kafka-config-file", help="JSON file of librdkafka settings")
+    parser.add_argument("--reader", default="python", choices=["python", "jvm"])
+    parser.add_argument("--value-format", default="bytes", choices=["bytes", "string", "json"])
+    parser.add_argument("--value-schema", help="DDL schema for --value-format json")
+    parser.add_argument("--max-offsets-per-task", type=int, default=DEFAULT_MAX_OFFSETS_PER_TASK)
+    parser.add_argument("--force", action="store_true", help="write again even if the batch has a manifest")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        plan = load_plan_file(args.plan)
+        output = args.output or str(output_of_plan_file(args.plan))
+        kafka_config = load_kafka_config(args.kafka_config_file)
+    except KafkaBatchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+    from pyspark.sql import SparkSession
+
+    from kafka_batch_provider.spark.ingest import write_batch
+
+    spark = (
+        SparkSession.builder.appName(f"kafka-batch {plan.batch_id}")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    try:
+        manifest = write_batch(
+            spark,
+            plan,
+            output,
+            kafka_config,
+            reader=args.reader,
+            value_format=args.value_format,
+            value_schema=args.value_schema,
+            max_offsets_per_task=args.max_offsets_per_task,
+            force=args.force,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    except KafkaBatchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except Exception as exc:
+        # An error raised in an executor arrives wrapped in Spark's traceback text.
+        task_error = task_error_line(str(exc))
+        if task_error is None:
+            raise
+        print(f"error: {task_error}", file=sys.stderr)
+        return 2
+    finally:
+        spark.stop()
+    result = {
+        "batch_id": plan.batch_id,
+        "rows": manifest["rows"] if manifest else 0,
+        "location": manifest["location"] if manifest else None,
+    }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

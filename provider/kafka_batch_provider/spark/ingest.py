@@ -1,0 +1,168 @@
+"""Read and write steps, run inside Spark: plan in, published batch and manifest out.
+
+1. Read exactly the plan's ranges (Python data source, or Spark's JVM Kafka source).
+2. Write Parquet into a fresh ``_staging/<batch>.<attempt>/`` directory.
+3. Read back per-partition statistics *from the written files* (row counts, offset and
+   timestamp bounds) and check them against the plan.
+4. Publish by renaming the staging directory to ``batch_id=<batch>/``.
+5. Write the manifest last (atomic), the storage-side commit point.
+
+A crash anywhere before 5 leaves no manifest, so the batch is simply written again; the
+publish step replaces (never merges) what an earlier attempt published.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from kafka_batch_provider.batch_store import BatchStore, utc_now
+from kafka_batch_provider.errors import ConfigError
+from kafka_batch_provider.manifest import build_manifest, verify_manifest
+from kafka_batch_provider.plan import OffsetPlan
+from kafka_batch_provider.spark.jvm_options import jvm_reader_options
+from kafka_batch_provider.spark.source import DEFAULT_MAX_OFFSETS_PER_TASK, KafkaBatchDataSource, ranges_json
+
+log = logging.getLogger(__name__)
+
+READERS = ("python", "jvm")
+VALUE_FORMATS = ("bytes", "string", "json")
+
+
+def read_plan(
+    spark: SparkSession,
+    plan: OffsetPlan,
+    kafka_config: Mapping[str, Any],
+    reader: str = "python",
+    max_offsets_per_task: int = DEFAULT_MAX_OFFSETS_PER_TASK,
+) -> DataFrame:
+    """A DataFrame of exactly the plan's ranges, in the schema of Spark's Kafka source."""
+    if reader == "python":
+        spark.dataSource.register(KafkaBatchDataSource)
+        options = {f"kafka.{k}": str(v) for k, v in kafka_config.items() if k != "logger"}
+        options["ranges"] = ranges_json(plan.readable_ranges)
+        options["maxOffsetsPerTask"] = str(max_offsets_per_task)
+        return spark.read.format(KafkaBatchDataSource.name()).options(**options).load()
+    if reader == "jvm":
+        return spark.read.format("kafka").options(**jvm_reader_options(plan.readable_ranges, kafka_config)).load()
+    raise ConfigError(f"unknown reader {reader!r}; choose one of {', '.join(READERS)}")
+
+
+def decode_values(df: DataFrame, value_format: str = "bytes", value_schema: str | None = None) -> DataFrame:
+    """Add a decoded value column; the raw ``value`` column always stays.
+
+    ``string`` adds ``value_string``; ``json`` adds ``value_json`` parsed with the DDL
+    ``value_schema`` (malformed JSON gives a null struct, the raw bytes remain in ``value``).
+    """
+    if value_format == "bytes":
+        return df
+    if value_format == "string":
+        return df.withColumn("value_string", F.col("value").cast("string"))
+    if value_format == "json":
+        if not value_schema:
+            raise ConfigError("--value-format json needs --value-schema, a DDL string such as 'id long, name string'")
+        return df.withColumn("value_json", F.from_json(F.col("value").cast("string"), value_schema))
+    raise ConfigError(f"unknown value format {value_format!r}; choose one of {', '.join(VALUE_FORMATS)}")
+
+
+def iso_from_micros(micros: int | None) -> str | None:
+    if micros is None:
+        return None
+    return datetime.fromtimestamp(micros / 1_000_000, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+def partition_stats(spark: SparkSession, path: Path) -> list[dict[str, Any]]:
+    """Per Kafka partition statistics, read back from the written Parquet files."""
+    rows = (
+        spark.read.parquet(path.as_uri())
+        .groupBy("topic", "partition")
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.min("offset").alias("min_offset"),
+            F.max("offset").alias("max_offset"),
+            # As epoch micros: collecting a timestamp would convert it to the driver's local zone.
+            F.unix_micros(F.min("timestamp")).alias("min_timestamp"),
+            F.unix_micros(F.max("timestamp")).alias("max_timestamp"),
+        )
+        .collect()
+    )
+    return [
+        {
+            "topic": r["topic"],
+            "partition": int(r["partition"]),
+            "rows": int(r["rows"]),
+            "min_offset": int(r["min_offset"]),
+            "max_offset": int(r["max_offset"]),
+            "min_timestamp": iso_from_micros(r["min_timestamp"]),
+            "max_timestamp": iso_from_micros(r["max_timestamp"]),
+        }
+        for r in rows
+    ]
+
+
+def write_batch(
+    spark: SparkSession,
+    plan: OffsetPlan,
+    output: str,
+    kafka_config: Mapping[str, Any],
+    reader: str = "python",
+    value_format: str = "bytes",
+    value_schema: str | None = None,
+    max_offsets_per_task: int = DEFAULT_MAX_OFFSETS_PER_TASK,
+    force: bool = False,
+    progress: Callable[[str], None] = log.info,
+) -> dict[str, Any] | None:
+    """Read the plan's ranges and publish them as one batch with its manifest.
+
+    :param force: write again even when the batch already has a manifest (allowed only
+        while the batch is not committed: committed batches never change).
+    :returns: the manifest, or ``None`` when the plan has nothing to read.
+    """
+    store = BatchStore(output)
+    bid = plan.batch_id
+    if store.commit_record(bid) is not None:
+        progress(f"batch {bid} is already committed; its data is not written again")
+        return store.load_manifest(bid) if store.has_manifest(bid) else None
+    if store.has_manifest(bid) and not force:
+        manifest = store.load_manifest(bid)
+        verify_manifest(plan, manifest)
+        progress(f"batch {bid} is already written ({manifest['rows']} rows); not reading again")
+        return manifest
+    if not plan.has_data:
+        progress(f"batch {bid} has nothing to read")
+        return None
+
+    # Timestamps as Parquet TIMESTAMP_MICROS (UTC), which every Parquet reader understands;
+    # Spark's default INT96 is legacy.
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    store.clean_staging(bid)
+    staging = store.new_staging_dir(bid)
+    progress(
+        f"batch {bid}: reading {len(plan.readable_ranges)} range(s), up to {plan.planned_offsets} offsets, "
+        f"with the {reader} reader"
+    )
+    df = decode_values(read_plan(spark, plan, kafka_config, reader, max_offsets_per_task), value_format, value_schema)
+    df.write.mode("errorifexists").parquet(staging.as_uri())
+    stats = partition_stats(spark, staging)
+    location = store.data_dir(bid).name
+    files = [
+        {"path": f"{location}/{f.name}", "bytes": f.stat().st_size} for f in sorted(staging.glob("*.parquet"))
+    ]
+    manifest = build_manifest(
+        plan,
+        stats,
+        files,
+        location=location,
+        schema=df.schema.simpleString(),
+        written_at=utc_now(),
+        options={"reader": reader, "value_format": value_format, "value_schema": value_schema},
+    )
+    store.publish(staging, bid)
+    store.save_manifest(manifest)
+    progress(f"batch {bid}: wrote {manifest['rows']} rows in {len(files)} file(s) to {store.data_dir(bid)}")
+    return manifest

@@ -1,0 +1,170 @@
+"""Read one offset range with confluent-kafka and yield Arrow record batches.
+
+This is the inside of a Spark task (see :mod:`kafka_batch_provider.spark.source`) but has no
+Spark in it, so it can be tested and benchmarked alone.
+
+Why it looks the way it does:
+
+* It stops when the consumer *position* reaches the range end, never after counting
+  messages: transaction markers, aborted records and compaction leave offsets that are never
+  delivered, so counting would wait forever for records that do not exist.
+* ``auto.offset.reset=error``: if the start offset is gone, fail instead of silently
+  jumping to another offset.
+* Per-message Python work dominates the cost, so each message is touched once and the Arrow
+  arrays are built in bulk from plain lists.
+* ``consume(n, timeout=1.0)``: a short timeout keeps a tight loop; 5 s was measured 4x slower.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterator, Mapping
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from kafka_batch_provider.errors import ReadError
+from kafka_batch_provider.kafka_config import consumer_config
+from kafka_batch_provider.offsets import OffsetRange
+
+HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+
+#: The Arrow schema of Spark's Kafka source (Spark's TimestampType is microseconds, UTC).
+KAFKA_ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+        pa.field("headers", HEADER_TYPE),
+    ]
+)
+
+#: Defaults for the reading consumer; user config overrides them. Larger fetches and a
+#: deeper pre-fetch queue keep librdkafka ahead of the Python loop.
+READER_DEFAULTS: dict[str, Any] = {
+    "fetch.max.bytes": 64 * 1024 * 1024,
+    "max.partition.fetch.bytes": 16 * 1024 * 1024,
+    "queued.max.messages.kbytes": 256 * 1024,
+    "fetch.wait.max.ms": 100,
+}
+
+#: Group id of the reading consumer. It never joins the group (assign only) and never commits.
+READER_GROUP_ID = "kafka-batch-reader"
+
+
+def reader_consumer_config(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
+    conf = dict(READER_DEFAULTS)
+    conf.update(kafka_config)
+    conf = consumer_config(conf, READER_GROUP_ID)
+    conf["auto.offset.reset"] = "error"
+    conf["enable.partition.eof"] = False
+    return conf
+
+
+def messages_to_batch(messages: list, topic: str, partition: int) -> pa.RecordBatch:
+    """Arrow columns for messages of one partition, touching each message once."""
+    keys, values, offsets, timestamps, ts_types = [], [], [], [], []
+    header_offsets = [0]
+    header_keys: list[str] = []
+    header_values: list[bytes | None] = []
+    headers_missing = []
+    for m in messages:
+        keys.append(m.key())
+        values.append(m.value())
+        offsets.append(m.offset())
+        ts_type, ts = m.timestamp()
+        ts_types.append(ts_type)
+        timestamps.append(ts * 1000 if ts >= 0 else None)
+        headers = m.headers()
+        if headers:
+            for hk, hv in headers:
+                header_keys.append(hk)
+                header_values.append(hv)
+            headers_missing.append(False)
+        else:
+            headers_missing.append(True)
+        header_offsets.append(len(header_keys))
+    n = len(offsets)
+    header_struct = pa.StructArray.from_arrays(
+        [pa.array(header_keys, pa.string()), pa.array(header_values, pa.binary())], fields=list(HEADER_TYPE.value_type)
+    )
+    # Spark's Kafka source gives null, not an empty array, for a record without headers.
+    headers_col = pa.ListArray.from_arrays(
+        pa.array(header_offsets, pa.int32()), header_struct, mask=pa.array(headers_missing, pa.bool_())
+    )
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            pa.array(offsets, pa.int64()),
+            pa.array(timestamps, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            pa.array(ts_types, pa.int32()),
+            headers_col,
+        ],
+        schema=KAFKA_ARROW_SCHEMA,
+    )
+
+
+def read_range(
+    kafka_config: Mapping[str, Any],
+    offset_range: OffsetRange,
+    batch_size: int = 50_000,
+    poll_timeout: float = 1.0,
+    stall_timeout: float = 120.0,
+) -> Iterator[pa.RecordBatch]:
+    """Yield every record of ``[start, end)`` of one partition, as Arrow batches.
+
+    :param batch_size: messages asked from librdkafka per ``consume`` call (and so the
+        largest Arrow batch).
+    :param stall_timeout: seconds without progress before the read fails: the range was
+        planned from offsets the broker reported, so a missing tail means the data is gone
+        or the broker is unreachable, and waiting forever would hide it.
+    :raises ReadError: naming topic, partition and offsets when the range cannot be completed.
+    """
+    topic, partition, start, end = offset_range.topic, offset_range.partition, offset_range.start, offset_range.end
+    if start >= end:
+        return
+    consumer = Consumer(reader_consumer_config(kafka_config))
+    where = KafkaTopicPartition(topic, partition)
+    position = start
+    try:
+        consumer.assign([KafkaTopicPartition(topic, partition, start)])
+        last_progress = time.monotonic()
+        while position < end:
+            messages = consumer.consume(batch_size, timeout=poll_timeout)
+            good = []
+            for m in messages:
+                error = m.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise ReadError(
+                        f"{topic}[{partition}]: reading [{start}, {end}) failed at offset {position}: {error.str()}"
+                    )
+                good.append(m)
+            if good and good[-1].offset() >= end:
+                # The fetch ran past the planned end: keep only offsets inside the range.
+                good = [m for m in good if m.offset() < end]
+            if good:
+                yield messages_to_batch(good, topic, partition)
+            # The position also moves over offsets that deliver nothing (control records).
+            new_position = consumer.position([where])[0].offset
+            if good:
+                new_position = max(new_position, good[-1].offset() + 1)
+            if new_position > position:
+                position = new_position
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > stall_timeout:
+                raise ReadError(
+                    f"{topic}[{partition}]: reading [{start}, {end}) stopped at offset {position}: "
+                    f"no progress for {stall_timeout:g}s (records deleted, or broker unreachable)"
+                )
+    finally:
+        consumer.close()

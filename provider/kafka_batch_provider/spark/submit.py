@@ -1,0 +1,115 @@
+"""Running the Spark application with ``spark-submit`` from the command line.
+
+(Airflow runs it through ``SparkSubmitHook`` instead; both pass the same application
+arguments.) The Kafka config is handed over in a private temporary file, never on the
+command line, where ``ps`` and logs would show it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import kafka_batch_provider.spark.app as spark_app
+from kafka_batch_provider.errors import ConfigError, KafkaBatchError
+
+#: The application file submitted by default (importable, and installed with the package).
+DEFAULT_APPLICATION = spark_app.__file__
+
+
+def spark_submit_executable() -> str:
+    """``$SPARK_HOME/bin/spark-submit``, else the one next to this Python (pip's pyspark), else PATH."""
+    candidates = []
+    if os.environ.get("SPARK_HOME"):
+        candidates.append(Path(os.environ["SPARK_HOME"]) / "bin" / "spark-submit")
+    candidates.append(Path(sys.executable).parent / "spark-submit")
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("spark-submit")
+    if not found:
+        raise ConfigError("spark-submit not found: install pyspark or set SPARK_HOME")
+    return found
+
+
+@contextmanager
+def private_config_file(kafka_config: Mapping[str, Any]) -> Iterator[str]:
+    """A 0600 JSON file holding the Kafka config, removed afterwards."""
+    fd, path = tempfile.mkstemp(prefix="kafka-batch-config-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:  # mkstemp creates it readable by the owner only
+            json.dump({k: v for k, v in kafka_config.items() if k != "logger"}, f)
+        yield path
+    finally:
+        Path(path).unlink(missing_ok=True)
+
+
+def application_args(
+    plan_path: str,
+    output: str,
+    reader: str,
+    value_format: str,
+    value_schema: str | None,
+    max_offsets_per_task: int,
+    force: bool = False,
+) -> list[str]:
+    args = ["--plan", plan_path, "--output", output, "--reader", reader, "--value-format", value_format]
+    if value_schema:
+        args += ["--value-schema", value_schema]
+    args += ["--max-offsets-per-task", str(max_offsets_per_task)]
+    if force:
+        args.append("--force")
+    return args
+
+
+def submit_command(
+    app_args: Sequence[str], master: str, conf: Mapping[str, str] | None = None, application: str | None = None
+) -> list[str]:
+    command = [spark_submit_executable(), "--master", master]
+    settings = {"spark.sql.session.timeZone": "UTC", "spark.log.level": "WARN", **(conf or {})}
+    for key, value in settings.items():
+        command += ["--conf", f"{key}={value}"]
+    return command + [application or DEFAULT_APPLICATION, *app_args]
+
+
+def run_submit(
+    command: Sequence[str], kafka_config: Mapping[str, Any], progress: Callable[[str], None]
+) -> dict[str, Any]:
+    """Run spark-submit, relay its progress lines, return the application's JSON result line."""
+    env = dict(os.environ)
+    # Executors of a local master must use this interpreter, which has the dependencies.
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # spark-submit merges the Python driver's stdout and stderr into its own stdout; its
+    # stderr carries the JVM's log, kept for the error message.
+    results: list[str] = []
+    errors: list[str] = []
+    with private_config_file(kafka_config) as config_path, tempfile.TemporaryFile("w+") as jvm_log:
+        env[spark_app.CONFIG_FILE_ENV] = config_path
+        process = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=jvm_log, text=True, env=env)
+        assert process.stdout is not None
+        for line in process.stdout:  # relay progress while Spark runs
+            line = line.rstrip("\n")
+            if line.startswith("batch "):
+                progress(line)
+            elif line.startswith("error: "):
+                errors.append(line.removeprefix("error: "))
+            elif line.startswith("{"):
+                results.append(line)
+        process.wait()
+        jvm_log.seek(0)
+        stderr_tail = [line for line in jvm_log.read().splitlines() if line.strip()][-5:]
+    if process.returncode != 0:
+        if errors:
+            raise KafkaBatchError(errors[-1])
+        raise KafkaBatchError(f"spark-submit failed with exit code {process.returncode}: {' | '.join(stderr_tail)}")
+    if not results:
+        raise KafkaBatchError("spark-submit finished but the application printed no result")
+    return json.loads(results[-1])

@@ -1,0 +1,96 @@
+"""Producing test and demo data, the way the embedded broker needs it.
+
+Why a helper: tansu (the embedded broker) answers ListOffsets "latest" with the base offset
+of the last record batch + 1, so when a partition's last batch holds several records it
+under-reports the end offset (real Kafka is right; Fetch responses are right too). Ending each
+burst with a flush and then the last record of each partition in a batch of its own makes the
+reported end exact on both. Product code must not work around this; only producers do.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kafka_batch_provider.kafka_config import LIBRDKAFKA_LOGGER
+
+
+@dataclass(frozen=True)
+class Record:
+    partition: int
+    value: bytes | None
+    key: bytes | None = None
+    headers: Sequence[tuple[str, bytes]] = field(default_factory=tuple)
+    timestamp_ms: int | None = None
+
+
+def create_topics(config: Mapping[str, Any], topics: Mapping[str, int], timeout: float = 30.0) -> None:
+    """Create ``{name: partitions}`` topics (replication factor 1) and wait until they exist."""
+    admin = AdminClient({**config, "logger": LIBRDKAFKA_LOGGER})
+    futures = admin.create_topics([NewTopic(name, n, 1) for name, n in topics.items()], request_timeout=timeout)
+    for future in futures.values():
+        future.result(timeout)
+
+
+def produce(config: Mapping[str, Any], topic: str, records: Iterable[Record], linger_ms: int = 20) -> dict[int, int]:
+    """Produce ``records`` as one burst; returns how many records went to each partition.
+
+    Every record but each partition's last goes first, then a flush, then the last record
+    of each partition alone in its batch (see the module docstring for why).
+    """
+    by_partition: dict[int, list[Record]] = defaultdict(list)
+    for record in records:
+        by_partition[record.partition].append(record)
+    producer = Producer(
+        {**config, "linger.ms": linger_ms, "batch.num.messages": 10_000, "logger": LIBRDKAFKA_LOGGER}
+    )
+    errors: list[str] = []
+
+    def on_delivery(err, _msg) -> None:
+        if err is not None:
+            errors.append(err.str())
+
+    def send(record: Record) -> None:
+        kwargs: dict[str, Any] = {"partition": record.partition, "value": record.value, "key": record.key}
+        if record.headers:
+            kwargs["headers"] = list(record.headers)
+        if record.timestamp_ms is not None:
+            kwargs["timestamp"] = record.timestamp_ms
+        while True:
+            try:
+                producer.produce(topic, on_delivery=on_delivery, **kwargs)
+                return
+            except BufferError:
+                producer.poll(0.1)  # local queue full: let deliveries drain
+
+    for partition_records in by_partition.values():
+        for record in partition_records[:-1]:
+            send(record)
+    producer.flush()
+    for partition_records in by_partition.values():
+        send(partition_records[-1])
+    producer.flush()
+    if errors:
+        raise RuntimeError(f"{len(errors)} record(s) not delivered to {topic}: {errors[0]}")
+    return {p: len(rs) for p, rs in by_partition.items()}
+
+
+def sample_records(
+    partitions: int, count: int, value_size: int = 200, first_id: int = 0, timestamp_ms: int | None = None
+) -> Iterable[Record]:
+    """``count`` JSON-ish records spread round-robin over ``partitions``, ``value_size`` bytes each."""
+    for i in range(first_id, first_id + count):
+        body = b'{"id":%d,"payload":"' % i
+        tail = b'"}'
+        pad = max(value_size - len(body) - len(tail), 0)
+        yield Record(
+            partition=i % partitions,
+            key=b"user-%d" % (i % 97),
+            value=body + b"x" * pad + tail,
+            headers=(("source", b"sample"),),
+            timestamp_ms=timestamp_ms,
+        )
