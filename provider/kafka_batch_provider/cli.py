@@ -100,7 +100,7 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_spark_args(p: argparse.ArgumentParser) -> None:
-    from kafka_batch_provider.spark.source import DEFAULT_MAX_OFFSETS_PER_TASK
+    from kafka_batch_provider.spark.source import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT
 
     g = p.add_argument_group("Spark")
     g.add_argument("--reader", choices=["python", "jvm"], default="python", help="Kafka reader (default python)")
@@ -113,6 +113,12 @@ def add_spark_args(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=DEFAULT_MAX_OFFSETS_PER_TASK,
         help=f"split ranges into Spark tasks of at most this many offsets (default {DEFAULT_MAX_OFFSETS_PER_TASK})",
+    )
+    g.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=DEFAULT_STALL_TIMEOUT,
+        help=f"seconds a read may make no progress before it fails (default {DEFAULT_STALL_TIMEOUT:g})",
     )
 
 
@@ -172,6 +178,7 @@ def submit_write(args: argparse.Namespace, plan_path: str, output: str, kafka_co
         args.value_format,
         args.value_schema,
         args.max_offsets_per_task,
+        args.stall_timeout,
         force=getattr(args, "force", False),
     )
     command = submit_command(app_args, args.spark_master, parse_key_values(args.spark_conf))

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from kafka_batch_provider.batch_store import load_plan_file, output_of_plan_file
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.kafka_config import check_config
-from kafka_batch_provider.spark.source import DEFAULT_MAX_OFFSETS_PER_TASK
+from kafka_batch_provider.spark.source import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT
 
 CONFIG_FILE_ENV = "KAFKA_BATCH_KAFKA_CONFIG_FILE"
 CONFIG_JSON_ENV = "KAFKA_BATCH_KAFKA_CONFIG"
@@ -64,6 +64,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--value-format", default="bytes", choices=["bytes", "string", "json"])
     parser.add_argument("--value-schema", help="DDL schema for --value-format json")
     parser.add_argument("--max-offsets-per-task", type=int, default=DEFAULT_MAX_OFFSETS_PER_TASK)
+    parser.add_argument("--stall-timeout", type=float, default=DEFAULT_STALL_TIMEOUT, help="seconds without progress before a read fails")
     parser.add_argument("--force", action="store_true", help="write again even if the batch has a manifest")
     return parser.parse_args(argv)
 
@@ -97,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             value_format=args.value_format,
             value_schema=args.value_schema,
             max_offsets_per_task=args.max_offsets_per_task,
+            stall_timeout=args.stall_timeout,
             force=args.force,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
         )

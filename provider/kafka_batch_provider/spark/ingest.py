@@ -26,7 +26,12 @@ from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.manifest import build_manifest, verify_manifest
 from kafka_batch_provider.plan import OffsetPlan
 from kafka_batch_provider.spark.jvm_options import jvm_reader_options
-from kafka_batch_provider.spark.source import DEFAULT_MAX_OFFSETS_PER_TASK, KafkaBatchDataSource, ranges_json
+from kafka_batch_provider.spark.source import (
+    DEFAULT_MAX_OFFSETS_PER_TASK,
+    DEFAULT_STALL_TIMEOUT,
+    KafkaBatchDataSource,
+    ranges_json,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +45,7 @@ def read_plan(
     kafka_config: Mapping[str, Any],
     reader: str = "python",
     max_offsets_per_task: int = DEFAULT_MAX_OFFSETS_PER_TASK,
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT,
 ) -> DataFrame:
     """A DataFrame of exactly the plan's ranges, in the schema of Spark's Kafka source."""
     if reader == "python":
@@ -47,6 +53,7 @@ def read_plan(
         options = {f"kafka.{k}": str(v) for k, v in kafka_config.items() if k != "logger"}
         options["ranges"] = ranges_json(plan.readable_ranges)
         options["maxOffsetsPerTask"] = str(max_offsets_per_task)
+        options["stallTimeoutSeconds"] = str(stall_timeout)
         return spark.read.format(KafkaBatchDataSource.name()).options(**options).load()
     if reader == "jvm":
         return spark.read.format("kafka").options(**jvm_reader_options(plan.readable_ranges, kafka_config)).load()
@@ -114,6 +121,7 @@ def write_batch(
     value_format: str = "bytes",
     value_schema: str | None = None,
     max_offsets_per_task: int = DEFAULT_MAX_OFFSETS_PER_TASK,
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT,
     force: bool = False,
     progress: Callable[[str], None] = log.info,
 ) -> dict[str, Any] | None:
@@ -146,7 +154,7 @@ def write_batch(
         f"batch {bid}: reading {len(plan.readable_ranges)} range(s), up to {plan.planned_offsets} offsets, "
         f"with the {reader} reader"
     )
-    df = decode_values(read_plan(spark, plan, kafka_config, reader, max_offsets_per_task), value_format, value_schema)
+    df = decode_values(read_plan(spark, plan, kafka_config, reader, max_offsets_per_task, stall_timeout), value_format, value_schema)
     df.write.mode("errorifexists").parquet(staging.as_uri())
     stats = partition_stats(spark, staging)
     location = store.data_dir(bid).name

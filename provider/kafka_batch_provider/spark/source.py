@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -30,6 +30,7 @@ KAFKA_SCHEMA_DDL = (
 )
 
 DEFAULT_MAX_OFFSETS_PER_TASK = 250_000
+DEFAULT_STALL_TIMEOUT = 120.0
 
 
 def ranges_json(ranges: Sequence[OffsetRange]) -> str:
@@ -62,18 +63,19 @@ class KafkaBatchDataSource(DataSource):
         return KAFKA_SCHEMA_DDL
 
     def reader(self, schema) -> DataSourceReader:
-        return KafkaBatchReader(dict(self.options))
+        # Spark's options are case-insensitive (keys arrive lower-cased): keep the mapping.
+        return KafkaBatchReader(self.options)
 
 
 class KafkaBatchReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str]) -> None:
         if "ranges" not in options:
             raise ValueError("the kafka_batch source needs a 'ranges' option")
         self.ranges = parse_ranges(options["ranges"])
         self.kafka_config = {k[len("kafka.") :]: v for k, v in options.items() if k.startswith("kafka.")}
         self.max_offsets_per_task = int(options.get("maxOffsetsPerTask", DEFAULT_MAX_OFFSETS_PER_TASK))
         self.batch_size = int(options.get("messagesPerBatch", 50_000))
-        self.stall_timeout = float(options.get("stallTimeoutSeconds", 120))
+        self.stall_timeout = float(options.get("stallTimeoutSeconds", DEFAULT_STALL_TIMEOUT))
 
     def partitions(self) -> list[KafkaRangePartition]:
         from kafka_batch_provider.planning import split_range

@@ -58,12 +58,13 @@ def application_args(
     value_format: str,
     value_schema: str | None,
     max_offsets_per_task: int,
+    stall_timeout: float,
     force: bool = False,
 ) -> list[str]:
     args = ["--plan", plan_path, "--output", output, "--reader", reader, "--value-format", value_format]
     if value_schema:
         args += ["--value-schema", value_schema]
-    args += ["--max-offsets-per-task", str(max_offsets_per_task)]
+    args += ["--max-offsets-per-task", str(max_offsets_per_task), "--stall-timeout", str(stall_timeout)]
     if force:
         args.append("--force")
     return args

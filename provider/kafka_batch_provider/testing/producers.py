@@ -94,3 +94,19 @@ def sample_records(
             headers=(("source", b"sample"),),
             timestamp_ms=timestamp_ms,
         )
+
+
+def broker_supports_offsets_for_times(config: Mapping[str, Any], topic: str) -> bool:
+    """Probe: does ListOffsets by timestamp work? (tansu's memory storage answers 0 always.)
+
+    Produces two records one minute apart into ``topic`` (a fresh 1-partition topic) and asks
+    for the second one's timestamp.
+    """
+    from kafka_batch_provider.kafka_offsets import KafkaOffsets
+    from kafka_batch_provider.offsets import TopicPartition
+
+    base = 1_600_000_000_000
+    produce(config, topic, [Record(0, b"probe", timestamp_ms=base)])
+    produce(config, topic, [Record(0, b"probe", timestamp_ms=base + 60_000)])
+    tp = TopicPartition(topic, 0)
+    return KafkaOffsets(dict(config), timeout=10).offsets_for_times([tp], base + 1)[tp] == 1

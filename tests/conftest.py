@@ -1,0 +1,40 @@
+"""Shared fixtures: a real broker (from the provider's pytest plugin) and a real Spark session."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from typing import Iterator
+
+import pytest
+
+pytest_plugins = ["kafka_batch_provider.testing.pytest_plugin"]
+
+# Spark binds the interface the hostname resolves to; keep everything on loopback.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# Spark's Python workers must use this interpreter (it has confluent-kafka and pyarrow).
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator["pyspark.sql.SparkSession"]:  # noqa: F821
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("kafka-batch-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.log.level", "WARN")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def group_id(request: pytest.FixtureRequest) -> str:
+    return f"g-{request.node.name[:30]}-{uuid.uuid4().hex[:6]}"

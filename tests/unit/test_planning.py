@@ -1,0 +1,175 @@
+"""Planning is pure: numbers in, plan out. Each policy and bound, without a broker."""
+
+from __future__ import annotations
+
+import pytest
+
+from kafka_batch_provider.errors import ConfigError, PlanError
+from kafka_batch_provider.offsets import OffsetGap, OffsetRange, PartitionOffsets
+from kafka_batch_provider.plan import INCREMENTAL, REPLAY, OffsetPlan
+from kafka_batch_provider.planning import (
+    DataLossPolicy,
+    NewPartitionPolicy,
+    PlanPolicy,
+    apply_bounds,
+    fair_shares,
+    plan_incremental,
+    plan_replay,
+    split_range,
+    start_offset,
+)
+
+NOW = "2026-01-01T00:00:00.000+00:00"
+
+
+def state(committed, start, end, topic="t", partition=0) -> PartitionOffsets:
+    return PartitionOffsets(topic, partition, committed, start, end)
+
+
+def plan(states, policy=PlanPolicy(), group="g") -> OffsetPlan:
+    return plan_incremental(group, sorted({s.topic for s in states}), states, policy, "read_committed", NOW)
+
+
+def test_committed_partition_starts_at_its_committed_offset():
+    assert start_offset(state(40, 0, 100), PlanPolicy()) == (40, None)
+
+
+@pytest.mark.parametrize(
+    "policy, expected",
+    [(NewPartitionPolicy.EARLIEST, 10), (NewPartitionPolicy.LATEST, 100)],
+)
+def test_new_partition_policy_chooses_the_start(policy, expected):
+    assert start_offset(state(None, 10, 100), PlanPolicy(new_partitions=policy)) == (expected, None)
+
+
+def test_new_partition_policy_error_names_the_partition():
+    with pytest.raises(PlanError, match=r"t\[0\]: the group has no committed offset"):
+        start_offset(state(None, 0, 5), PlanPolicy(new_partitions=NewPartitionPolicy.ERROR))
+
+
+def test_data_loss_fails_by_default_naming_topic_partition_and_missing_range():
+    with pytest.raises(PlanError) as err:
+        start_offset(state(5, 100, 150, topic="orders", partition=3), PlanPolicy())
+    message = str(err.value)
+    assert "orders[3]" in message and "[5, 100)" in message and "--on-data-loss=earliest" in message
+
+
+def test_data_loss_policy_earliest_skips_to_log_start_and_records_the_gap():
+    assert start_offset(state(5, 100, 150), PlanPolicy(on_data_loss=DataLossPolicy.EARLIEST)) == (
+        100,
+        OffsetGap("t", 0, 5, 100),
+    )
+
+
+def test_committed_beyond_end_is_an_error():
+    with pytest.raises(PlanError, match=r"committed offset 120 is beyond the end offset 100"):
+        start_offset(state(120, 0, 100), PlanPolicy())
+
+
+def test_committed_equal_to_end_means_nothing_to_do():
+    result = plan([state(100, 0, 100)])
+    assert result.ranges == () and not result.has_data
+
+
+def test_plan_holds_every_partition_whose_offset_moves_and_expects_current_committed():
+    result = plan(
+        [
+            state(10, 0, 30, partition=0),
+            state(30, 0, 30, partition=1),  # caught up: not in the plan
+            state(None, 0, 0, partition=2),  # new and empty: committed so the group knows it
+        ]
+    )
+    assert [(r.partition, r.start, r.end, r.expected_committed) for r in result.ranges] == [
+        (0, 10, 30, 10),
+        (2, 0, 0, None),
+    ]
+    assert result.planned_offsets == 20
+    assert result.mode == INCREMENTAL and result.group_id == "g"
+
+
+def test_data_loss_gap_is_in_the_plan_and_the_range_expects_the_old_offset():
+    result = plan([state(5, 100, 150)], PlanPolicy(on_data_loss=DataLossPolicy.EARLIEST))
+    assert result.gaps == (OffsetGap("t", 0, 5, 100),)
+    assert result.ranges[0] == OffsetRange("t", 0, 100, 150, 5)
+
+
+def test_fair_shares_give_small_partitions_all_and_share_the_rest():
+    assert fair_shares([5, 100, 100], 65) == [5, 30, 30]
+    assert fair_shares([0, 10, 10], 7) == [0, 4, 3]
+    assert fair_shares([3, 3], 100) == [3, 3]
+    assert sum(fair_shares([1000] * 7, 10)) == 10
+
+
+def test_tiny_budget_still_makes_progress():
+    assert sum(fair_shares([50, 50, 50], 1)) == 1
+
+
+def test_bounds_move_ends_down_never_starts():
+    ranges = [OffsetRange("t", 0, 10, 110, 10), OffsetRange("t", 1, 0, 20, 0)]
+    bounded = apply_bounds(ranges, PlanPolicy(max_records_per_partition=50))
+    assert [(r.start, r.end) for r in bounded] == [(10, 60), (0, 20)]
+    bounded = apply_bounds(ranges, PlanPolicy(max_records=30))
+    assert [(r.start, r.end) for r in bounded] == [(10, 25), (0, 15)]
+
+
+def test_bounded_plan_is_marked_truncated_and_the_next_plan_continues():
+    first = plan([state(0, 0, 100)], PlanPolicy(max_records=40))
+    assert first.truncated and first.ranges[0].end == 40
+    second = plan([state(40, 0, 100)], PlanPolicy(max_records=40))
+    assert second.ranges[0].start == 40 and second.ranges[0].end == 80
+
+
+@pytest.mark.parametrize("field", ["max_records", "max_records_per_partition"])
+def test_non_positive_bounds_are_refused(field):
+    with pytest.raises(ConfigError, match="must be a positive integer"):
+        PlanPolicy(**{field: 0})
+
+
+def test_batch_id_is_deterministic_and_depends_on_ranges_and_group():
+    a = plan([state(0, 0, 10)])
+    assert plan([state(0, 0, 10)]).batch_id == a.batch_id
+    assert plan([state(0, 0, 11)]).batch_id != a.batch_id
+    assert plan([state(0, 0, 10)], group="other").batch_id != a.batch_id
+    assert a.batch_id.startswith("b-")
+
+
+def test_replay_plan_checks_bounds_and_never_expects_a_commit():
+    states = [state(0, 10, 100)]
+    replay = plan_replay([OffsetRange("t", 0, 20, 50)], states, "read_committed", NOW)
+    assert replay.mode == REPLAY and not replay.commits_group
+    assert replay.ranges == (OffsetRange("t", 0, 20, 50, None),)
+    with pytest.raises(PlanError, match=r"start offset 5 is below the log start 10"):
+        plan_replay([OffsetRange("t", 0, 5, 50)], states, "read_committed", NOW)
+    with pytest.raises(PlanError, match=r"end offset 150 is beyond the end offset 100"):
+        plan_replay([OffsetRange("t", 0, 20, 150)], states, "read_committed", NOW)
+    with pytest.raises(PlanError, match=r"t\[7\] does not exist"):
+        plan_replay([OffsetRange("t", 7, 0, 1)], states, "read_committed", NOW)
+
+
+def test_end_before_start_is_not_a_range():
+    with pytest.raises(ValueError, match=r"invalid offset range t\[0\] \[10, 5\)"):
+        OffsetRange("t", 0, 10, 5)
+
+
+@pytest.mark.parametrize(
+    "size, per_task, expected_pieces",
+    [(0, 10, 1), (10, 10, 1), (11, 10, 2), (1000, 300, 4), (7, 1, 7)],
+)
+def test_split_range_covers_the_range_exactly_with_bounded_pieces(size, per_task, expected_pieces):
+    r = OffsetRange("t", 0, 100, 100 + size, 100)
+    pieces = split_range(r, per_task)
+    assert len(pieces) == expected_pieces
+    assert pieces[0].start == r.start and pieces[-1].end == r.end
+    assert all(a.end == b.start for a, b in zip(pieces, pieces[1:]))
+    assert all(p.size <= per_task for p in pieces)
+
+
+def test_plan_json_round_trip_and_tamper_detection():
+    original = plan([state(3, 0, 30, partition=0), state(None, 0, 5, partition=1)])
+    assert OffsetPlan.from_json(original.to_json()) == original
+    tampered = original.to_dict()
+    tampered["ranges"][0]["end"] = 31
+    with pytest.raises(ConfigError, match="does not match its ranges"):
+        OffsetPlan.from_dict(tampered)
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        OffsetPlan.from_json("{not json")
