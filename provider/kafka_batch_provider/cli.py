@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import sys
+import time
 from typing import Any, Sequence
 
 from kafka_batch_provider import __version__
@@ -122,6 +123,14 @@ def add_spark_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def check_spark_args(args: argparse.Namespace) -> None:
+    """Spark-side flags that can be judged before anything is planned or read."""
+    if args.value_format == "json" and not args.value_schema:
+        raise ConfigError("--value-format json needs --value-schema, a DDL string such as 'id long, name string'")
+    if args.value_schema and args.value_format != "json":
+        raise ConfigError("--value-schema is only used with --value-format json")
+
+
 def kafka_config_from(args: argparse.Namespace) -> dict[str, Any]:
     config = parse_key_values(args.kafka_config)
     if args.bootstrap_servers:
@@ -195,6 +204,7 @@ def load_plan_and_output(args: argparse.Namespace):
 
 
 def cmd_write(args: argparse.Namespace) -> dict[str, Any]:
+    check_spark_args(args)
     plan, output = load_plan_and_output(args)
     kafka = offsets_client(args)
     if not plan.has_data:
@@ -220,20 +230,35 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     from kafka_batch_provider.batch_store import BatchStore
     from kafka_batch_provider.protocol import commit_batch, plan_batch
 
+    check_spark_args(args)
     kafka = offsets_client(args)
     store = BatchStore(args.output)
+    clock = time.perf_counter()
     outcome = plan_batch(kafka, store, args.group, args.topic, policy_from(args), args.partition, progress)
     plan = outcome.plan
+    timings = {"plan_seconds": round(time.perf_counter() - clock, 3)}
     result: dict[str, Any] = {**plan.summary(), "reused": outcome.reused, "repaired": outcome.repaired}
     if not plan.ranges:
-        return {**result, "records": 0, "committed": {}, "skipped": True}
+        return {**result, "records": 0, "committed": {}, "skipped": True, "timings": timings}
     if plan.has_data:
-        submit_write(args, outcome.plan_path, str(store.root), kafka.kafka_config)
+        clock = time.perf_counter()
+        written = submit_write(args, outcome.plan_path, str(store.root), kafka.kafka_config)
+        timings["spark_submit_seconds"] = round(time.perf_counter() - clock, 3)
+        timings.update(written.get("timings", {}))
     else:
         progress(f"batch {plan.batch_id} has nothing to read: Spark is not started")
+    clock = time.perf_counter()
     committed = commit_batch(kafka, store, plan, progress)
+    timings["commit_seconds"] = round(time.perf_counter() - clock, 3)
     rows = (store.commit_record(plan.batch_id) or {}).get("rows", 0)
-    return {**result, "records": rows, "committed": committed, "skipped": False, "location": str(store.data_dir(plan.batch_id))}
+    return {
+        **result,
+        "records": rows,
+        "committed": committed,
+        "skipped": False,
+        "location": str(store.data_dir(plan.batch_id)),
+        "timings": timings,
+    }
 
 
 def cmd_broker(args: argparse.Namespace) -> dict[str, Any]:

@@ -23,6 +23,7 @@ def build_manifest(
     schema: str,
     written_at: str,
     options: Mapping[str, Any],
+    timings: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """Assemble a manifest from per-partition statistics of the written data.
 
@@ -62,6 +63,7 @@ def build_manifest(
         "schema": schema,
         "written_at": written_at,
         "options": dict(options),
+        "timings": dict(timings or {}),
     }
     verify_manifest(plan, manifest)
     return manifest

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import sys
+import traceback
 from typing import Any, Sequence
 
 from kafka_batch_provider.batch_store import load_plan_file, output_of_plan_file
@@ -53,6 +54,18 @@ def task_error_line(text: str) -> str | None:
     """The one-line message of a :class:`KafkaBatchError` raised inside a Spark task, if any."""
     match = _TASK_ERROR.search(text)
     return match.group(2).strip() if match else None
+
+
+def friendly_spark_error(exc: Exception) -> str:
+    text = str(exc)
+    if "Failed to find the data source: kafka" in text or ("DATA_SOURCE_NOT_FOUND" in text and "kafka" in text):
+        return (
+            "the jvm reader needs Spark's Kafka connector (spark-sql-kafka-0-10) on the cluster, "
+            "e.g. spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>; "
+            "or use --reader python"
+        )
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{type(exc).__name__}: {first}"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -107,10 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except Exception as exc:
         # An error raised in an executor arrives wrapped in Spark's traceback text.
-        task_error = task_error_line(str(exc))
-        if task_error is None:
-            raise
-        print(f"error: {task_error}", file=sys.stderr)
+        traceback.print_exc()
+        message = task_error_line(str(exc)) or friendly_spark_error(exc)
+        print(f"error: {message}", file=sys.stderr)
         return 2
     finally:
         spark.stop()
@@ -118,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "batch_id": plan.batch_id,
         "rows": manifest["rows"] if manifest else 0,
         "location": manifest["location"] if manifest else None,
+        "timings": manifest.get("timings", {}) if manifest else {},
     }
     print(json.dumps(result))
     return 0

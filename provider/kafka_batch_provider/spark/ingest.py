@@ -14,10 +14,12 @@ publish step replaces (never merges) what an earlier attempt published.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -80,11 +82,68 @@ def decode_values(df: DataFrame, value_format: str = "bytes", value_schema: str 
 def iso_from_micros(micros: int | None) -> str | None:
     if micros is None:
         return None
-    return datetime.fromtimestamp(micros / 1_000_000, tz=timezone.utc).isoformat(timespec="milliseconds")
+    return iso(datetime.fromtimestamp(micros / 1_000_000, tz=timezone.utc))
+
+
+def footer_stats(path: Path) -> list[dict[str, Any]] | None:
+    """Per Kafka partition statistics from the Parquet footers of the written files.
+
+    Each Spark task reads a slice of one Kafka partition and writes its own file, so a
+    file's footer (row count, min/max per column) describes one partition. Returns
+    ``None`` when that does not hold or a statistic is missing; the caller then scans.
+    """
+    merged: dict[tuple[str, int], dict[str, Any]] = {}
+    for file in sorted(path.glob("*.parquet")):
+        meta = pq.ParquetFile(file).metadata
+        if meta.num_rows == 0:
+            continue
+        index = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+        bounds = {}
+        for name in ("topic", "partition", "offset", "timestamp"):
+            stats = [
+                meta.row_group(g).column(index[name]).statistics
+                for g in range(meta.num_row_groups)
+                if meta.row_group(g).num_rows
+            ]
+            if not all(s is not None and s.has_min_max for s in stats):
+                return None
+            bounds[name] = (min(s.min for s in stats), max(s.max for s in stats))
+        if bounds["topic"][0] != bounds["topic"][1] or bounds["partition"][0] != bounds["partition"][1]:
+            return None
+        key = (bounds["topic"][0], int(bounds["partition"][0]))
+        entry = merged.setdefault(key, {"topic": key[0], "partition": key[1], "rows": 0, "bounds": []})
+        entry["rows"] += meta.num_rows
+        entry["bounds"].append((bounds["offset"], bounds["timestamp"]))
+    result = []
+    for entry in merged.values():
+        offsets = [o for o, _ in entry["bounds"]]
+        stamps = [t for _, t in entry["bounds"]]
+        result.append(
+            {
+                "topic": entry["topic"],
+                "partition": entry["partition"],
+                "rows": entry["rows"],
+                "min_offset": min(lo for lo, _ in offsets),
+                "max_offset": max(hi for _, hi in offsets),
+                "min_timestamp": iso(min(lo for lo, _ in stamps)),
+                "max_timestamp": iso(max(hi for _, hi in stamps)),
+            }
+        )
+    return result
+
+
+def iso(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def partition_stats(spark: SparkSession, path: Path) -> list[dict[str, Any]]:
-    """Per Kafka partition statistics, read back from the written Parquet files."""
+    """Per Kafka partition statistics, read back from the written Parquet files.
+
+    Uses the files' footers when they suffice (no extra Spark job), else scans them.
+    """
+    from_footers = footer_stats(path)
+    if from_footers is not None:
+        return from_footers
     rows = (
         spark.read.parquet(path.as_uri())
         .groupBy("topic", "partition")
@@ -154,9 +213,15 @@ def write_batch(
         f"batch {bid}: reading {len(plan.readable_ranges)} range(s), up to {plan.planned_offsets} offsets, "
         f"with the {reader} reader"
     )
-    df = decode_values(read_plan(spark, plan, kafka_config, reader, max_offsets_per_task, stall_timeout), value_format, value_schema)
+    clock = time.perf_counter()
+    df = decode_values(
+        read_plan(spark, plan, kafka_config, reader, max_offsets_per_task, stall_timeout), value_format, value_schema
+    )
     df.write.mode("errorifexists").parquet(staging.as_uri())
+    timings = {"read_write_seconds": round(time.perf_counter() - clock, 3)}
+    clock = time.perf_counter()
     stats = partition_stats(spark, staging)
+    timings["verify_seconds"] = round(time.perf_counter() - clock, 3)
     location = store.data_dir(bid).name
     files = [
         {"path": f"{location}/{f.name}", "bytes": f.stat().st_size} for f in sorted(staging.glob("*.parquet"))
@@ -169,6 +234,7 @@ def write_batch(
         schema=df.schema.simpleString(),
         written_at=utc_now(),
         options={"reader": reader, "value_format": value_format, "value_schema": value_schema},
+        timings=timings,
     )
     store.publish(staging, bid)
     store.save_manifest(manifest)

@@ -67,46 +67,27 @@ def reader_consumer_config(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def messages_to_batch(messages: list, topic: str, partition: int) -> pa.RecordBatch:
-    """Arrow columns for messages of one partition, touching each message once."""
-    keys, values, offsets, timestamps, ts_types = [], [], [], [], []
-    header_offsets = [0]
-    header_keys: list[str] = []
-    header_values: list[bytes | None] = []
-    headers_missing = []
-    for m in messages:
-        keys.append(m.key())
-        values.append(m.value())
-        offsets.append(m.offset())
-        ts_type, ts = m.timestamp()
-        ts_types.append(ts_type)
-        timestamps.append(ts * 1000 if ts >= 0 else None)
-        headers = m.headers()
-        if headers:
-            for hk, hv in headers:
-                header_keys.append(hk)
-                header_values.append(hv)
-            headers_missing.append(False)
-        else:
-            headers_missing.append(True)
-        header_offsets.append(len(header_keys))
-    n = len(offsets)
-    header_struct = pa.StructArray.from_arrays(
-        [pa.array(header_keys, pa.string()), pa.array(header_values, pa.binary())], fields=list(HEADER_TYPE.value_type)
-    )
-    # Spark's Kafka source gives null, not an empty array, for a record without headers.
-    headers_col = pa.ListArray.from_arrays(
-        pa.array(header_offsets, pa.int32()), header_struct, mask=pa.array(headers_missing, pa.bool_())
-    )
+    """Arrow columns for messages of one partition, built in bulk from plain lists.
+
+    One list comprehension per column is several times faster than one loop appending to
+    many lists; Arrow converts each list in C.
+    """
+    n = len(messages)
+    timestamps = [m.timestamp() for m in messages]
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
+            pa.array([m.key() for m in messages], pa.binary()),
+            pa.array([m.value() for m in messages], pa.binary()),
             pa.repeat(pa.scalar(topic, pa.string()), n),
             pa.repeat(pa.scalar(partition, pa.int32()), n),
-            pa.array(offsets, pa.int64()),
-            pa.array(timestamps, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-            pa.array(ts_types, pa.int32()),
-            headers_col,
+            pa.array([m.offset() for m in messages], pa.int64()),
+            # Kafka timestamps are milliseconds; Spark's are microseconds. -1 means "none".
+            pa.array([ts * 1000 if ts >= 0 else None for _, ts in timestamps], pa.int64()).cast(
+                pa.timestamp("us", tz="UTC")
+            ),
+            pa.array([kind for kind, _ in timestamps], pa.int32()),
+            # headers() is None without headers: a null, as Spark's Kafka source gives.
+            pa.array([m.headers() for m in messages], HEADER_TYPE),
         ],
         schema=KAFKA_ARROW_SCHEMA,
     )
@@ -138,7 +119,9 @@ def read_range(
         consumer.assign([KafkaTopicPartition(topic, partition, start)])
         last_progress = time.monotonic()
         while position < end:
-            messages = consumer.consume(batch_size, timeout=poll_timeout)
+            # Never ask for more than the range can hold: consume() waits the whole timeout
+            # for a count it cannot reach, which would add a poll timeout to every range.
+            messages = consumer.consume(min(batch_size, end - position), timeout=poll_timeout)
             good = []
             for m in messages:
                 error = m.error()

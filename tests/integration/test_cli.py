@@ -1,0 +1,167 @@
+"""The ``kafka-batch`` command line, as a user runs it: subprocesses, real broker, real spark-submit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kafka_batch_provider.broker.embedded import free_port
+from kafka_batch_provider.kafka_offsets import KafkaOffsets
+from kafka_batch_provider.offsets import TopicPartition
+from kafka_batch_provider.testing.producers import produce, sample_records
+from tests.integration.helpers import assert_exactly_once
+
+pytestmark = pytest.mark.integration
+
+KAFKA_BATCH = str(Path(sys.executable).parent / "kafka-batch")
+SECRET = "hunter2-not-for-logs"
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [KAFKA_BATCH, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
+
+
+def last_json(result: subprocess.CompletedProcess) -> dict:
+    assert result.returncode == 0, f"exit {result.returncode}, stderr: {result.stderr[-2000:]}"
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, expected: str) -> None:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode != 0, f"expected a failure, got exit 0 and stdout {result.stdout!r}"
+    assert len(lines) == 1 and lines[0].startswith("error: "), f"expected one 'error:' line, got {lines!r}"
+    assert expected in lines[0], f"expected {expected!r} in {lines[0]!r}"
+    assert "Traceback" not in result.stderr
+
+
+def test_plan_write_commit_then_run_ingests_only_new_data_and_keeps_secrets_out(
+    kafka_config, kafka_bootstrap_servers, new_topic, group_id, tmp_path
+):
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 20))
+    out = str(tmp_path / "lake")
+    common = ["--bootstrap-servers", kafka_bootstrap_servers, "--kafka-config", f"sasl.password={SECRET}"]
+    spark = ["--spark-master", "local[2]"]
+
+    planned = last_json(cli("plan", *common, "--topic", topic, "--group", group_id, "--output", out))
+    assert planned["records"] == 20 and Path(planned["plan_path"]).exists()
+    written = last_json(cli("write", "--plan", planned["plan_path"], *common, *spark))
+    assert written == {"batch_id": planned["batch_id"], "records": 20, "location": f"batch_id={planned['batch_id']}", "skipped": False}
+    committed = last_json(cli("commit", "--plan", planned["plan_path"], *common))
+    assert committed["committed"] == {f"{topic}:0": 10, f"{topic}:1": 10}
+
+    produce(kafka_config, topic, sample_records(2, 6, first_id=20))
+    run = cli("run", *common, "--topic", topic, "--group", group_id, "--output", out, *spark)
+    second = last_json(run)
+    assert [(r["start"], r["end"]) for r in second["ranges"]] == [(10, 13), (10, 13)]
+    assert second["records"] == 6 and second["committed"] == {f"{topic}:0": 13, f"{topic}:1": 13}
+    assert "batch " in run.stderr, "progress lines must reach the user"
+    assert_exactly_once(Path(out), {(topic, p, o) for p in (0, 1) for o in range(13)})
+
+    # The secret reaches neither output, nor any file of the dataset (plans, manifests, commits).
+    assert SECRET not in run.stdout + run.stderr
+    for path in Path(out).rglob("*"):
+        if path.is_file() and path.suffix == ".json":
+            assert SECRET not in path.read_text(), f"secret found in {path}"
+
+
+def test_run_with_no_new_data_succeeds_without_starting_spark(kafka_bootstrap_servers, new_topic, group_id, tmp_path):
+    topic = new_topic(partitions=1)
+    result = cli(
+        "run", "--bootstrap-servers", kafka_bootstrap_servers, "--topic", topic, "--group", group_id,
+        "--new-partitions", "latest", "--output", str(tmp_path),
+    )
+    first = last_json(result)  # an empty, never-committed partition: only the offset is committed
+    assert first["records"] == 0 and first["committed"] == {f"{topic}:0": 0}
+    second = last_json(
+        cli("run", "--bootstrap-servers", kafka_bootstrap_servers, "--topic", topic, "--group", group_id, "--output", str(tmp_path))
+    )
+    assert second["skipped"] is True and second["ranges"] == [] and second["committed"] == {}
+    assert "spark-submit" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--topic", "no-such-topic"], "unknown topic(s) 'no-such-topic'"),
+        (["--kafka-config", "enable.auto.commit=true"], "enable.auto.commit=true is not allowed"),
+        (["--kafka-config", "novalue"], "--kafka-config expects key=value"),
+        (["--max-records", "0"], "argument --max-records: expected a positive integer, got 0"),
+        (["--max-records-per-partition", "many"], "expected a positive integer, got 'many'"),
+        (["--partition", "7"], "has no partition(s) [7]"),
+        (["--new-partitions", "sometimes"], "argument --new-partitions: invalid choice"),
+        (["--value-format", "json"], "--value-format json needs --value-schema"),
+    ],
+)
+def test_bad_input_is_one_line_and_changes_nothing(args, expected, kafka_bootstrap_servers, new_topic, group_id, tmp_path):
+    topic = new_topic(partitions=2)
+    base = ["run", "--bootstrap-servers", kafka_bootstrap_servers, "--group", group_id, "--output", str(tmp_path)]
+    if "--topic" not in args:
+        base += ["--topic", topic]
+    assert_one_line_error(cli(*base, *args), expected)
+    assert not any(tmp_path.iterdir()), "nothing may be written"
+    kafka = KafkaOffsets({"bootstrap.servers": kafka_bootstrap_servers})
+    assert set(kafka.committed_offsets(group_id, [TopicPartition(topic, 0)]).values()) == {None}
+
+
+def test_broker_down_is_one_line(tmp_path):
+    result = cli(
+        "plan", "--bootstrap-servers", f"127.0.0.1:{free_port()}", "--timeout", "2",
+        "--topic", "t", "--group", "g", "--output", str(tmp_path),
+    )
+    assert_one_line_error(result, "did not answer list_topics within 2s")
+    assert result.returncode == 3 and not any(tmp_path.iterdir())
+
+
+def test_missing_group_and_missing_plan_file_are_one_line(kafka_bootstrap_servers, tmp_path):
+    assert_one_line_error(cli("plan", "--topic", "t", "--output", str(tmp_path)), "the following arguments are required: --group")
+    assert_one_line_error(
+        cli("commit", "--plan", str(tmp_path / "_plans" / "nope.json"), "--bootstrap-servers", kafka_bootstrap_servers),
+        "does not exist",
+    )
+
+
+def test_commit_without_a_written_batch_is_refused_and_commits_nothing(
+    kafka_config, kafka_bootstrap_servers, new_topic, group_id, tmp_path
+):
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, sample_records(1, 5))
+    common = ["--bootstrap-servers", kafka_bootstrap_servers]
+    planned = last_json(cli("plan", *common, "--topic", topic, "--group", group_id, "--output", str(tmp_path)))
+    assert_one_line_error(cli("commit", "--plan", planned["plan_path"], *common), "has no manifest")
+    tp = TopicPartition(topic, 0)
+    assert KafkaOffsets(kafka_config).committed_offsets(group_id, [tp]) == {tp: None}
+
+
+def test_hand_edited_plan_is_refused(kafka_config, kafka_bootstrap_servers, new_topic, group_id, tmp_path):
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, sample_records(1, 5))
+    common = ["--bootstrap-servers", kafka_bootstrap_servers]
+    planned = last_json(cli("plan", *common, "--topic", topic, "--group", group_id, "--output", str(tmp_path)))
+    path = Path(planned["plan_path"])
+    data = json.loads(path.read_text())
+    data["ranges"][0]["start"], data["ranges"][0]["end"] = 4, 2  # end before start
+    path.write_text(json.dumps(data))
+    assert_one_line_error(cli("write", "--plan", str(path), *common), "invalid offset range")
+
+
+def test_embedded_broker_start_status_stop(tmp_path):
+    env = {"KAFKA_BATCH_STATE_DIR": str(tmp_path)}
+    port = free_port()
+    started = last_json(cli("broker", "start", "--port", str(port), env=env))
+    try:
+        assert started["running"] and started["bootstrap_servers"] == f"127.0.0.1:{port}"
+        assert last_json(cli("broker", "status", env=env))["running"] is True
+        KafkaOffsets({"bootstrap.servers": started["bootstrap_servers"]}, timeout=5).topic_partitions([])
+        assert_one_line_error(cli("broker", "start", "--port", str(port), env=env), "already running")
+    finally:
+        stopped = last_json(cli("broker", "stop", env=env))
+    assert stopped["stopped"] is True
+    assert last_json(cli("broker", "status", env=env))["running"] is False
