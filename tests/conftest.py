@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import uuid
+from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 pytest_plugins = ["kafka_batch_provider.testing.pytest_plugin"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Airflow reads its configuration when first imported: give the tests their own home
+# (SQLite, no examples) before anything imports it, so no user's ~/airflow is touched.
+os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="kafka-batch-airflow-home-")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
+# SparkSubmitHook runs "spark-submit" from PATH: the one pip installed next to this Python.
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 # Spark binds the interface the hostname resolves to; keep everything on loopback.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

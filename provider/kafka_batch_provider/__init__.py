@@ -25,6 +25,22 @@ def get_provider_info() -> dict:
             "synchronously only after the write is durable."
         ),
         "versions": [__version__],
-        "hook-class-names": [],
-        "connection-types": [],
+        "integrations": [
+            {
+                "integration-name": "Kafka Batch",
+                "external-doc-url": "https://kafka.apache.org/documentation/#consumerconfigs",
+                "tags": ["apache"],
+            }
+        ],
+        "hooks": [{"integration-name": "Kafka Batch", "python-modules": ["kafka_batch_provider.hooks.offsets"]}],
+        "operators": [
+            {
+                "integration-name": "Kafka Batch",
+                "python-modules": [
+                    "kafka_batch_provider.operators.plan",
+                    "kafka_batch_provider.operators.spark",
+                    "kafka_batch_provider.operators.commit",
+                ],
+            }
+        ],
     }

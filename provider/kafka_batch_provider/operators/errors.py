@@ -1,0 +1,24 @@
+"""How this package's errors surface in Airflow.
+
+Bad input and broken invariants fail the task at once (no retry can fix them); a broker
+that cannot be reached is left to Airflow's retries.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+from airflow.sdk.exceptions import AirflowFailException
+
+from kafka_batch_provider.errors import KafkaBatchError, KafkaUnavailableError
+
+
+@contextmanager
+def task_errors() -> Iterator[None]:
+    try:
+        yield
+    except KafkaUnavailableError:
+        raise
+    except KafkaBatchError as exc:
+        raise AirflowFailException(str(exc)) from None

@@ -1,0 +1,188 @@
+"""Plan operators: the first task of an ingestion (incremental) or of a replay (backfill)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Sequence
+
+from airflow.sdk import BaseOperator
+
+from kafka_batch_provider.batch_store import BatchStore
+from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
+from kafka_batch_provider.operators.errors import task_errors
+from kafka_batch_provider.operators.xcom import as_int_list, as_list, plan_xcom
+from kafka_batch_provider.planning import DataLossPolicy, NewPartitionPolicy, PlanPolicy
+from kafka_batch_provider.protocol import plan_batch
+from kafka_batch_provider.replay import plan_replay_batch
+
+BACKFILL_RUN_TYPE = "backfill"
+
+
+def replay_output_for(output_path: str) -> str:
+    """Where replays of an ingest DAG go: beside its dataset, never inside it (it holds those offsets)."""
+    return output_path.rstrip("/") + "_replay"
+
+
+def run_type_of(context: Any) -> str:
+    """``"scheduled"``, ``"manual"``, ``"backfill"``, ... whatever enum class carries it."""
+    run_type = getattr(context.get("dag_run"), "run_type", "")
+    return str(getattr(run_type, "value", run_type))
+
+
+def epoch_ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+class KafkaOffsetPlanOperator(BaseOperator):
+    """Plan the next batch from the group's committed offsets and persist it before any read.
+
+    Repairs a pending batch first (commits a written one, replays an unwritten one), exactly
+    as ``kafka-batch plan`` does. Pushes a small XCom: batch id, plan path, ranges, counts.
+
+    A DAG run of type *backfill* (``airflow backfill create``) does not plan from the group:
+    it maps its data interval to offsets with ``offsets_for_times`` and plans a replay into
+    ``replay_output_path``; the commit task then leaves the group alone.
+
+    :param topics: topics to ingest (a list, or a comma-separated string from a template).
+    :param group_id: consumer group whose committed offsets are the checkpoint.
+    :param output_path: dataset directory.
+    :param kafka_config_id: a ``kafka`` connection (extra = librdkafka config JSON).
+    :param partitions: optional subset of partitions.
+    :param new_partitions: ``earliest`` (default), ``latest`` or ``error``.
+    :param on_data_loss: ``fail`` (default) or ``earliest`` (skip and record the gap).
+    :param max_records_per_partition: bound per partition and batch (offsets).
+    :param max_records: bound per batch (offsets), shared fairly between partitions.
+    :param replay_output_path: output of backfill runs (default: ``<output_path>_replay``).
+    :param kafka_timeout: seconds to wait for any one broker request.
+    """
+
+    template_fields: Sequence[str] = ("topics", "group_id", "output_path", "partitions", "replay_output_path")
+    ui_color = "#e8f1fb"
+
+    def __init__(
+        self,
+        *,
+        topics: Sequence[str] | str,
+        group_id: str,
+        output_path: str,
+        kafka_config_id: str = "kafka_default",
+        partitions: Sequence[int] | str | None = None,
+        new_partitions: str = NewPartitionPolicy.EARLIEST.value,
+        on_data_loss: str = DataLossPolicy.FAIL.value,
+        max_records_per_partition: int | None = None,
+        max_records: int | None = None,
+        replay_output_path: str | None = None,
+        kafka_timeout: float = 30.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.topics = topics
+        self.group_id = group_id
+        self.output_path = output_path
+        self.kafka_config_id = kafka_config_id
+        self.partitions = partitions
+        self.policy = PlanPolicy(
+            new_partitions=NewPartitionPolicy(new_partitions),
+            on_data_loss=DataLossPolicy(on_data_loss),
+            max_records_per_partition=max_records_per_partition,
+            max_records=max_records,
+        )
+        self.replay_output_path = replay_output_path
+        self.kafka_timeout = kafka_timeout
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        hook = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout)
+        topics, partitions = as_list(self.topics), as_int_list(self.partitions)
+        with task_errors():
+            if run_type_of(context) == BACKFILL_RUN_TYPE:
+                output = self.replay_output_path or replay_output_for(self.output_path)
+                start, end = context["data_interval_start"], context["data_interval_end"]
+                self.log.info("backfill run: replaying %s .. %s of %s into %s", start, end, topics, output)
+                outcome = plan_replay_batch(
+                    hook,
+                    BatchStore(output),
+                    topics,
+                    partitions=partitions,
+                    start_ms=epoch_ms(start),
+                    end_ms=epoch_ms(end),
+                    progress=self.log.info,
+                )
+            else:
+                output = self.output_path
+                outcome = plan_batch(
+                    hook, BatchStore(output), self.group_id, topics, self.policy, partitions, progress=self.log.info
+                )
+        return plan_xcom(outcome, str(BatchStore(output).root))
+
+
+class KafkaReplayPlanOperator(BaseOperator):
+    """Plan a replay of explicit offsets or a time range (the manual backfill); never commits.
+
+    Give either ``start_offsets``/``end_offsets`` (``{partition: offset}``; an omitted
+    partition starts at the log start or ends at the log end) or ``start_time``/``end_time``
+    (ISO 8601 or datetimes; end exclusive). Semantic errors (end before start, unknown topic,
+    offsets beyond the end) fail the task with one line.
+
+    :param dry_run: plan and validate only; the plan is shown in the log and XCom and the
+        Spark task is skipped.
+    """
+
+    template_fields: Sequence[str] = (
+        "topics",
+        "output_path",
+        "partitions",
+        "start_offsets",
+        "end_offsets",
+        "start_time",
+        "end_time",
+        "dry_run",
+    )
+    ui_color = "#fbf1e8"
+
+    def __init__(
+        self,
+        *,
+        topics: Sequence[str] | str,
+        output_path: str,
+        kafka_config_id: str = "kafka_default",
+        partitions: Sequence[int] | str | None = None,
+        start_offsets: dict[Any, int] | None = None,
+        end_offsets: dict[Any, int] | None = None,
+        start_time: str | datetime | None = None,
+        end_time: str | datetime | None = None,
+        dry_run: bool | str = False,
+        kafka_timeout: float = 30.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.topics = topics
+        self.output_path = output_path
+        self.kafka_config_id = kafka_config_id
+        self.partitions = partitions
+        self.start_offsets = start_offsets
+        self.end_offsets = end_offsets
+        self.start_time = start_time
+        self.end_time = end_time
+        self.dry_run = dry_run
+        self.kafka_timeout = kafka_timeout
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from kafka_batch_provider.operators.params import parse_offsets, parse_time
+
+        dry_run = self.dry_run if isinstance(self.dry_run, bool) else str(self.dry_run).lower() == "true"
+        hook = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout)
+        store = BatchStore(self.output_path)
+        with task_errors():
+            outcome = plan_replay_batch(
+                hook,
+                store,
+                as_list(self.topics),
+                partitions=as_int_list(self.partitions),
+                start_offsets=parse_offsets("start_offsets", self.start_offsets),
+                end_offsets=parse_offsets("end_offsets", self.end_offsets),
+                start_ms=parse_time("start_time", self.start_time),
+                end_ms=parse_time("end_time", self.end_time),
+                dry_run=dry_run,
+                progress=self.log.info,
+            )
+        return plan_xcom(outcome, str(store.root), dry_run=dry_run)

@@ -1,0 +1,236 @@
+"""The shipped DAGs run with dag.test() against the real broker and Spark local[2].
+
+Connections and Variables come from the environment, as a deployment would set them:
+AIRFLOW_CONN_KAFKA_DEFAULT (a ``kafka`` connection whose extra is the librdkafka config),
+AIRFLOW_CONN_SPARK_DEFAULT (``local[2]``) and AIRFLOW_VAR_KAFKA_BATCH_*.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from kafka_batch_provider.batch_store import BatchStore
+from kafka_batch_provider.kafka_offsets import KafkaOffsets
+from kafka_batch_provider.offsets import TopicPartition
+from kafka_batch_provider.testing.producers import Record, broker_supports_offsets_for_times, produce, sample_records
+from tests.dags.conftest import DAGS
+from tests.integration.helpers import assert_exactly_once, dataset_keys
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def airflow_env(airflow_db, kafka_bootstrap_servers, monkeypatch, tmp_path, group_id):
+    """Connections and Variables for one test; returns the output directory."""
+    output = tmp_path / "lake"
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_DEFAULT",
+        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap_servers}}),
+    )
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_GROUP", group_id)
+    monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_OUTPUT", str(output))
+    return output
+
+
+def run(dag_id: str, **kwargs) -> dict[str, str]:
+    """dag.test() of a freshly parsed DAG, retries off (a retry would wait its delay).
+
+    Fresh, because dag.test() renders templates into the operator objects it runs, as no
+    real worker would: a second run of the same objects would see the first run's values.
+    Returns {task_id: state}.
+    """
+    from sqlalchemy import select
+
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    dag = DagBag(str(DAGS)).dags[dag_id]
+    for task in dag.tasks:
+        task.retries = 0
+    dag_run = dag.test(**kwargs)
+    with create_session() as session:
+        tis = session.scalars(
+            select(TaskInstance).where(TaskInstance.dag_id == dag.dag_id, TaskInstance.run_id == dag_run.run_id)
+        ).all()
+        return {ti.task_id: str(ti.state) for ti in tis}
+
+
+def committed(kafka_config, group_id, topic, partitions) -> dict[int, int | None]:
+    found = KafkaOffsets(kafka_config).committed_offsets(group_id, [TopicPartition(topic, p) for p in partitions])
+    return {tp.partition: offset for tp, offset in found.items()}
+
+
+def test_ingest_dag_first_run_then_nothing_new_then_only_new_data(
+    airflow_env, kafka_config, new_topic, group_id, monkeypatch
+):
+    topic = new_topic(partitions=2)
+    monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_TOPICS", topic)
+    produce(kafka_config, topic, sample_records(2, 40))
+
+    first = run("kafka_batch_ingest")
+    assert first == {"ingest.plan": "success", "ingest.spark_write": "success", "ingest.commit": "success"}
+    assert committed(kafka_config, group_id, topic, [0, 1]) == {0: 20, 1: 20}
+    assert_exactly_once(airflow_env, {(topic, p, o) for p in (0, 1) for o in range(20)})
+
+    quiet = run("kafka_batch_ingest")
+    assert quiet["ingest.plan"] == "success"
+    assert quiet["ingest.spark_write"] == "skipped", "no new data must not submit Spark"
+    assert quiet["ingest.commit"] == "skipped"
+
+    produce(kafka_config, topic, sample_records(2, 6, first_id=40))
+    third = run("kafka_batch_ingest")
+    assert set(third.values()) == {"success"}
+    assert committed(kafka_config, group_id, topic, [0, 1]) == {0: 23, 1: 23}
+    assert_exactly_once(airflow_env, {(topic, p, o) for p in (0, 1) for o in range(23)})
+    assert len(list(Path(airflow_env).glob("batch_id=*"))) == 2
+
+
+def test_spark_failure_leaves_offsets_untouched_and_the_next_run_replays_the_same_plan(
+    airflow_env, kafka_config, new_topic, group_id, monkeypatch
+):
+    topic = new_topic(partitions=1)
+    monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_TOPICS", topic)
+    produce(kafka_config, topic, sample_records(1, 10))
+    # A Spark connection whose binary does not exist: spark-submit cannot start.
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_DEFAULT",
+        json.dumps({"conn_type": "spark", "host": "local[2]", "extra": {"spark-binary": "spark3-submit"}}),
+    )
+    failed = run("kafka_batch_ingest")
+    assert failed["ingest.spark_write"] == "failed" and failed["ingest.commit"] == "upstream_failed"
+    assert committed(kafka_config, group_id, topic, [0]) == {0: None}
+    store = BatchStore(airflow_env)
+    [pending] = store.pending_plans(group_id)
+
+    produce(kafka_config, topic, sample_records(1, 5, first_id=10))  # arrives before the retry
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    retried = run("kafka_batch_ingest")
+    assert set(retried.values()) == {"success"}
+    assert committed(kafka_config, group_id, topic, [0]) == {0: 10}, "the retry must commit the same plan's end"
+    assert store.commit_record(pending.batch_id) is not None, "the pending batch is the one that was finished"
+    assert_exactly_once(airflow_env, {(topic, 0, o) for o in range(10)})
+
+
+def test_backfill_dag_by_offsets_replays_the_range_and_leaves_the_group_alone(
+    airflow_env, kafka_config, new_topic, group_id, tmp_path
+):
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 40))
+    tp = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    KafkaOffsets(kafka_config).commit(group_id, {t: None for t in tp}, {t: 20 for t in tp})
+    replay_out = tmp_path / "replay"
+    conf = {"topic": topic, "start_offsets": {"0": 5}, "end_offsets": {"0": 15, "1": 3}, "output_path": str(replay_out)}
+
+    dry = run("kafka_batch_backfill", run_conf={**conf, "dry_run": True})
+    assert dry == {"plan_replay": "success", "spark_write": "skipped"}
+    assert not replay_out.exists(), "a dry run writes nothing"
+
+    states = run("kafka_batch_backfill", run_conf=conf)
+    assert states == {"plan_replay": "success", "spark_write": "success"}
+    assert_exactly_once(replay_out, {(topic, 0, o) for o in range(5, 15)} | {(topic, 1, o) for o in range(0, 3)})
+    states = run("kafka_batch_backfill", run_conf=conf)  # the same range again replaces its batch
+    assert_exactly_once(replay_out, {(topic, 0, o) for o in range(5, 15)} | {(topic, 1, o) for o in range(0, 3)})
+    assert committed(kafka_config, group_id, topic, [0, 1]) == {0: 20, 1: 20}
+
+
+@pytest.mark.parametrize(
+    "conf, expected",
+    [
+        ({"start_offsets": {"0": 15}, "end_offsets": {"0": 5}}, "end offset 5 is before start offset 15"),
+        ({"end_offsets": {"0": 500}}, "end offset 500 is beyond the end offset 20"),
+        ({"topic": "no-such-topic-here"}, "unknown topic(s) 'no-such-topic-here'"),
+        (
+            {"start_offsets": {"0": 1}, "start_time": "2026-01-01T00:00:00Z", "end_time": "2026-01-02T00:00:00Z"},
+            "either start/end offsets or start/end times",
+        ),
+    ],
+)
+def test_backfill_dag_semantic_errors_fail_the_first_task_with_one_line(
+    airflow_env, kafka_config, new_topic, tmp_path, conf, expected, capfd
+):
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, sample_records(1, 20))
+    replay_out = tmp_path / "replay"
+    states = run("kafka_batch_backfill", run_conf={"topic": topic, "output_path": str(replay_out), **conf})
+    assert states == {"plan_replay": "failed", "spark_write": "upstream_failed"}
+    assert not replay_out.exists()
+    task_log = capfd.readouterr().out
+    assert expected in task_log, f"the task log has no line with {expected!r}"
+
+
+def test_backfill_dag_by_time_replays_exactly_the_window(airflow_env, kafka_config, new_topic, tmp_path):
+    if not broker_supports_offsets_for_times(kafka_config, new_topic(partitions=1, prefix="probe")):
+        pytest.skip("this broker does not implement ListOffsets by timestamp (tansu); use KAFKA_BOOTSTRAP_SERVERS")
+    topic = new_topic(partitions=1)
+    base = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    for hour in range(4):
+        stamp = int((base + timedelta(hours=hour)).timestamp() * 1000)
+        produce(kafka_config, topic, [Record(0, b"h%d" % hour, timestamp_ms=stamp) for _ in range(3)])
+    replay_out = tmp_path / "replay"
+    conf = {
+        "topic": topic,
+        "start_time": (base + timedelta(hours=1)).isoformat(),
+        "end_time": (base + timedelta(hours=3)).isoformat(),
+        "output_path": str(replay_out),
+    }
+    assert run("kafka_batch_backfill", run_conf=conf) == {"plan_replay": "success", "spark_write": "success"}
+    assert_exactly_once(replay_out, {(topic, 0, o) for o in range(3, 9)})
+
+
+def test_airflow_backfill_run_of_the_ingest_dag_replays_its_interval_without_committing(
+    airflow_env, kafka_config, new_topic, group_id, monkeypatch
+):
+    """A run of type backfill (what `airflow backfill create` makes) plans a replay of its data interval."""
+    import airflow.models.dagrun as dagrun_module
+    from airflow.timetables.base import DataInterval
+    from airflow.utils.types import DagRunType
+
+    topic = new_topic(partitions=1)
+    monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_TOPICS", topic)
+    timestamps_work = broker_supports_offsets_for_times(kafka_config, new_topic(partitions=1, prefix="probe"))
+    interval_start = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+    for minute in (-5, 3, 7, 20):  # 15-minute interval [12:00, 12:15): two of these fall inside
+        stamp = int((interval_start + timedelta(minutes=minute)).timestamp() * 1000)
+        produce(kafka_config, topic, [Record(0, b"m%d" % minute, timestamp_ms=stamp)])
+
+    original = dagrun_module.get_or_create_dagrun
+
+    def as_backfill(*, dag, run_id, **kwargs):
+        # dag.test() always makes a manual run; make the run a backfill as the scheduler would.
+        run = dag.create_dagrun(
+            run_id=DagRunType.BACKFILL_JOB.generate_run_id(suffix=kwargs["logical_date"].isoformat()),
+            run_type=DagRunType.BACKFILL_JOB,
+            logical_date=kwargs["logical_date"],
+            # What the scheduler gives a backfill run of a 15-minute data-interval schedule.
+            data_interval=DataInterval(kwargs["logical_date"], kwargs["logical_date"] + timedelta(minutes=15)),
+            run_after=kwargs["run_after"],
+            conf=kwargs.get("conf"),
+            state="running",
+            triggered_by=kwargs["triggered_by"],
+            session=kwargs["session"],
+            start_date=kwargs["start_date"],
+        )
+        return run
+
+    monkeypatch.setattr(dagrun_module, "get_or_create_dagrun", as_backfill)
+    try:
+        states = run("kafka_batch_ingest", logical_date=interval_start)
+    finally:
+        monkeypatch.setattr(dagrun_module, "get_or_create_dagrun", original)
+
+    assert states["ingest.plan"] == "success" and states["ingest.commit"] == "skipped"
+    assert committed(kafka_config, group_id, topic, [0]) == {0: None}, "a backfill run must not commit the group"
+    replay_out = Path(str(airflow_env) + "_replay")
+    assert not list(Path(airflow_env).glob("batch_id=*")), "a backfill run must not write the incremental dataset"
+    if timestamps_work:
+        assert states["ingest.spark_write"] == "success"
+        assert_exactly_once(replay_out, {(topic, 0, 1), (topic, 0, 2)})
+    else:
+        # tansu answers every timestamp lookup with offset 0: the interval maps to an empty range.
+        assert states["ingest.spark_write"] == "skipped" and dataset_keys(replay_out) == {}
