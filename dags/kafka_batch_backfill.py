@@ -5,7 +5,9 @@ Triggered by hand ("Trigger DAG" in the UI): reads a chosen range of one topic a
 writes it as one batch to the chosen output. **It never commits the consumer group.**
 
 Choose the range **either** by offsets (`start_offsets` / `end_offsets`, objects of
-`"partition": offset`; a partition left out starts at the log start or ends at the log end)
+`"partition": offset`; the partitions named there are replayed unless `partitions` says
+otherwise, and a chosen partition without a start or end offset starts at the log start or
+ends at the log end)
 **or** by time (`start_time` / `end_time`, ISO 8601, end exclusive). `dry_run` only plans:
 the ranges appear in the log and XCom and nothing is read or written.
 

@@ -60,7 +60,11 @@ def plan_replay_batch(
     dry_run: bool = False,
     progress: Callable[[str], None] = log.info,
 ) -> PlanOutcome:
-    """Plan a replay by offsets (omitted partitions: log start / log end) or by time.
+    """Plan a replay by offsets or by time.
+
+    By offsets, the partitions are ``partitions`` or else those named in the offsets; a
+    chosen partition without a start offset starts at the log start, one without an end
+    offset ends at the log end.
 
     By time, the range is ``[first offset at or after start_ms, first offset at or after
     end_ms)``: exactly the records with ``start_ms <= timestamp < end_ms`` (for timestamps
@@ -77,6 +81,9 @@ def plan_replay_batch(
     if by_time and end_ms <= start_ms:  # type: ignore[operator]
         raise PlanError(f"end time {end_ms} is not after start time {start_ms}")
 
+    if by_offset and partitions is None:
+        # Naming partitions in the offsets chooses them; the others are not replayed.
+        partitions = sorted(set(start_offsets or {}) | set(end_offsets or {}))
     states = kafka.partition_offsets(None, topics, partitions)
     tps = [s.tp for s in states]
     log_starts = {s.tp: s.log_start for s in states}

@@ -296,3 +296,24 @@ def test_readers_never_see_a_batch_twice_or_in_part(spark, kafka_config, new_top
     assert observations == [], observations[:3]
     assert {0, 2000} <= sizes_seen, f"the watcher must have seen the states before and after: {sizes_seen}"
     assert_exactly_once(tmp_path, offsets_of(topic, {0: (0, 1500), 1: (0, 1500)}))
+
+
+def test_replay_by_offsets_reads_only_the_named_partitions_and_never_touches_the_group(
+    spark, kafka_config, new_topic, group_id, tmp_path
+):
+    from kafka_batch_provider.replay import plan_replay_batch
+
+    topic = new_topic(partitions=3)
+    produce(kafka_config, topic, sample_records(3, 30))
+    kafka = KafkaOffsets(kafka_config)
+    store = BatchStore(tmp_path)
+    outcome = plan_replay_batch(kafka, store, [topic], start_offsets={0: 2}, end_offsets={0: 6, 2: 4})
+    assert [(r.partition, r.start, r.end) for r in outcome.plan.ranges] == [(0, 2, 6), (2, 0, 4)]
+    write_batch(spark, outcome.plan, str(tmp_path), kafka_config)
+    assert_exactly_once(tmp_path, {(topic, 0, o) for o in range(2, 6)} | {(topic, 2, o) for o in range(4)})
+    with pytest.raises(Exception, match="replays never commit the group"):
+        commit_batch(kafka, store, outcome.plan)
+    again = plan_replay_batch(kafka, store, [topic], start_offsets={0: 2}, end_offsets={0: 6, 2: 4})
+    assert again.plan.batch_id == outcome.plan.batch_id, "the same replay must land in the same batch"
+    tps = [TopicPartition(topic, p) for p in range(3)]
+    assert set(kafka.committed_offsets(group_id, tps).values()) == {None}

@@ -118,8 +118,9 @@ class KafkaOffsetPlanOperator(BaseOperator):
 class KafkaReplayPlanOperator(BaseOperator):
     """Plan a replay of explicit offsets or a time range (the manual backfill); never commits.
 
-    Give either ``start_offsets``/``end_offsets`` (``{partition: offset}``; an omitted
-    partition starts at the log start or ends at the log end) or ``start_time``/``end_time``
+    Give either ``start_offsets``/``end_offsets`` (``{partition: offset}``; the partitions
+    named there are replayed unless ``partitions`` is given, and a chosen partition without a
+    start or end starts at the log start or ends at the log end) or ``start_time``/``end_time``
     (ISO 8601 or datetimes; end exclusive). Semantic errors (end before start, unknown topic,
     offsets beyond the end) fail the task with one line.
 
