@@ -1,9 +1,15 @@
 """
 ### Kafka → lake, incremental (`kafka_batch_ingest`)
 
-Every 15 minutes: read the consumer group's committed offsets, read the new records up to the
-current end offsets with Spark, write them as one batch (Parquet + manifest), then commit the
-end offsets for the group. A failed run changes no offsets; the next run finishes its batch.
+Every 15 minutes: wait until there is something to ingest (lag sensor), read the consumer
+group's committed offsets, read the new records up to the current end offsets with Spark,
+write them as one batch (Parquet + manifest), commit the end offsets for the group, then judge
+the group's lag health. A failed run changes no offsets; the next run finishes its batch.
+
+Tasks: `ingest.wait_for_data` (reschedule mode; skips the run when fewer than `min_lag`
+records arrive in time and nothing is older than `max_data_age`) → `ingest.plan` →
+`ingest.spark_write` → `ingest.commit` → `ingest.lag_health` (fails on STALL, STOP, REWIND,
+RETENTION_RISK, DATA_LOSS; logs WARN).
 
 | setting | Airflow Variable (read at run time) | environment default (read at parse time) |
 | --- | --- | --- |
@@ -13,6 +19,11 @@ end offsets for the group. A failed run changes no offsets; the next run finishe
 | Kafka connection id | - | `KAFKA_BATCH_KAFKA_CONN_ID`, else `kafka_default` |
 | Spark connection id | - | `KAFKA_BATCH_SPARK_CONN_ID`, else `spark_default` |
 | schedule | - | `KAFKA_BATCH_SCHEDULE`, else `*/15 * * * *` |
+| sensor: records enough to start | - | `KAFKA_BATCH_MIN_LAG`, else `1` |
+| sensor: ingest anyway when older than (s) | - | `KAFKA_BATCH_MAX_DATA_AGE_SECONDS`, else `3600` |
+| sensor: give up and skip after (s) | - | `KAFKA_BATCH_SENSOR_TIMEOUT_SECONDS`, else `600` |
+| sensor: check every (s) | - | `KAFKA_BATCH_SENSOR_POKE_SECONDS`, else `60` |
+| health: STOP after no commit for (s) | - | `KAFKA_BATCH_STOP_AFTER_SECONDS`, else `2700` (3 intervals) |
 
 Runs of type *backfill* (`airflow backfill create --dag-id kafka_batch_ingest ...`) replay
 their data interval (mapped to offsets with `offsets_for_times`) into `<output>_replay` and
@@ -27,6 +38,10 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
 from kafka_batch_provider.task_group import kafka_batch_ingest_group
+
+
+def seconds(env: str, default: float) -> timedelta:
+    return timedelta(seconds=float(os.environ.get(env, default)))
 
 
 def setting(variable: str, env: str, default: str) -> str:
@@ -58,4 +73,9 @@ with DAG(
         output_path=setting("kafka_batch_output", "KAFKA_BATCH_OUTPUT", "/tmp/kafka-batch/lake"),
         kafka_config_id=os.environ.get("KAFKA_BATCH_KAFKA_CONN_ID", "kafka_default"),
         spark_conn_id=os.environ.get("KAFKA_BATCH_SPARK_CONN_ID", "spark_default"),
+        min_lag=int(os.environ.get("KAFKA_BATCH_MIN_LAG", "1")),
+        max_data_age=seconds("KAFKA_BATCH_MAX_DATA_AGE_SECONDS", 3600),
+        sensor_timeout=seconds("KAFKA_BATCH_SENSOR_TIMEOUT_SECONDS", 600),
+        sensor_poke_interval=seconds("KAFKA_BATCH_SENSOR_POKE_SECONDS", 60),
+        stop_after=seconds("KAFKA_BATCH_STOP_AFTER_SECONDS", 2700),
     )

@@ -261,6 +261,49 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def format_lag_table(report: Any, now: Any) -> str:
+    rows = [("topic", "partition", "committed", "log start", "end", "lag", "oldest unconsumed", "status")]
+    for p in report.partitions:
+        age = "-" if p.age_seconds is None else f"{p.age_seconds:,.0f}s"
+        s = p.state
+        rows.append((s.topic, str(s.partition), "-" if s.committed is None else str(s.committed), str(s.log_start), str(s.log_end), f"{s.lag:,}", age, p.status.value))
+    rows.append(("total", "", "", "", "", f"{report.total_lag:,}", "", report.status.value))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) if i in (0, 7) else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths))) for r in rows]
+    for p in report.problems():
+        lines.append(f"{p.state.tp} {p.status.value}: {p.reason}")
+    lines.extend(f"note: {n}" for n in report.notes)
+    return "\n".join(lines)
+
+
+def cmd_lag(args: argparse.Namespace) -> dict[str, Any]:
+    from datetime import datetime, timedelta, timezone
+
+    from kafka_batch_provider.lag_health import HealthPolicy
+    from kafka_batch_provider.lag_monitor import lag_report
+
+    policy = HealthPolicy(
+        window=args.window,
+        stop_after=timedelta(seconds=args.stop_after) if args.stop_after else None,
+        retention_risk=args.retention_risk,
+    )
+    now = datetime.now(timezone.utc)
+    report = lag_report(offsets_client(args), args.group, args.topic, args.output, policy, now)
+    if not args.json:
+        print(format_lag_table(report, now), flush=True)
+    result = report.to_dict()
+    if args.check and report.status.exit_code:
+        emit(result)
+        raise LagCheckFailed(report.message(), report.status.exit_code)
+    return result
+
+
+class LagCheckFailed(KafkaBatchError):
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.exit_code = code
+
+
 def cmd_broker(args: argparse.Namespace) -> dict[str, Any]:
     from kafka_batch_provider.broker import embedded
 
@@ -319,6 +362,22 @@ def build_parser() -> argparse.ArgumentParser:
     output_arg(p, True)
     add_spark_args(p)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("lag", help="lag per partition and its health (OK, WARN, STALL, STOP, REWIND, ...)")
+    add_kafka_args(p)
+    p.add_argument("--group", required=True, help="consumer group")
+    p.add_argument("--topic", action="append", required=True, help="topic, repeatable")
+    p.add_argument("--output", help="dataset directory of the ingestion: its batch history enables WARN/STALL/STOP/REWIND")
+    p.add_argument("--json", action="store_true", help="print only the JSON report")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="exit non-zero unless every status is OK: 10 WARN, 11 STALL, 12 STOP, 13 REWIND, 14 RETENTION_RISK, 15 DATA_LOSS",
+    )
+    p.add_argument("--window", type=positive_int, default=5, help="batches the trend statuses look at (default 5)")
+    p.add_argument("--stop-after", type=float, help="STOP when lag > 0 and no batch committed for this many seconds")
+    p.add_argument("--retention-risk", type=float, default=0.8, help="fraction of retention.ms that is at risk (default 0.8)")
+    p.set_defaults(func=cmd_lag)
 
     p = sub.add_parser("broker", help="the embedded Kafka-protocol broker (tansu) for demos and tests")
     p.add_argument("broker_command", choices=["start", "stop", "status"])

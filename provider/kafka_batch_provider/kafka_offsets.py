@@ -9,12 +9,13 @@ no rebalance can move anything.
 from __future__ import annotations
 
 import logging
+import time
 from functools import cached_property
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
 from kafka_batch_provider.errors import CommitConflictError, KafkaUnavailableError, PlanError
 from kafka_batch_provider.kafka_config import READ_COMMITTED, admin_config, check_config, consumer_config
@@ -222,6 +223,43 @@ class KafkaOffsets:
             raise CommitConflictError(f"group {group_id!r} does not show the committed offsets ({details})")
         log.info("committed group %s: %s", group_id, ", ".join(f"{tp}={offsets[tp]}" for tp in tps))
         return {tp: offsets[tp] for tp in tps}
+
+    def topic_retention_ms(self, topics: Sequence[str]) -> dict[str, int | None]:
+        """Each topic's ``retention.ms`` (``None`` when the broker does not say; ``-1``: forever)."""
+        resources = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
+
+        def run() -> dict[str, int | None]:
+            found: dict[str, int | None] = {}
+            for resource, future in self.admin.describe_configs(resources, request_timeout=self.timeout).items():
+                entry = future.result().get("retention.ms")
+                found[resource.name] = int(entry.value) if entry is not None and entry.value is not None else None
+            return found
+
+        return self._call("describe_configs", run)
+
+    def first_record_timestamps(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Timestamp (ms) of the first record at or after each position; partitions with none are left out.
+
+        Reads one fetch per partition with an assign-only consumer: it never joins or commits.
+        """
+        from kafka_batch_provider.spark.kafka_reader import reader_consumer_config
+
+        if not positions:
+            return {}
+        consumer = Consumer({**reader_consumer_config(self.kafka_config), "fetch.max.bytes": 1024 * 1024})
+        found: dict[TopicPartition, int] = {}
+        try:
+            consumer.assign([KafkaTopicPartition(tp.topic, tp.partition, off) for tp, off in positions.items()])
+            deadline = time.monotonic() + self.timeout
+            while len(found) < len(positions) and time.monotonic() < deadline:
+                for m in consumer.consume(len(positions), timeout=0.5):
+                    tp = TopicPartition(m.topic(), m.partition())
+                    if m.error() is None and tp not in found:
+                        found[tp] = m.timestamp()[1]
+                        consumer.pause([KafkaTopicPartition(tp.topic, tp.partition)])
+        finally:
+            consumer.close()
+        return found
 
     def lag(self, group_id: str, topics: Sequence[str]) -> dict[TopicPartition, int]:
         """Offsets between the group's position and the end, per partition (isolation-aware)."""

@@ -106,6 +106,23 @@ def apply_bounds(ranges: Sequence[OffsetRange], policy: PlanPolicy) -> list[Offs
     return [OffsetRange(r.topic, r.partition, r.start, end, r.expected_committed) for r, end in zip(ranges, ends)]
 
 
+def select_partitions(states: Sequence[PartitionOffsets], partitions: Sequence[int] | None) -> list[PartitionOffsets]:
+    """The states of the chosen partitions (all when ``partitions`` is None); unknown ones are an error."""
+    if partitions is None:
+        return list(states)
+    wanted = set(partitions)
+    for topic in sorted({s.topic for s in states}):
+        existing = {s.partition for s in states if s.topic == topic}
+        if wanted - existing:
+            raise PlanError(f"topic {topic!r} has no partition(s) {sorted(wanted - existing)} (it has {len(existing)})")
+    return [s for s in states if s.partition in wanted]
+
+
+def snapshot(states: Iterable[PartitionOffsets]) -> dict[str, list[int | None]]:
+    """``{"topic:partition": [committed, log_start, log_end]}``: what lag health reads back later."""
+    return {f"{s.topic}:{s.partition}": [s.committed, s.log_start, s.log_end] for s in states}
+
+
 def plan_incremental(
     group_id: str,
     topics: Sequence[str],
@@ -113,15 +130,19 @@ def plan_incremental(
     policy: PlanPolicy,
     isolation_level: str,
     created_at: str,
+    partitions: Sequence[int] | None = None,
 ) -> OffsetPlan:
     """The next batch for a group: from its committed offsets to the current ends, bounded.
 
     A partition is in the plan when committing the plan moves its committed offset; a plan
-    with no ranges means there is nothing to do.
+    with no ranges means there is nothing to do. ``states`` covers every partition of the
+    topics (the plan keeps them all as a snapshot for lag health); ``partitions`` chooses
+    which of them this batch reads.
     """
+    states = list(states)
     candidates: list[OffsetRange] = []
     gaps: list[OffsetGap] = []
-    for state in sorted(states, key=lambda s: (s.topic, s.partition)):
+    for state in sorted(select_partitions(states, partitions), key=lambda s: (s.topic, s.partition)):
         start, gap = start_offset(state, policy)
         candidates.append(OffsetRange(state.topic, state.partition, start, state.log_end, state.committed))
         if gap is not None:
@@ -139,6 +160,7 @@ def plan_incremental(
         gaps=tuple(gaps),
         truncated=truncated,
         created_at=created_at,
+        extra={"snapshot": snapshot(states)},
     )
 
 

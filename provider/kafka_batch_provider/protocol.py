@@ -135,8 +135,8 @@ def plan_batch(
     pending, repaired = reconcile_pending(kafka, store, group_id, progress)
     if pending is not None:
         return PlanOutcome(pending, reused=True, repaired=repaired, plan_path=str(store.plan_path(pending.batch_id)))
-    states = kafka.partition_offsets(group_id, topics, partitions)
-    plan = plan_incremental(group_id, topics, states, policy, kafka.isolation_level, created_at=utc_now())
+    states = kafka.partition_offsets(group_id, topics)  # all partitions: the plan keeps a snapshot
+    plan = plan_incremental(group_id, topics, states, policy, kafka.isolation_level, utc_now(), partitions)
     if not plan.ranges:
         progress(f"group {group_id}: no new data on {', '.join(topics)}")
         return PlanOutcome(plan, repaired=repaired)

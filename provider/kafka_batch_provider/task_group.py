@@ -1,4 +1,4 @@
-"""One call that wires an ingestion into a DAG: plan -> Spark write -> commit."""
+"""One call that wires an ingestion into a DAG: lag sensor -> plan -> Spark write -> commit -> lag health."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from typing import Any, Mapping, Sequence
 from airflow.sdk import TaskGroup
 
 from kafka_batch_provider.operators.commit import KafkaOffsetCommitOperator
+from kafka_batch_provider.operators.health import KafkaLagHealthOperator
 from kafka_batch_provider.operators.plan import KafkaOffsetPlanOperator
 from kafka_batch_provider.operators.spark import KafkaSparkBatchOperator
+from kafka_batch_provider.sensors.lag import KafkaLagSensor
 from kafka_batch_provider.spark.submit import DEFAULT_APPLICATION
 
 
@@ -32,19 +34,49 @@ def kafka_batch_ingest_group(
     value_schema: str | None = None,
     spark_conf: Mapping[str, Any] | None = None,
     application: str = DEFAULT_APPLICATION,
+    wait_for_data: bool = True,
+    min_lag: int = 1,
+    max_data_age: timedelta | None = timedelta(hours=1),
+    sensor_timeout: timedelta = timedelta(minutes=10),
+    sensor_poke_interval: timedelta = timedelta(minutes=1),
+    sensor_mode: str = "reschedule",
+    deferrable: bool = False,
+    check_health: bool = True,
+    health_window: int = 5,
+    stop_after: timedelta | None = timedelta(minutes=45),
     retries: int = 2,
     retry_delay: timedelta = timedelta(minutes=2),
     **task_kwargs: Any,
 ) -> TaskGroup:
-    """Create the task group ``<group_id>`` with tasks ``plan``, ``spark_write`` and ``commit``.
+    """Create the task group ``<group_id>``: ``wait_for_data`` -> ``plan`` -> ``spark_write``
+    -> ``commit`` -> ``lag_health``.
 
     Call it inside a ``with DAG(...)`` block. ``topics``, ``consumer_group`` and
-    ``output_path`` may be Jinja templates. Every task retries ``retries`` times: a retried
-    Spark task replays the same plan, and a failed run's plan is picked up by the next run.
-    Extra keyword arguments go to every task (``pool``, ``queue``, ...).
+    ``output_path`` may be Jinja templates. The sensor (reschedule mode, soft fail) skips the
+    run when fewer than ``min_lag`` records arrive within ``sensor_timeout`` and nothing has
+    waited longer than ``max_data_age``. The health check fails on STALL, STOP, REWIND,
+    RETENTION_RISK and DATA_LOSS (STOP after ``stop_after`` without a commit while lag > 0).
+    Every task retries ``retries`` times: a retried Spark task replays the same plan, and a
+    failed run's plan is picked up by the next run. Extra keyword arguments go to every task.
     """
     common = {"retries": retries, "retry_delay": retry_delay, **task_kwargs}
     with TaskGroup(group_id=group_id, tooltip=f"Kafka -> {output_path}") as group:
+        sensor = None
+        if wait_for_data:
+            sensor = KafkaLagSensor(
+                task_id="wait_for_data",
+                group_id=consumer_group,
+                topics=topics,
+                kafka_config_id=kafka_config_id,
+                min_lag=min_lag,
+                max_data_age=max_data_age,
+                timeout=sensor_timeout.total_seconds(),
+                poke_interval=sensor_poke_interval.total_seconds(),
+                mode=sensor_mode,
+                deferrable=deferrable,
+                soft_fail=True,
+                **common,
+            )
         plan = KafkaOffsetPlanOperator(
             task_id="plan",
             topics=topics,
@@ -74,5 +106,22 @@ def kafka_batch_ingest_group(
         commit = KafkaOffsetCommitOperator(
             task_id="commit", plan_task_id=plan.task_id, kafka_config_id=kafka_config_id, **common
         )
-        plan >> write >> commit
+        steps = [plan, write, commit]
+        if sensor is not None:
+            steps.insert(0, sensor)
+        if check_health:
+            steps.append(
+                KafkaLagHealthOperator(
+                    task_id="lag_health",
+                    group_id=consumer_group,
+                    topics=topics,
+                    output_path=output_path,
+                    kafka_config_id=kafka_config_id,
+                    window=health_window,
+                    stop_after=stop_after,
+                    **common,
+                )
+            )
+        for upstream, downstream in zip(steps, steps[1:]):
+            upstream >> downstream
     return group

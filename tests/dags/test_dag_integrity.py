@@ -33,7 +33,15 @@ def test_dag_has_owner_retries_tags_and_docs(dagbag, dag_id):
 def test_ingest_dag_runs_one_at_a_time(dagbag):
     dag = dagbag.dags["kafka_batch_ingest"]
     assert dag.max_active_runs == 1, "two runs of one group would race on the compare-and-set commit"
-    assert [t.task_id for t in dag.topological_sort()] == ["ingest.plan", "ingest.spark_write", "ingest.commit"]
+    assert [t.task_id for t in dag.topological_sort()] == [
+        "ingest.wait_for_data",
+        "ingest.plan",
+        "ingest.spark_write",
+        "ingest.commit",
+        "ingest.lag_health",
+    ]
+    sensor = dag.task_dict["ingest.wait_for_data"]
+    assert sensor.mode == "reschedule" and sensor.soft_fail, "a run with nothing to do must be skipped, not failed"
 
 
 def test_importing_dag_files_opens_no_network_connection(monkeypatch):

@@ -34,6 +34,9 @@ def airflow_env(airflow_db, kafka_bootstrap_servers, monkeypatch, tmp_path, grou
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
     monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_GROUP", group_id)
     monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_OUTPUT", str(output))
+    # A sensor that gives up quickly, so a run with nothing to do is skipped in seconds.
+    monkeypatch.setenv("KAFKA_BATCH_SENSOR_TIMEOUT_SECONDS", "3")
+    monkeypatch.setenv("KAFKA_BATCH_SENSOR_POKE_SECONDS", "1")
     return output
 
 
@@ -74,12 +77,18 @@ def test_ingest_dag_first_run_then_nothing_new_then_only_new_data(
     produce(kafka_config, topic, sample_records(2, 40))
 
     first = run("kafka_batch_ingest")
-    assert first == {"ingest.plan": "success", "ingest.spark_write": "success", "ingest.commit": "success"}
+    assert first == {
+        "ingest.wait_for_data": "success",
+        "ingest.plan": "success",
+        "ingest.spark_write": "success",
+        "ingest.commit": "success",
+        "ingest.lag_health": "success",
+    }
     assert committed(kafka_config, group_id, topic, [0, 1]) == {0: 20, 1: 20}
     assert_exactly_once(airflow_env, {(topic, p, o) for p in (0, 1) for o in range(20)})
 
     quiet = run("kafka_batch_ingest")
-    assert quiet["ingest.plan"] == "success"
+    assert quiet["ingest.wait_for_data"] == "skipped", "the sensor skips a run with nothing to do"
     assert quiet["ingest.spark_write"] == "skipped", "no new data must not submit Spark"
     assert quiet["ingest.commit"] == "skipped"
 
@@ -104,6 +113,7 @@ def test_spark_failure_leaves_offsets_untouched_and_the_next_run_replays_the_sam
     )
     failed = run("kafka_batch_ingest")
     assert failed["ingest.spark_write"] == "failed" and failed["ingest.commit"] == "upstream_failed"
+    assert failed["ingest.lag_health"] == "upstream_failed", "a failed batch must fail the run"
     assert committed(kafka_config, group_id, topic, [0]) == {0: None}
     store = BatchStore(airflow_env)
     [pending] = store.pending_plans(group_id)
@@ -225,6 +235,7 @@ def test_airflow_backfill_run_of_the_ingest_dag_replays_its_interval_without_com
         monkeypatch.setattr(dagrun_module, "get_or_create_dagrun", original)
 
     assert states["ingest.plan"] == "success" and states["ingest.commit"] == "skipped"
+    assert states["ingest.lag_health"] == "success"
     assert committed(kafka_config, group_id, topic, [0]) == {0: None}, "a backfill run must not commit the group"
     replay_out = Path(str(airflow_env) + "_replay")
     assert not list(Path(airflow_env).glob("batch_id=*")), "a backfill run must not write the incremental dataset"

@@ -1,0 +1,79 @@
+"""Gather what lag health judges: the partitions now (Kafka) and the recent batches (the output).
+
+The judging itself is pure: :mod:`kafka_batch_provider.lag_health`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Sequence
+
+from kafka_batch_provider.batch_store import BatchStore
+from kafka_batch_provider.kafka_offsets import KafkaOffsets
+from kafka_batch_provider.lag_health import BatchPoint, HealthPolicy, HealthReport, PartitionLag, evaluate
+from kafka_batch_provider.offsets import TopicPartition
+
+
+def partition_lags(kafka: KafkaOffsets, group_id: str, topics: Sequence[str], with_ages: bool = True) -> list[PartitionLag]:
+    """Committed, log start, end (isolation-aware), age of the oldest unconsumed record, retention."""
+    states = kafka.partition_offsets(group_id, topics)
+    retention = kafka.topic_retention_ms(topics) if with_ages else {}
+    lags = [PartitionLag(s.topic, s.partition, s.committed, s.log_start, s.log_end) for s in states]
+    stamps = kafka.first_record_timestamps({p.tp: p.position for p in lags if p.lag > 0}) if with_ages else {}
+    return [
+        PartitionLag(
+            p.topic,
+            p.partition,
+            p.committed,
+            p.log_start,
+            p.log_end,
+            oldest_unconsumed_ms=stamps.get(p.tp),
+            retention_ms=retention.get(p.topic),
+        )
+        for p in lags
+    ]
+
+
+def _tp(key: str) -> TopicPartition:
+    topic, _, partition = key.rpartition(":")
+    return TopicPartition(topic, int(partition))
+
+
+def batch_history(store: BatchStore, group_id: str) -> list[BatchPoint]:
+    """The group's committed incremental batches, oldest first, from commit records and plan snapshots."""
+    points = []
+    for record in store.commit_records(group_id):
+        plan = store.load_plan(record["batch_id"])
+        snap = {_tp(k): v for k, v in plan.extra.get("snapshot", {}).items()}
+        committed: dict[TopicPartition, int | None] = {tp: c for tp, (c, _, _) in snap.items()}
+        committed.update({_tp(k): v for k, v in record["committed"].items()})
+        lag_at_plan = {
+            tp: max(end - (start if c is None else max(c, start)), 0) for tp, (c, start, end) in snap.items()
+        }
+        points.append(
+            BatchPoint(
+                batch_id=record["batch_id"],
+                committed_at=datetime.fromisoformat(record["committed_at"]),
+                committed=committed,
+                lag_at_plan=lag_at_plan,
+            )
+        )
+    return points
+
+
+def lag_report(
+    kafka: KafkaOffsets,
+    group_id: str,
+    topics: Sequence[str],
+    output: str | None = None,
+    policy: HealthPolicy = HealthPolicy(),
+    now: datetime | None = None,
+) -> HealthReport:
+    """Lag and health of ``group_id`` on ``topics``; without ``output`` only the statuses that need no history."""
+    states = partition_lags(kafka, group_id, topics)
+    history = batch_history(BatchStore(output), group_id) if output else []
+    notes = [] if output else ["no --output: WARN, STALL, STOP and REWIND need the batch history and were not judged"]
+    unknown = sorted({s.topic for s in states if s.retention_ms is None})
+    if unknown:
+        notes.append(f"retention.ms unknown for {', '.join(unknown)}: RETENTION_RISK not judged there")
+    return evaluate(group_id, states, history, policy, now or datetime.now(timezone.utc), notes)

@@ -1,0 +1,75 @@
+"""``KafkaLagHealthOperator``: alert when ingestion falls behind (the last task of an ingestion)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Iterable, Sequence
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
+from kafka_batch_provider.lag_health import HealthPolicy, LagStatus
+from kafka_batch_provider.lag_monitor import lag_report
+from kafka_batch_provider.operators.errors import task_errors
+from kafka_batch_provider.operators.xcom import as_list
+
+#: WARN (lag growing) is logged, not failed: the batch itself went fine.
+DEFAULT_FAIL_ON = frozenset(s for s in LagStatus if s not in (LagStatus.OK, LagStatus.WARN))
+
+
+class KafkaLagHealthOperator(BaseOperator):
+    """Judge the group's lag per partition and for the group; fail on the statuses in ``fail_on``.
+
+    Statuses: OK, WARN, STALL, STOP, REWIND, RETENTION_RISK, DATA_LOSS (see
+    :mod:`kafka_batch_provider.lag_health`). The window of recent batches comes from the
+    output's plans and commit records. The failure message names the partitions, their numbers
+    and status; the full report is pushed to XCom either way.
+
+    :param output_path: the ingestion's dataset directory (its batch history); without it only
+        DATA_LOSS and RETENTION_RISK are judged.
+    :param stop_after: STOP when lag > 0 and nothing was committed for this long (e.g. three
+        schedule intervals); ``None`` disables STOP.
+    :param fail_on: statuses that fail the task (default: all but OK and WARN).
+    """
+
+    template_fields: Sequence[str] = ("group_id", "topics", "output_path")
+    ui_color = "#fdeeee"
+
+    def __init__(
+        self,
+        *,
+        group_id: str,
+        topics: Sequence[str] | str,
+        output_path: str | None = None,
+        kafka_config_id: str = "kafka_default",
+        window: int = 5,
+        stop_after: timedelta | None = None,
+        retention_risk: float = 0.8,
+        fail_on: Iterable[LagStatus | str] = DEFAULT_FAIL_ON,
+        kafka_timeout: float = 30.0,
+        trigger_rule: str = "none_failed",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(trigger_rule=trigger_rule, **kwargs)
+        self.group_id = group_id
+        self.topics = topics
+        self.output_path = output_path
+        self.kafka_config_id = kafka_config_id
+        self.policy = HealthPolicy(window=window, stop_after=stop_after, retention_risk=retention_risk)
+        self.fail_on = frozenset(LagStatus(s) for s in fail_on)
+        self.kafka_timeout = kafka_timeout
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        hook = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout)
+        with task_errors():
+            report = lag_report(hook, self.group_id, as_list(self.topics), self.output_path or None, self.policy)
+        for p in report.partitions:
+            self.log.info("%s lag %d: %s (%s)", p.state.tp, p.state.lag, p.status.value, p.reason)
+        for note in report.notes:
+            self.log.info("note: %s", note)
+        if report.problems(self.fail_on):
+            raise AirflowFailException(report.message(self.fail_on))
+        if report.status is not LagStatus.OK:
+            self.log.warning(report.message())
+        return report.to_dict()

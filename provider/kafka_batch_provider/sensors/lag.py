@@ -1,0 +1,100 @@
+"""``KafkaLagSensor``: start an ingestion when there is enough to do."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Sequence
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowException
+
+from kafka_batch_provider.operators.errors import task_errors
+from kafka_batch_provider.operators.xcom import as_list
+from kafka_batch_provider.triggers.lag import KafkaLagTrigger, check_lag
+
+
+class KafkaLagSensor(BaseSensorOperator):
+    """Succeeds when the group's total lag over ``topics`` is at least ``min_lag`` records, or
+    when the oldest unconsumed record is older than ``max_data_age`` (so a quiet topic still
+    gets ingested). Lag is isolation-aware (records between the committed offset and the end).
+
+    The usual sensor options work: ``mode="poke"`` or ``"reschedule"``, ``poke_interval``,
+    ``timeout``, ``soft_fail=True`` (a run with nothing to do is skipped, not failed).
+    ``deferrable=True`` hands the waiting to :class:`KafkaLagTrigger` in the triggerer.
+
+    :param group_id: the consumer group (templated).
+    :param topics: topics to watch (templated; list or comma-separated string).
+    :param min_lag: records of lag that are enough to start.
+    :param max_data_age: a ``timedelta`` or seconds; ``None`` disables the age rule.
+    """
+
+    template_fields: Sequence[str] = ("group_id", "topics")
+    ui_color = "#f0eefd"
+
+    def __init__(
+        self,
+        *,
+        group_id: str,
+        topics: Sequence[str] | str,
+        kafka_config_id: str = "kafka_default",
+        min_lag: int = 1,
+        max_data_age: timedelta | float | None = None,
+        deferrable: bool = False,
+        kafka_timeout: float = 30.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if min_lag < 1:
+            raise ValueError(f"min_lag must be at least 1, got {min_lag}")
+        self.group_id = group_id
+        self.topics = topics
+        self.kafka_config_id = kafka_config_id
+        self.min_lag = min_lag
+        self.max_data_age_seconds = (
+            max_data_age.total_seconds() if isinstance(max_data_age, timedelta) else max_data_age
+        )
+        self.deferrable = deferrable
+        self.kafka_timeout = kafka_timeout
+
+    def _check(self) -> tuple[bool, str, int]:
+        with task_errors():
+            return check_lag(
+                self.kafka_config_id,
+                self.group_id,
+                as_list(self.topics),
+                self.min_lag,
+                self.max_data_age_seconds,
+                self.kafka_timeout,
+            )
+
+    def poke(self, context: Any) -> PokeReturnValue:
+        ready, reason, total = self._check()
+        self.log.info("group %s: %s", self.group_id, reason)
+        return PokeReturnValue(is_done=ready, xcom_value={"total_lag": total, "reason": reason})
+
+    def execute(self, context: Any) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        ready, reason, total = self._check()  # no deferral when there is already enough to do
+        self.log.info("group %s: %s", self.group_id, reason)
+        if ready:
+            return {"total_lag": total, "reason": reason}
+        self.defer(
+            trigger=KafkaLagTrigger(
+                group_id=self.group_id,
+                topics=as_list(self.topics),
+                kafka_config_id=self.kafka_config_id,
+                min_lag=self.min_lag,
+                max_data_age_seconds=self.max_data_age_seconds,
+                poke_interval=self.poke_interval,
+                kafka_timeout=self.kafka_timeout,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout),
+        )
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("status") != "ready":
+            raise AirflowException(f"lag sensor stopped waiting: {event.get('message', event)}")
+        self.log.info("group %s: %s", self.group_id, event["reason"])
+        return {"total_lag": event["total_lag"], "reason": event["reason"]}

@@ -1,0 +1,97 @@
+"""``KafkaLagTrigger``: the lag sensor's waiting, done in the triggerer (no worker slot held)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+from typing import Any, AsyncIterator, Sequence
+
+from asgiref.sync import sync_to_async
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from kafka_batch_provider.errors import KafkaBatchError
+from kafka_batch_provider.lag_health import ready_to_ingest
+
+
+def check_lag(
+    kafka_config_id: str,
+    group_id: str,
+    topics: Sequence[str],
+    min_lag: int,
+    max_data_age_seconds: float | None,
+    kafka_timeout: float,
+) -> tuple[bool, str, int]:
+    """One look at the group's lag: (ready, why, total lag). Blocking: Kafka I/O."""
+    from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
+    from kafka_batch_provider.lag_monitor import partition_lags
+
+    hook = KafkaOffsetsHook(kafka_config_id, timeout=kafka_timeout)
+    try:
+        states = partition_lags(hook, group_id, list(topics), with_ages=max_data_age_seconds is not None)
+    finally:
+        hook.close()
+    max_age = None if max_data_age_seconds is None else timedelta(seconds=max_data_age_seconds)
+    ready, reason = ready_to_ingest(states, min_lag, max_age, datetime.now(timezone.utc))
+    return ready, reason, sum(s.lag for s in states)
+
+
+class KafkaLagTrigger(BaseTrigger):
+    """Fires once the group's lag on ``topics`` is at least ``min_lag``, or its oldest
+    unconsumed record is older than ``max_data_age_seconds``. Checks every ``poke_interval``
+    seconds; a Kafka error ends the wait with an ``error`` event (the sensor then fails and
+    Airflow's retries apply).
+    """
+
+    def __init__(
+        self,
+        group_id: str,
+        topics: Sequence[str],
+        kafka_config_id: str = "kafka_default",
+        min_lag: int = 1,
+        max_data_age_seconds: float | None = None,
+        poke_interval: float = 60.0,
+        kafka_timeout: float = 30.0,
+    ) -> None:
+        super().__init__()
+        self.group_id = group_id
+        self.topics = list(topics)
+        self.kafka_config_id = kafka_config_id
+        self.min_lag = min_lag
+        self.max_data_age_seconds = max_data_age_seconds
+        self.poke_interval = poke_interval
+        self.kafka_timeout = kafka_timeout
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "group_id": self.group_id,
+                "topics": self.topics,
+                "kafka_config_id": self.kafka_config_id,
+                "min_lag": self.min_lag,
+                "max_data_age_seconds": self.max_data_age_seconds,
+                "poke_interval": self.poke_interval,
+                "kafka_timeout": self.kafka_timeout,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        check = sync_to_async(check_lag)  # Kafka calls block: keep them off the event loop
+        while True:
+            try:
+                ready, reason, total = await check(
+                    self.kafka_config_id,
+                    self.group_id,
+                    self.topics,
+                    self.min_lag,
+                    self.max_data_age_seconds,
+                    self.kafka_timeout,
+                )
+            except KafkaBatchError as exc:
+                yield TriggerEvent({"status": "error", "message": str(exc)})
+                return
+            self.log.info("group %s: %s", self.group_id, reason)
+            if ready:
+                yield TriggerEvent({"status": "ready", "reason": reason, "total_lag": total})
+                return
+            await asyncio.sleep(self.poke_interval)
