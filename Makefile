@@ -13,7 +13,9 @@ export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export AIRFLOW__CORE__LOAD_EXAMPLES ?= False
 export KAFKA_BATCH_STATE_DIR ?= $(CURDIR)/.kafka-batch
 
-.PHONY: venv test demo bench prereqs constraints clean
+LINTED := provider dags spark_apps tests scripts bench
+
+.PHONY: venv test lint demo bench prereqs constraints clean
 
 prereqs:
 	@scripts/check-prereqs.sh "$(PYTHON)"
@@ -31,7 +33,11 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt scripts/check-prereqs.sh | pr
 
 venv: $(STAMP)
 
-test: prereqs venv
+lint: venv
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+
+test: prereqs venv lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 demo: prereqs venv

@@ -68,13 +68,24 @@ def main() -> int:
         config = {"bootstrap.servers": bootstrap}
         topic = f"bench-{int(time.time())}"
         create_topics(config, {topic: args.partitions})
-        say(f"producing {args.records:,} records of {args.value_size} bytes to {topic} ({args.partitions} partitions) on {bootstrap}")
+        say(
+            f"producing {args.records:,} records of {args.value_size} bytes to {topic} "
+            f"({args.partitions} partitions) on {bootstrap}"
+        )
         started = time.perf_counter()
         counts = produce(config, topic, sample_records(args.partitions, args.records, value_size=args.value_size))
         say(f"produced in {time.perf_counter() - started:.1f}s")
-        ends = {tp.partition: end for tp, end in KafkaOffsets(config).log_end_offsets(
-            [__import__("kafka_batch_provider.offsets").offsets.TopicPartition(topic, p) for p in range(args.partitions)]
-        ).items()}
+        ends = {
+            tp.partition: end
+            for tp, end in KafkaOffsets(config)
+            .log_end_offsets(
+                [
+                    __import__("kafka_batch_provider.offsets").offsets.TopicPartition(topic, p)
+                    for p in range(args.partitions)
+                ]
+            )
+            .items()
+        }
         assert sum(ends.values()) == sum(counts.values()), f"end offsets {ends} do not match produced {counts}"
 
         say("baseline: plain confluent-kafka consumer reading the same ranges ...")
@@ -84,8 +95,18 @@ def main() -> int:
         say(f"pipeline: kafka-batch run --spark-master {args.spark_master} ...")
         output = work / "lake"
         command = [
-            str(Path(sys.executable).parent / "kafka-batch"), "run", "--bootstrap-servers", bootstrap,
-            "--topic", topic, "--group", "bench", "--output", str(output), "--spark-master", args.spark_master,
+            str(Path(sys.executable).parent / "kafka-batch"),
+            "run",
+            "--bootstrap-servers",
+            bootstrap,
+            "--topic",
+            topic,
+            "--group",
+            "bench",
+            "--output",
+            str(output),
+            "--spark-master",
+            args.spark_master,
         ]
         started = time.perf_counter()
         result = subprocess.run(command, stdout=subprocess.PIPE, text=True)

@@ -58,9 +58,15 @@ with DAG(
             section="Source",
         ),
         "start_offsets": Param(None, **OFFSETS, title='Start offsets, e.g. {"0": 100}', section="Range by offsets"),
-        "end_offsets": Param(None, **OFFSETS, title='End offsets (exclusive), e.g. {"0": 200}', section="Range by offsets"),
-        "start_time": Param(None, type=["null", "string"], format="date-time", title="Start time", section="Range by time"),
-        "end_time": Param(None, type=["null", "string"], format="date-time", title="End time (exclusive)", section="Range by time"),
+        "end_offsets": Param(
+            None, **OFFSETS, title='End offsets (exclusive), e.g. {"0": 200}', section="Range by offsets"
+        ),
+        "start_time": Param(
+            None, type=["null", "string"], format="date-time", title="Start time", section="Range by time"
+        ),
+        "end_time": Param(
+            None, type=["null", "string"], format="date-time", title="End time (exclusive)", section="Range by time"
+        ),
         "output_path": Param(
             os.environ.get("KAFKA_BATCH_OUTPUT", "/tmp/kafka-batch/lake") + "_replay",
             type="string",

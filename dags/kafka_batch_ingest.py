@@ -50,7 +50,7 @@ def setting(variable: str, env: str, default: str) -> str:
     Nothing is looked up while the file is parsed, so parsing opens no connection.
     """
     fallback = os.environ.get(env, default).replace("'", "\\'")
-    return "{{ var.value.get('%s', '%s') }}" % (variable, fallback)
+    return f"{{{{ var.value.get('{variable}', '{fallback}') }}}}"
 
 
 with DAG(

@@ -134,7 +134,10 @@ def main() -> int:
             columns=["topic", "partition", "offset"]
         )
         keys = Counter(zip(*(table.column(c).to_pylist() for c in ("topic", "partition", "offset"))))
-        replay_rows = sum(m["rows"] for m in (BatchStore(replay_out).load_manifest(p.batch_id) for p in BatchStore(replay_out).plans()))
+        replay_rows = sum(
+            m["rows"]
+            for m in (BatchStore(replay_out).load_manifest(p.batch_id) for p in BatchStore(replay_out).plans())
+        )
 
         say()
         say("summary")
@@ -143,10 +146,14 @@ def main() -> int:
             plan = store.load_plan(record["batch_id"])
             ranges = ", ".join(f"{r.topic.split('.')[1]}[{r.partition}] {r.start}-{r.end}" for r in plan.ranges)
             say(f"  {run:<5}{record['batch_id']:<25}{record['rows']:>8,}{before:>12,}{after:>11,}  {ranges}")
-        say(f"  backfill ({how.split(' (')[0]}): {replay_rows:,} rows in {replay_out}; "
-            f"group offsets {'unchanged' if committed_before == committed_after else 'CHANGED'}")
-        say(f"  lake: {lake}  ({table.num_rows:,} rows, {len(commits)} batches, "
-            f"every offset exactly once: {'yes' if all(n == 1 for n in keys.values()) else 'NO'})")
+        say(
+            f"  backfill ({how.split(' (')[0]}): {replay_rows:,} rows in {replay_out}; "
+            f"group offsets {'unchanged' if committed_before == committed_after else 'CHANGED'}"
+        )
+        say(
+            f"  lake: {lake}  ({table.num_rows:,} rows, {len(commits)} batches, "
+            f"every offset exactly once: {'yes' if all(n == 1 for n in keys.values()) else 'NO'})"
+        )
         say(f"  read it: pyarrow.dataset.dataset('{lake}', format='parquet', partitioning='hive')")
         say(f"  Airflow task logs: {WORK}/airflow-*.log; done in {time.perf_counter() - started:.0f}s")
         ok = (

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -30,8 +31,12 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
+# py4j logs its shutdown at INFO from __del__, after pytest closed the captured streams.
+logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
 @pytest.fixture(scope="session")
-def spark() -> Iterator["pyspark.sql.SparkSession"]:  # noqa: F821
+def spark() -> Iterator[pyspark.sql.SparkSession]:  # noqa: F821
     from pyspark.sql import SparkSession
 
     session = (

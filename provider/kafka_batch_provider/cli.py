@@ -13,7 +13,8 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from kafka_batch_provider import __version__
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
@@ -144,7 +145,7 @@ def offsets_client(args: argparse.Namespace):
     from kafka_batch_provider.kafka_offsets import KafkaOffsets
 
     client = KafkaOffsets(kafka_config_from(args), timeout=args.timeout)
-    client.kafka_config  # check the config now: a bad setting fails before any I/O
+    _ = client.kafka_config  # check the config now: a bad setting fails before any I/O
     return client
 
 
@@ -266,10 +267,24 @@ def format_lag_table(report: Any, now: Any) -> str:
     for p in report.partitions:
         age = "-" if p.age_seconds is None else f"{p.age_seconds:,.0f}s"
         s = p.state
-        rows.append((s.topic, str(s.partition), "-" if s.committed is None else str(s.committed), str(s.log_start), str(s.log_end), f"{s.lag:,}", age, p.status.value))
+        rows.append(
+            (
+                s.topic,
+                str(s.partition),
+                "-" if s.committed is None else str(s.committed),
+                str(s.log_start),
+                str(s.log_end),
+                f"{s.lag:,}",
+                age,
+                p.status.value,
+            )
+        )
     rows.append(("total", "", "", "", "", f"{report.total_lag:,}", "", report.status.value))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) if i in (0, 7) else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths))) for r in rows]
+    lines = [
+        "  ".join(cell.ljust(w) if i in (0, 7) else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))
+        for r in rows
+    ]
     for p in report.problems():
         lines.append(f"{p.state.tp} {p.status.value}: {p.reason}")
     lines.extend(f"note: {n}" for n in report.notes)
@@ -367,16 +382,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_kafka_args(p)
     p.add_argument("--group", required=True, help="consumer group")
     p.add_argument("--topic", action="append", required=True, help="topic, repeatable")
-    p.add_argument("--output", help="dataset directory of the ingestion: its batch history enables WARN/STALL/STOP/REWIND")
+    p.add_argument(
+        "--output", help="dataset directory of the ingestion: its batch history enables WARN/STALL/STOP/REWIND"
+    )
     p.add_argument("--json", action="store_true", help="print only the JSON report")
     p.add_argument(
         "--check",
         action="store_true",
-        help="exit non-zero unless every status is OK: 10 WARN, 11 STALL, 12 STOP, 13 REWIND, 14 RETENTION_RISK, 15 DATA_LOSS",
+        help="exit non-zero unless every status is OK: "
+        "10 WARN, 11 STALL, 12 STOP, 13 REWIND, 14 RETENTION_RISK, 15 DATA_LOSS",
     )
     p.add_argument("--window", type=positive_int, default=5, help="batches the trend statuses look at (default 5)")
     p.add_argument("--stop-after", type=float, help="STOP when lag > 0 and no batch committed for this many seconds")
-    p.add_argument("--retention-risk", type=float, default=0.8, help="fraction of retention.ms that is at risk (default 0.8)")
+    p.add_argument(
+        "--retention-risk", type=float, default=0.8, help="fraction of retention.ms that is at risk (default 0.8)"
+    )
     p.set_defaults(func=cmd_lag)
 
     p = sub.add_parser("broker", help="the embedded Kafka-protocol broker (tansu) for demos and tests")
@@ -389,7 +409,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     # librdkafka retries loudly while a broker is down; the error we raise says it in one line.
     LIBRDKAFKA_LOGGER.setLevel(logging.DEBUG if args.debug else logging.CRITICAL)
     try:

@@ -22,10 +22,10 @@ Statuses, most severe first (a partition gets the first that applies):
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Iterable, Mapping, Sequence
 
 from kafka_batch_provider.offsets import TopicPartition
 
@@ -45,8 +45,9 @@ class LagStatus(str, Enum):
 
     @property
     def exit_code(self) -> int:
-        """``kafka-batch lag --check`` exits with this: 0 for OK, 10 + severity otherwise."""
-        return 0 if self is LagStatus.OK else 10 + self.severity
+        """``kafka-batch lag --check`` exits with this: 0 OK, 10 WARN, 11 STALL, 12 STOP,
+        13 REWIND, 14 RETENTION_RISK, 15 DATA_LOSS."""
+        return 0 if self is LagStatus.OK else 9 + self.severity
 
 
 _SEVERITY = [
@@ -195,7 +196,11 @@ def _human(seconds: float) -> str:
 
 
 def judge_partition(
-    state: PartitionLag, window: Sequence[BatchPoint], last_commit_at: datetime | None, policy: HealthPolicy, now: datetime
+    state: PartitionLag,
+    window: Sequence[BatchPoint],
+    last_commit_at: datetime | None,
+    policy: HealthPolicy,
+    now: datetime,
 ) -> PartitionHealth:
     tp, lag, age = state.tp, state.lag, state.age_seconds(now)
 
@@ -229,12 +234,19 @@ def judge_partition(
         if silent > policy.stop_after.total_seconds():
             return result(
                 LagStatus.STOP,
-                f"lag {lag} and no batch committed for {_human(silent)} (limit {_human(policy.stop_after.total_seconds())})",
+                f"lag {lag} and no batch committed for {_human(silent)} "
+                f"(limit {_human(policy.stop_after.total_seconds())})",
             )
     # Stalled: every batch of the window had records to read here, yet the offset never moved
     # (a partition that simply had no data then is not stalled).
     had_work = all(p.lag_at_plan.get(tp, 0) > 0 for p in window)
-    if lag and had_work and len(recorded) >= 2 and len(recorded) == len(window) and all(c == state.committed for c in recorded):
+    if (
+        lag
+        and had_work
+        and len(recorded) >= 2
+        and len(recorded) == len(window)
+        and all(c == state.committed for c in recorded)
+    ):
         return result(
             LagStatus.STALL,
             f"lag {lag} and the committed offset {state.committed} has not moved across the last {len(window)} batches",
@@ -280,6 +292,10 @@ def ready_to_ingest(
         return True, f"total lag {total} >= min_lag {min_lag}"
     ages = [a for a in (s.age_seconds(now) for s in states) if a is not None]
     if max_data_age is not None and ages and max(ages) >= max_data_age.total_seconds():
-        return True, f"oldest unconsumed record is {_human(max(ages))} old >= max_data_age {_human(max_data_age.total_seconds())}"
+        return (
+            True,
+            f"oldest unconsumed record is {_human(max(ages))} old "
+            f">= max_data_age {_human(max_data_age.total_seconds())}",
+        )
     oldest = f", oldest unconsumed record {_human(max(ages))} old" if ages else ""
     return False, f"total lag {total} < min_lag {min_lag}{oldest}"

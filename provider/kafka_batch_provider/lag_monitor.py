@@ -5,8 +5,8 @@ The judging itself is pure: :mod:`kafka_batch_provider.lag_health`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Sequence
 
 from kafka_batch_provider.batch_store import BatchStore
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
@@ -14,7 +14,9 @@ from kafka_batch_provider.lag_health import BatchPoint, HealthPolicy, HealthRepo
 from kafka_batch_provider.offsets import TopicPartition
 
 
-def partition_lags(kafka: KafkaOffsets, group_id: str, topics: Sequence[str], with_ages: bool = True) -> list[PartitionLag]:
+def partition_lags(
+    kafka: KafkaOffsets, group_id: str, topics: Sequence[str], with_ages: bool = True
+) -> list[PartitionLag]:
     """Committed, log start, end (isolation-aware), age of the oldest unconsumed record, retention."""
     states = kafka.partition_offsets(group_id, topics)
     retention = kafka.topic_retention_ms(topics) if with_ages else {}

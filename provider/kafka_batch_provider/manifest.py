@@ -7,7 +7,8 @@ agrees with the plan.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from kafka_batch_provider.errors import ManifestError
 from kafka_batch_provider.plan import OffsetPlan
@@ -90,7 +91,9 @@ def verify_manifest(plan: OffsetPlan, manifest: Mapping[str, Any]) -> None:
         m = written[key]
         where = f"batch {bid} {key[0]}[{key[1]}]"
         if (int(m["start"]), int(m["end"])) != (start, end):
-            raise ManifestError(f"{where}: manifest range [{m['start']}, {m['end']}) differs from plan [{start}, {end})")
+            raise ManifestError(
+                f"{where}: manifest range [{m['start']}, {m['end']}) differs from plan [{start}, {end})"
+            )
         rows = int(m["rows"])
         if rows > end - start:
             raise ManifestError(f"{where}: {rows} rows written for {end - start} planned offsets (duplicates?)")

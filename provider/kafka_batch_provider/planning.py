@@ -8,9 +8,9 @@ policy can be tested without a broker.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable, Sequence
 
 from kafka_batch_provider.errors import ConfigError, PlanError
 from kafka_batch_provider.offsets import OffsetGap, OffsetRange, PartitionOffsets

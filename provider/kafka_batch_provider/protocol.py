@@ -19,8 +19,9 @@ one that was persisted but never committed:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from kafka_batch_provider.batch_store import BatchStore, utc_now
 from kafka_batch_provider.errors import CommitConflictError, ConfigError, KafkaBatchError
@@ -113,7 +114,8 @@ def reconcile_pending(
             )
             raise CommitConflictError(
                 f"pending batch {plan.batch_id} no longer matches group {group_id!r} ({details}); "
-                f"someone else moved the group: inspect it, then delete {store.plan_path(plan.batch_id)} to discard the batch"
+                "someone else moved the group: inspect it, then delete "
+                f"{store.plan_path(plan.batch_id)} to discard the batch"
             )
     return None, repaired
 

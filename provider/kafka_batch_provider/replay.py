@@ -9,7 +9,7 @@ replaces rather than adds. The consumer group is not touched.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from kafka_batch_provider.batch_store import BatchStore, utc_now
 from kafka_batch_provider.errors import ConfigError, PlanError

@@ -47,11 +47,10 @@ def run(dag_id: str, **kwargs) -> dict[str, str]:
     real worker would: a second run of the same objects would see the first run's values.
     Returns {task_id: state}.
     """
-    from sqlalchemy import select
-
     from airflow.dag_processing.dagbag import DagBag
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     dag = DagBag(str(DAGS)).dags[dag_id]
     for task in dag.tasks:

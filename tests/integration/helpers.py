@@ -43,12 +43,13 @@ def run_batch(
     group_id: str,
     topics: list[str],
     policy: PlanPolicy = PlanPolicy(),
+    partitions: list[int] | None = None,
     **write_options: Any,
 ) -> tuple[PlanOutcome, dict[str, int]]:
     """plan -> write -> commit, in-process, as ``kafka-batch run`` does with spark-submit."""
     kafka = KafkaOffsets(kafka_config, timeout=10)
     store = BatchStore(output)
-    outcome = plan_batch(kafka, store, group_id, topics, policy)
+    outcome = plan_batch(kafka, store, group_id, topics, policy, partitions)
     if not outcome.plan.ranges:
         return outcome, {}
     write_batch(spark, outcome.plan, str(output), kafka.kafka_config, **write_options)

@@ -53,7 +53,12 @@ def test_plan_write_commit_then_run_ingests_only_new_data_and_keeps_secrets_out(
     planned = last_json(cli("plan", *common, "--topic", topic, "--group", group_id, "--output", out))
     assert planned["records"] == 20 and Path(planned["plan_path"]).exists()
     written = last_json(cli("write", "--plan", planned["plan_path"], *common, *spark))
-    assert written == {"batch_id": planned["batch_id"], "records": 20, "location": f"batch_id={planned['batch_id']}", "skipped": False}
+    assert written == {
+        "batch_id": planned["batch_id"],
+        "records": 20,
+        "location": f"batch_id={planned['batch_id']}",
+        "skipped": False,
+    }
     committed = last_json(cli("commit", "--plan", planned["plan_path"], *common))
     assert committed["committed"] == {f"{topic}:0": 10, f"{topic}:1": 10}
 
@@ -75,13 +80,32 @@ def test_plan_write_commit_then_run_ingests_only_new_data_and_keeps_secrets_out(
 def test_run_with_no_new_data_succeeds_without_starting_spark(kafka_bootstrap_servers, new_topic, group_id, tmp_path):
     topic = new_topic(partitions=1)
     result = cli(
-        "run", "--bootstrap-servers", kafka_bootstrap_servers, "--topic", topic, "--group", group_id,
-        "--new-partitions", "latest", "--output", str(tmp_path),
+        "run",
+        "--bootstrap-servers",
+        kafka_bootstrap_servers,
+        "--topic",
+        topic,
+        "--group",
+        group_id,
+        "--new-partitions",
+        "latest",
+        "--output",
+        str(tmp_path),
     )
     first = last_json(result)  # an empty, never-committed partition: only the offset is committed
     assert first["records"] == 0 and first["committed"] == {f"{topic}:0": 0}
     second = last_json(
-        cli("run", "--bootstrap-servers", kafka_bootstrap_servers, "--topic", topic, "--group", group_id, "--output", str(tmp_path))
+        cli(
+            "run",
+            "--bootstrap-servers",
+            kafka_bootstrap_servers,
+            "--topic",
+            topic,
+            "--group",
+            group_id,
+            "--output",
+            str(tmp_path),
+        )
     )
     assert second["skipped"] is True and second["ranges"] == [] and second["committed"] == {}
     assert "spark-submit" not in result.stderr
@@ -100,7 +124,9 @@ def test_run_with_no_new_data_succeeds_without_starting_spark(kafka_bootstrap_se
         (["--value-format", "json"], "--value-format json needs --value-schema"),
     ],
 )
-def test_bad_input_is_one_line_and_changes_nothing(args, expected, kafka_bootstrap_servers, new_topic, group_id, tmp_path):
+def test_bad_input_is_one_line_and_changes_nothing(
+    args, expected, kafka_bootstrap_servers, new_topic, group_id, tmp_path
+):
     topic = new_topic(partitions=2)
     base = ["run", "--bootstrap-servers", kafka_bootstrap_servers, "--group", group_id, "--output", str(tmp_path)]
     if "--topic" not in args:
@@ -113,15 +139,26 @@ def test_bad_input_is_one_line_and_changes_nothing(args, expected, kafka_bootstr
 
 def test_broker_down_is_one_line(tmp_path):
     result = cli(
-        "plan", "--bootstrap-servers", f"127.0.0.1:{free_port()}", "--timeout", "2",
-        "--topic", "t", "--group", "g", "--output", str(tmp_path),
+        "plan",
+        "--bootstrap-servers",
+        f"127.0.0.1:{free_port()}",
+        "--timeout",
+        "2",
+        "--topic",
+        "t",
+        "--group",
+        "g",
+        "--output",
+        str(tmp_path),
     )
     assert_one_line_error(result, "did not answer list_topics within 2s")
     assert result.returncode == 3 and not any(tmp_path.iterdir())
 
 
 def test_missing_group_and_missing_plan_file_are_one_line(kafka_bootstrap_servers, tmp_path):
-    assert_one_line_error(cli("plan", "--topic", "t", "--output", str(tmp_path)), "the following arguments are required: --group")
+    assert_one_line_error(
+        cli("plan", "--topic", "t", "--output", str(tmp_path)), "the following arguments are required: --group"
+    )
     assert_one_line_error(
         cli("commit", "--plan", str(tmp_path / "_plans" / "nope.json"), "--bootstrap-servers", kafka_bootstrap_servers),
         "does not exist",

@@ -78,7 +78,9 @@ def test_end_offset_honours_isolation_level_with_transactions(kafka_config, new_
     producer.commit_transaction(10)
     tp = TopicPartition(topic, 0)
     committed_view = KafkaOffsets(kafka_config, timeout=10).log_end_offsets([tp])[tp]
-    uncommitted_view = KafkaOffsets({**kafka_config, "isolation.level": "read_uncommitted"}, 10).log_end_offsets([tp])[tp]
+    uncommitted_view = KafkaOffsets({**kafka_config, "isolation.level": "read_uncommitted"}, 10).log_end_offsets([tp])[
+        tp
+    ]
     # 3 records + the commit marker: the end is past the marker for both once committed.
     assert committed_view == 4 and uncommitted_view == 4
 

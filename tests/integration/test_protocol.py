@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -246,13 +245,17 @@ def test_value_decoding_adds_columns_and_keeps_raw_bytes(spark, kafka_config, ne
     topic = new_topic(partitions=1)
     produce(kafka_config, topic, [Record(0, json.dumps({"id": i, "name": f"n{i}"}).encode()) for i in range(3)])
     produce(kafka_config, topic, [Record(0, b"not json")])
-    run_batch(spark, kafka_config, tmp_path, group_id, [topic], value_format="json", value_schema="id long, name string")
+    run_batch(
+        spark, kafka_config, tmp_path, group_id, [topic], value_format="json", value_schema="id long, name string"
+    )
     rows = sorted(spark.read.parquet(str(tmp_path)).collect(), key=lambda r: r["offset"])
     assert [(r["value_json"]["id"], r["value_json"]["name"]) for r in rows[:3]] == [(0, "n0"), (1, "n1"), (2, "n2")]
     assert bytes(rows[3]["value"]) == b"not json" and rows[3]["value_json"]["id"] is None
 
 
-def test_a_range_that_cannot_be_completed_fails_naming_it_and_publishes_nothing(spark, kafka_config, new_topic, tmp_path):
+def test_a_range_that_cannot_be_completed_fails_naming_it_and_publishes_nothing(
+    spark, kafka_config, new_topic, tmp_path
+):
     topic = new_topic(partitions=1)
     produce(kafka_config, topic, sample_records(1, 5))
     ranges = (OffsetRange(topic, 0, 0, 8, None),)  # the log ends at 5

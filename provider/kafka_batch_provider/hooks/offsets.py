@@ -7,7 +7,8 @@ plain dict, and offers the same offset calls as the command line uses.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 

@@ -6,8 +6,8 @@ that cannot be reached is left to Airflow's retries.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from airflow.sdk.exceptions import AirflowFailException
 

@@ -17,7 +17,8 @@ import os
 import re
 import sys
 import traceback
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from kafka_batch_provider.batch_store import load_plan_file, output_of_plan_file
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
@@ -37,7 +38,9 @@ def load_kafka_config(path: str | None) -> dict[str, Any]:
         elif os.environ.get(CONFIG_JSON_ENV):
             data = json.loads(os.environ[CONFIG_JSON_ENV])
         else:
-            raise ConfigError(f"no Kafka config: pass --kafka-config-file or set {CONFIG_FILE_ENV} or {CONFIG_JSON_ENV}")
+            raise ConfigError(
+                f"no Kafka config: pass --kafka-config-file or set {CONFIG_FILE_ENV} or {CONFIG_JSON_ENV}"
+            )
     except OSError as exc:
         raise ConfigError(f"cannot read Kafka config file {path}: {exc.strerror}") from None
     except ValueError as exc:
@@ -77,7 +80,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--value-format", default="bytes", choices=["bytes", "string", "json"])
     parser.add_argument("--value-schema", help="DDL schema for --value-format json")
     parser.add_argument("--max-offsets-per-task", type=int, default=DEFAULT_MAX_OFFSETS_PER_TASK)
-    parser.add_argument("--stall-timeout", type=float, default=DEFAULT_STALL_TIMEOUT, help="seconds without progress before a read fails")
+    parser.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=DEFAULT_STALL_TIMEOUT,
+        help="seconds without progress before a read fails",
+    )
     parser.add_argument("--force", action="store_true", help="write again even if the batch has a manifest")
     return parser.parse_args(argv)
 

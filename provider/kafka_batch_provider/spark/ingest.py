@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
@@ -223,9 +224,7 @@ def write_batch(
     stats = partition_stats(spark, staging)
     timings["verify_seconds"] = round(time.perf_counter() - clock, 3)
     location = store.data_dir(bid).name
-    files = [
-        {"path": f"{location}/{f.name}", "bytes": f.stat().st_size} for f in sorted(staging.glob("*.parquet"))
-    ]
+    files = [{"path": f"{location}/{f.name}", "bytes": f.stat().st_size} for f in sorted(staging.glob("*.parquet"))]
     manifest = build_manifest(
         plan,
         stats,

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.offsets import OffsetRange

@@ -18,7 +18,8 @@ Why it looks the way it does:
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError

@@ -16,8 +16,8 @@ Each range is split into slices of at most ``maxOffsetsPerTask`` offsets, one Sp
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 

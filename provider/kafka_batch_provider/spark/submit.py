@@ -13,9 +13,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import kafka_batch_provider.spark.app as spark_app
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError

@@ -10,8 +10,9 @@ reported end exact on both. Product code must not work around this; only produce
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -45,9 +46,7 @@ def produce(config: Mapping[str, Any], topic: str, records: Iterable[Record], li
     by_partition: dict[int, list[Record]] = defaultdict(list)
     for record in records:
         by_partition[record.partition].append(record)
-    producer = Producer(
-        {**config, "linger.ms": linger_ms, "batch.num.messages": 10_000, "logger": LIBRDKAFKA_LOGGER}
-    )
+    producer = Producer({**config, "linger.ms": linger_ms, "batch.num.messages": 10_000, "logger": LIBRDKAFKA_LOGGER})
     errors: list[str] = []
 
     def on_delivery(err, _msg) -> None:

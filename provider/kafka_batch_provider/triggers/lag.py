@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any, AsyncIterator, Sequence
+from typing import Any
 
-from asgiref.sync import sync_to_async
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+from asgiref.sync import sync_to_async
 
 from kafka_batch_provider.errors import KafkaBatchError
 from kafka_batch_provider.lag_health import ready_to_ingest
