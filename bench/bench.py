@@ -37,10 +37,12 @@ def baseline_read(config: dict, topic: str, ends: dict[int, int]) -> tuple[int, 
     consumer = Consumer(reader_consumer_config(config))
     consumer.assign([KafkaTopicPartition(topic, p, 0) for p in ends])
     remaining = {p for p, end in ends.items() if end > 0}
-    records = 0
+    records, total = 0, sum(ends.values())
     started = time.perf_counter()
     while remaining:
-        for m in consumer.consume(50_000, timeout=1.0):
+        # Like the pipeline's reader, never ask for more than is left: consume() would wait
+        # out its whole timeout for a count it cannot reach.
+        for m in consumer.consume(min(50_000, total - records), timeout=1.0):
             if m.error() is None:
                 records += 1
                 len(m.value())
