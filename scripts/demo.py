@@ -6,7 +6,7 @@
 4. produce more events and run it again: the second batch holds only the new events,
 5. run the `kafka_batch_backfill` DAG for a time range (by offsets where the broker cannot
    map times to offsets), which never commits the group,
-6. print a summary: batches, ranges, rows, lag before and after, where the data is.
+6. print a summary: batches, ranges, rows, lag before and after, lag health, where the data is.
 
 Airflow uses the project-local AIRFLOW_HOME (.airflow, SQLite); its full task logs go to
 .demo/*.log.
@@ -38,6 +38,7 @@ import pyarrow.dataset as ds  # noqa: E402
 from kafka_batch_provider.batch_store import BatchStore  # noqa: E402
 from kafka_batch_provider.broker.embedded import EmbeddedBroker  # noqa: E402
 from kafka_batch_provider.kafka_offsets import KafkaOffsets  # noqa: E402
+from kafka_batch_provider.lag_monitor import lag_report  # noqa: E402
 from kafka_batch_provider.testing.producers import (  # noqa: E402
     broker_supports_offsets_for_times,
     create_topics,
@@ -150,6 +151,8 @@ def main() -> int:
             f"  backfill ({how.split(' (')[0]}): {replay_rows:,} rows in {replay_out}; "
             f"group offsets {'unchanged' if committed_before == committed_after else 'CHANGED'}"
         )
+        health = lag_report(kafka, group, names, str(lake))
+        say(f"  lag health: {health.message()} (what the DAG's last task, ingest.lag_health, judged too)")
         say(
             f"  lake: {lake}  ({table.num_rows:,} rows, {len(commits)} batches, "
             f"every offset exactly once: {'yes' if all(n == 1 for n in keys.values()) else 'NO'})"
@@ -163,6 +166,7 @@ def main() -> int:
             and all(n == 1 for n in keys.values())
             and committed_before == committed_after
             and replay_rows > 0
+            and health.status.value == "OK"
         )
         return 0 if ok else 1
     finally:
