@@ -63,16 +63,37 @@ def run(dag_id: str, **kwargs) -> dict[str, str]:
         return {ti.task_id: str(ti.state) for ti in tis}
 
 
+def metadata_db_text(table: str, column: str) -> str:
+    """Everything one column of the Airflow metadata DB holds, as text (to look for secrets)."""
+    from airflow.utils.session import create_session
+    from sqlalchemy import text
+
+    with create_session() as session:
+        values = session.execute(text(f"SELECT {column} FROM {table}")).scalars().all()
+    assert values, f"the metadata DB has no {table} rows to check"
+    return "\n".join(str(v) for v in values)
+
+
 def committed(kafka_config, group_id, topic, partitions) -> dict[int, int | None]:
     found = KafkaOffsets(kafka_config).committed_offsets(group_id, [TopicPartition(topic, p) for p in partitions])
     return {tp.partition: offset for tp, offset in found.items()}
 
 
+SECRET = "s3cret-in-the-connection"
+
+
 def test_ingest_dag_first_run_then_nothing_new_then_only_new_data(
-    airflow_env, kafka_config, new_topic, group_id, monkeypatch
+    airflow_env, kafka_config, kafka_bootstrap_servers, new_topic, group_id, monkeypatch, capfd
 ):
     topic = new_topic(partitions=2)
     monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_TOPICS", topic)
+    # A secret in the connection must reach Spark without reaching any log, XCom or file.
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_DEFAULT",
+        json.dumps(
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap_servers, "sasl.password": SECRET}}
+        ),
+    )
     produce(kafka_config, topic, sample_records(2, 40))
 
     first = run("kafka_batch_ingest")
@@ -97,6 +118,12 @@ def test_ingest_dag_first_run_then_nothing_new_then_only_new_data(
     assert committed(kafka_config, group_id, topic, [0, 1]) == {0: 23, 1: 23}
     assert_exactly_once(airflow_env, {(topic, p, o) for p in (0, 1) for o in range(23)})
     assert len(list(Path(airflow_env).glob("batch_id=*"))) == 2
+    task_logs = capfd.readouterr()
+    assert "spark-submit" in task_logs.out + task_logs.err, "the task logs must have been captured"
+    assert SECRET not in task_logs.out + task_logs.err, "the Kafka secret leaked into the task logs"
+    assert not [p for p in Path(airflow_env).rglob("*.json") if SECRET in p.read_text()]
+    stored = metadata_db_text("xcom", "value") + metadata_db_text("rendered_task_instance_fields", "rendered_fields")
+    assert SECRET not in stored, "the Kafka secret leaked into XCom or rendered template fields"
 
 
 def test_spark_failure_leaves_offsets_untouched_and_the_next_run_replays_the_same_plan(

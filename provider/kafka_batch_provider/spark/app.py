@@ -22,7 +22,7 @@ from typing import Any
 
 from kafka_batch_provider.batch_store import load_plan_file, output_of_plan_file
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
-from kafka_batch_provider.kafka_config import check_config
+from kafka_batch_provider.kafka_config import SECRET_KEY_PATTERN, check_config
 from kafka_batch_provider.spark.source import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT
 
 CONFIG_FILE_ENV = "KAFKA_BATCH_KAFKA_CONFIG_FILE"
@@ -107,6 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark = (
         SparkSession.builder.appName(f"kafka-batch {plan.batch_id}")
         .config("spark.sql.session.timeZone", "UTC")
+        # Kafka settings travel as kafka.* source options: keep every secret-looking one out
+        # of plans, the UI and logs (Spark's default pattern misses sasl.jaas.config).
+        .config("spark.redaction.regex", SECRET_KEY_PATTERN.pattern)
         .getOrCreate()
     )
     try:
