@@ -202,3 +202,33 @@ def test_embedded_broker_start_status_stop(tmp_path):
         stopped = last_json(cli("broker", "stop", env=env))
     assert stopped["stopped"] is True
     assert last_json(cli("broker", "status", env=env))["running"] is False
+
+
+def test_jvm_reader_without_the_connector_is_one_clear_line_and_commits_nothing(
+    kafka_config, kafka_bootstrap_servers, new_topic, group_id, tmp_path
+):
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, sample_records(1, 3))
+    result = cli(
+        "run",
+        "--bootstrap-servers",
+        kafka_bootstrap_servers,
+        "--topic",
+        topic,
+        "--group",
+        group_id,
+        "--output",
+        str(tmp_path),
+        "--reader",
+        "jvm",
+        "--spark-master",
+        "local[1]",
+    )
+    # Progress lines came first; the failure itself is one line, the last one.
+    lines = result.stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert result.returncode != 0 and errors == lines[-1:], f"expected one final error line, got {lines!r}"
+    assert "the jvm reader needs Spark's Kafka connector (spark-sql-kafka-0-10)" in errors[0], errors[0]
+    tp = TopicPartition(topic, 0)
+    assert KafkaOffsets(kafka_config).committed_offsets(group_id, [tp]) == {tp: None}
+    assert not list(tmp_path.glob("batch_id=*")) and not list(tmp_path.glob("_manifests/*"))

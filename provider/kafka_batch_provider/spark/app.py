@@ -61,7 +61,7 @@ def task_error_line(text: str) -> str | None:
 
 def friendly_spark_error(exc: Exception) -> str:
     text = str(exc)
-    if "Failed to find the data source: kafka" in text or ("DATA_SOURCE_NOT_FOUND" in text and "kafka" in text):
+    if "KAFKA_DATA_SOURCE_NOT_ENABLED" in text or "Failed to find data source: kafka" in text:
         return (
             "the jvm reader needs Spark's Kafka connector (spark-sql-kafka-0-10) on the cluster, "
             "e.g. spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>; "
