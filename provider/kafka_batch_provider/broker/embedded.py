@@ -158,6 +158,14 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def is_tansu(pid: int) -> bool:
+    """Guard against a recycled pid: only ever signal a process that runs tansu."""
+    try:
+        return b"tansu" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def stop_pid(pid: int, timeout: float = 10.0) -> None:
     """SIGTERM, wait, then SIGKILL if it would not go."""
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
@@ -203,13 +211,14 @@ def status() -> dict:
         info = json.loads(_state_file().read_text())
     except (OSError, ValueError):
         return {"running": False}
-    alive = pid_alive(int(info["pid"])) and port_open(int(info["port"]))
+    pid = int(info["pid"])
+    alive = pid_alive(pid) and is_tansu(pid) and port_open(int(info["port"]))
     return {"running": alive, **info}
 
 
 def stop_detached(timeout: float = 10.0) -> dict:
     info = status()
-    if "pid" in info and pid_alive(int(info["pid"])):
+    if info["running"]:
         stop_pid(int(info["pid"]), timeout)
     _state_file().unlink(missing_ok=True)
     return {
