@@ -63,6 +63,19 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def sync_tree(folder: Path) -> None:
+    """fsync every file below ``folder`` and the directories holding them."""
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    for directory in [folder, *(p for p in folder.rglob("*") if p.is_dir())]:
+        fsync_dir(directory)
+
+
 def read_json(path: Path) -> Any:
     with open(path) as f:
         return json.load(f)
@@ -148,6 +161,7 @@ class BatchStore:
         A rename is atomic, so readers see all of the batch or none of it. A previous copy
         (an attempt that crashed before its manifest) is first moved aside, never merged.
         """
+        sync_tree(staging)  # Spark's local writer does not fsync; the Kafka commit will rely on these bytes
         final = self.data_dir(batch_id)
         if final.exists():
             aside = self.root / STAGING / f"{batch_id}.replaced.{uuid.uuid4().hex[:8]}"
@@ -156,6 +170,18 @@ class BatchStore:
         os.replace(staging, final)
         fsync_dir(self.root)
         return final
+
+    def remove_batch(self, batch_id: str) -> None:
+        """Manifest, then data, then plan: a crash in between leaves a pending plan to replay."""
+        self.manifest_path(batch_id).unlink(missing_ok=True)
+        data = self.data_dir(batch_id)
+        if data.exists():
+            aside = self.root / STAGING / f"{batch_id}.discarded.{uuid.uuid4().hex[:8]}"
+            aside.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(data, aside)
+            shutil.rmtree(aside, ignore_errors=True)
+        self.plan_path(batch_id).unlink(missing_ok=True)
+        fsync_dir(self.root)
 
     # -- commit records ----------------------------------------------------------------------
 

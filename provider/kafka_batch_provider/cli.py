@@ -18,7 +18,7 @@ from typing import Any
 
 from kafka_batch_provider import __version__
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
-from kafka_batch_provider.kafka_config import LIBRDKAFKA_LOGGER, parse_key_values
+from kafka_batch_provider.kafka_config import LIBRDKAFKA_LOGGER, parse_key_values, read_config_file
 from kafka_batch_provider.planning import DataLossPolicy, NewPartitionPolicy, PlanPolicy
 
 log = logging.getLogger("kafka_batch_provider")
@@ -74,7 +74,13 @@ def add_kafka_args(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="librdkafka setting, repeatable (e.g. security.protocol=SASL_SSL)",
+        help="librdkafka setting, repeatable (e.g. security.protocol=SASL_SSL); put secrets in --kafka-config-file",
+    )
+    g.add_argument(
+        "--kafka-config-file",
+        default=os.environ.get("KAFKA_BATCH_KAFKA_CONFIG_FILE"),
+        help="JSON object of librdkafka settings, for secrets: they stay out of ps and shell history "
+        "(default: $KAFKA_BATCH_KAFKA_CONFIG_FILE); --kafka-config and --bootstrap-servers override it",
     )
     g.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for a broker request (default 30)")
 
@@ -132,7 +138,8 @@ def check_spark_args(args: argparse.Namespace) -> None:
 
 
 def kafka_config_from(args: argparse.Namespace) -> dict[str, Any]:
-    config = parse_key_values(args.kafka_config)
+    config = read_config_file(args.kafka_config_file) if args.kafka_config_file else {}
+    config.update(parse_key_values(args.kafka_config))
     if args.bootstrap_servers:
         config["bootstrap.servers"] = args.bootstrap_servers
     if not config.get("bootstrap.servers"):
@@ -318,6 +325,15 @@ class LagCheckFailed(KafkaBatchError):
         self.exit_code = code
 
 
+def cmd_discard(args: argparse.Namespace) -> dict[str, Any]:
+    from kafka_batch_provider.batch_store import BatchStore
+    from kafka_batch_provider.protocol import discard_batch
+
+    plan, output = load_plan_and_output(args)
+    discard_batch(offsets_client(args), BatchStore(output), plan, progress)
+    return {"batch_id": plan.batch_id, "discarded": True}
+
+
 def cmd_broker(args: argparse.Namespace) -> dict[str, Any]:
     from kafka_batch_provider.broker import embedded
 
@@ -376,6 +392,12 @@ def build_parser() -> argparse.ArgumentParser:
     output_arg(p, True)
     add_spark_args(p)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("discard", help="remove an uncommitted batch (manifest, data, plan) so it can be planned anew")
+    p.add_argument("--plan", required=True, help="plan file (<output>/_plans/<batch_id>.json)")
+    output_arg(p, False)
+    add_kafka_args(p)
+    p.set_defaults(func=cmd_discard)
 
     p = sub.add_parser("lag", help="lag per partition and its health (OK, WARN, STALL, STOP, REWIND, ...)")
     add_kafka_args(p)

@@ -7,6 +7,7 @@ the checks the protocol depends on and the redaction that keeps secrets out of l
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -18,8 +19,11 @@ READ_COMMITTED = "read_committed"
 READ_UNCOMMITTED = "read_uncommitted"
 
 #: Keys whose values are secrets (librdkafka names: sasl.password, ssl.key.password,
-#: sasl.oauthbearer.client.secret, sasl.jaas.config, ssl.keystore.password, ...).
-SECRET_KEY_PATTERN = re.compile(r"(?i)password|secret|token|jaas|credential|ssl\.key\.pem|private")
+#: sasl.oauthbearer.client.secret, sasl.oauthbearer.config, sasl.jaas.config, ...). A superset
+#: of Spark's default ``spark.redaction.regex``, which the Spark application replaces with it.
+SECRET_KEY_PATTERN = re.compile(
+    r"(?i)secret|password|token|access[.]?key|credential|jaas|oauthbearer\.config|ssl\.key\.pem|private"
+)
 
 #: Consumer-only keys that the admin client would only warn about.
 _CONSUMER_ONLY_KEYS = {
@@ -57,6 +61,23 @@ def parse_key_values(pairs: Iterable[str]) -> dict[str, str]:
             raise ConfigError(f"--kafka-config expects key=value, got {pair!r}")
         config[key.strip()] = value
     return config
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """A JSON object of librdkafka settings from a file, or a one-line :class:`ConfigError`."""
+    try:
+        with open(path) as f:
+            return config_object(json.load(f))
+    except OSError as exc:
+        raise ConfigError(f"cannot read Kafka config file {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ConfigError(f"Kafka config file {path} is not valid JSON: {exc}") from None
+
+
+def config_object(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ConfigError("Kafka config must be a JSON object of librdkafka settings")
+    return data
 
 
 def check_config(config: Mapping[str, Any]) -> dict[str, Any]:

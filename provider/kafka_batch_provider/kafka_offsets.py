@@ -115,7 +115,8 @@ class KafkaOffsets:
         for topic in topics:
             topic_meta = metadata.topics[topic]
             if topic_meta.error is not None:
-                raise PlanError(f"topic {topic!r}: {topic_meta.error.str()}")
+                error_type = KafkaUnavailableError if topic_meta.error.retriable() else PlanError
+                raise error_type(f"topic {topic!r}: {topic_meta.error.str()}")
             existing = sorted(topic_meta.partitions)
             chosen = existing if wanted is None else [p for p in wanted if p in existing]
             if wanted is not None and len(chosen) != len(wanted):
@@ -195,16 +196,19 @@ class KafkaOffsets:
     ) -> dict[TopicPartition, int]:
         """Compare-and-set commit: move ``group_id`` to ``offsets`` if it still sits at ``expected``.
 
-        Synchronous; every partition's error is checked and the result is read back. Kafka
-        has no atomic compare-and-set for offsets: the check narrows the window, and a
-        concurrent writer that slips in is caught by the read-back.
+        Synchronous; every partition's error is checked and the result is read back. A
+        partition already at its target counts as an earlier attempt of this same commit
+        that was cut short (a timeout after the broker applied it, a partial failure):
+        committing it again changes nothing, so the commit can always be finished. Kafka has
+        no atomic compare-and-set for offsets: the check narrows the window, and a concurrent
+        writer that slips in is caught by the read-back.
 
-        :raises CommitConflictError: when the committed offsets are not ``expected`` before
-            the commit, or not ``offsets`` after it.
+        :raises CommitConflictError: when a committed offset is neither ``expected`` nor its
+            target before the commit, or not the target after it.
         """
         tps = sorted(offsets)
         current = self.committed_offsets(group_id, tps)
-        moved = [tp for tp in tps if current.get(tp) != expected.get(tp)]
+        moved = [tp for tp in tps if current.get(tp) not in (expected.get(tp), offsets[tp])]
         if moved:
             details = ", ".join(f"{tp}: committed {current.get(tp)}, plan expected {expected.get(tp)}" for tp in moved)
             raise CommitConflictError(

@@ -81,17 +81,30 @@ def start_offset(state: PartitionOffsets, policy: PlanPolicy) -> tuple[int, Offs
 
 
 def fair_shares(sizes: Sequence[int], budget: int) -> list[int]:
-    """Split ``budget`` over partitions holding ``sizes`` offsets, smallest first.
+    """Split ``budget`` offsets over partitions holding ``sizes`` offsets (water-filling).
 
-    Small partitions get all they have; what they leave is shared by the larger ones, so
-    the whole budget is used when there is enough data and no partition starves.
+    Every partition gets up to the same level, the highest whose total fits the budget, so a
+    small partition gets all it has and the larger ones share the rest evenly. The few
+    offsets left below one level go one each to the largest backlogs, so even a budget smaller
+    than the number of partitions always moves the partition that is furthest behind.
     """
-    shares = [0] * len(sizes)
-    order = sorted((i for i, size in enumerate(sizes) if size > 0), key=lambda i: (sizes[i], i))
-    for k, i in enumerate(order):
-        share = min(sizes[i], math.ceil(budget / (len(order) - k)))
-        shares[i] = share
-        budget -= share
+    if budget >= sum(sizes):
+        return list(sizes)
+    low, high = 0, max(sizes, default=0)
+    while low < high:  # the highest level whose total fits
+        mid = (low + high + 1) // 2
+        if sum(min(size, mid) for size in sizes) <= budget:
+            low = mid
+        else:
+            high = mid - 1
+    shares = [min(size, low) for size in sizes]
+    left = budget - sum(shares)
+    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        if left == 0:
+            break
+        if sizes[i] > shares[i]:
+            shares[i] += 1
+            left -= 1
     return shares
 
 
@@ -160,7 +173,7 @@ def plan_incremental(
         gaps=tuple(gaps),
         truncated=truncated,
         created_at=created_at,
-        extra={"snapshot": snapshot(states)},
+        extra={"snapshot": snapshot(states), "partitions": sorted(partitions) if partitions is not None else None},
     )
 
 

@@ -7,13 +7,13 @@ Kafka or Spark details of their own (see :mod:`kafka_batch_provider.kafka_offset
 Repair after a crash, done by the plan step before it plans anything new. A pending plan is
 one that was persisted but never committed:
 
-* group still at the plan's starts, manifest present -> the write finished: commit it now,
-  without reading again;
-* group still at the plan's starts, no manifest -> reuse the plan, so the retry reads the
-  same ranges into the same batch location;
-* group already at the plan's ends, manifest present -> the Kafka commit happened but its
-  record did not: record it;
+* manifest present, every partition at its start or its end -> the write finished (and the
+  commit may have started): finish the commit now, without reading again;
+* no manifest, group at the plan's starts -> reuse the plan, so the retry reads the same
+  ranges into the same batch location (after checking that they still exist and that the
+  run asks for the same topics and partitions);
 * anything else -> somebody else moved the group: fail loudly, change nothing.
+  ``kafka-batch discard`` removes such a batch (data, manifest, plan) once it is understood.
 """
 
 from __future__ import annotations
@@ -21,14 +21,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from kafka_batch_provider.batch_store import BatchStore, utc_now
-from kafka_batch_provider.errors import CommitConflictError, ConfigError, KafkaBatchError
+from kafka_batch_provider.errors import CommitConflictError, ConfigError, PlanError
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
 from kafka_batch_provider.manifest import verify_manifest
 from kafka_batch_provider.offsets import TopicPartition
-from kafka_batch_provider.plan import OffsetPlan
+from kafka_batch_provider.plan import INCREMENTAL, OffsetPlan
 from kafka_batch_provider.planning import PlanPolicy, plan_incremental
 
 log = logging.getLogger(__name__)
@@ -94,28 +93,25 @@ def reconcile_pending(
         tps = [r.tp for r in plan.ranges]
         current = kafka.committed_offsets(group_id, tps)
         at_start = all(current.get(r.tp) == r.expected_committed for r in plan.ranges)
-        at_end = all(current.get(r.tp) == r.end for r in plan.ranges)
+        in_flight = all(current.get(r.tp) in (r.expected_committed, r.end) for r in plan.ranges)
         written = store.has_manifest(plan.batch_id) or not plan.has_data
-        if at_start and written:
-            progress(f"batch {plan.batch_id} was written but not committed: committing it without reading again")
+        if written and in_flight:
+            progress(
+                f"batch {plan.batch_id} was written but its commit did not finish: committing it without reading again"
+            )
             commit_batch(kafka, store, plan, progress)
             repaired.append(plan.batch_id)
-        elif at_start:
+        elif at_start and not written:
             progress(f"batch {plan.batch_id} was planned but not written: running the same plan again")
             return plan, repaired
-        elif at_end and written:
-            progress(f"batch {plan.batch_id} was committed but not recorded: recording the commit")
-            rows = int(store.load_manifest(plan.batch_id)["rows"]) if plan.has_data else 0
-            store.record_commit(plan, {_key(tp): off for tp, off in plan.end_offsets().items()}, rows, recovered=True)
-            repaired.append(plan.batch_id)
         else:
             details = ", ".join(
                 f"{r.tp}: committed {current.get(r.tp)}, plan [{r.expected_committed} -> {r.end}]" for r in plan.ranges
             )
             raise CommitConflictError(
                 f"pending batch {plan.batch_id} no longer matches group {group_id!r} ({details}); "
-                "someone else moved the group: inspect it, then delete "
-                f"{store.plan_path(plan.batch_id)} to discard the batch"
+                "someone else moved the group: inspect it, then remove the batch with "
+                f"kafka-batch discard --plan {store.plan_path(plan.batch_id)}"
             )
     return None, repaired
 
@@ -134,8 +130,10 @@ def plan_batch(
         raise ConfigError("at least one topic is required (--topic)")
     if not group_id:
         raise ConfigError("a consumer group is required (--group)")
+    refuse_mixed_output(store, INCREMENTAL)
     pending, repaired = reconcile_pending(kafka, store, group_id, progress)
     if pending is not None:
+        check_reusable(kafka, store, pending, topics, partitions)
         return PlanOutcome(pending, reused=True, repaired=repaired, plan_path=str(store.plan_path(pending.batch_id)))
     states = kafka.partition_offsets(group_id, topics)  # all partitions: the plan keeps a snapshot
     plan = plan_incremental(group_id, topics, states, policy, kafka.isolation_level, utc_now(), partitions)
@@ -150,9 +148,57 @@ def plan_batch(
     return PlanOutcome(plan, repaired=repaired, plan_path=str(path))
 
 
-def result_line(plan: OffsetPlan, **extra: Any) -> dict[str, Any]:
-    """The JSON object every command prints last."""
-    return {**plan.summary(), **extra}
+def check_reusable(
+    kafka: KafkaOffsets,
+    store: BatchStore,
+    plan: OffsetPlan,
+    topics: Sequence[str],
+    partitions: Sequence[int] | None,
+) -> None:
+    """A pending plan is replayed only for the same request, and only while its offsets exist."""
+    discard = f"kafka-batch discard --plan {store.plan_path(plan.batch_id)}"
+    planned_partitions = plan.extra.get("partitions")
+    wanted_partitions = sorted(partitions) if partitions is not None else None
+    if list(plan.topics) != list(topics) or planned_partitions != wanted_partitions:
+        raise PlanError(
+            f"pending batch {plan.batch_id} was planned for topics {list(plan.topics)} and partitions "
+            f"{planned_partitions or 'all'}, not {list(topics)} and {wanted_partitions or 'all'}: "
+            f"run with those to finish it, or remove it with {discard}"
+        )
+    log_starts = kafka.log_start_offsets([r.tp for r in plan.readable_ranges])
+    gone = [r for r in plan.readable_ranges if r.start < log_starts[r.tp]]
+    if gone:
+        missing = ", ".join(f"{r.tp} [{r.start}, {log_starts[r.tp]})" for r in gone)
+        raise PlanError(
+            f"pending batch {plan.batch_id} can no longer be read: offsets {missing} were deleted before it was "
+            f"written; remove it with {discard}, then plan again with --on-data-loss=earliest to skip them"
+        )
 
 
-__all__ = ["PlanOutcome", "commit_batch", "plan_batch", "reconcile_pending", "result_line", "KafkaBatchError"]
+def refuse_mixed_output(store: BatchStore, mode: str) -> None:
+    """Incremental batches and replays never share an output: readers would see offsets twice."""
+    other = next((p for p in store.plans() if p.mode != mode), None)
+    if other is not None:
+        raise PlanError(
+            f"output {store.root} holds {other.mode} batches (e.g. {other.batch_id}); "
+            f"{mode} batches need an output of their own, or readers would see those offsets twice"
+        )
+
+
+def discard_batch(kafka: KafkaOffsets, store: BatchStore, plan: OffsetPlan, progress: Progress = log.info) -> None:
+    """Remove an uncommitted batch: manifest first (the storage commit point), then data, then plan.
+
+    Refused once any of its offsets is committed: then the batch must be finished, not removed.
+    """
+    if store.commit_record(plan.batch_id) is not None:
+        raise CommitConflictError(f"batch {plan.batch_id} is committed; committed batches are never discarded")
+    if plan.commits_group and plan.group_id:
+        current = kafka.committed_offsets(plan.group_id, [r.tp for r in plan.ranges])
+        moved = [r for r in plan.ranges if current.get(r.tp) == r.end]
+        if moved:
+            raise CommitConflictError(
+                f"batch {plan.batch_id} is partly committed ({', '.join(str(r.tp) for r in moved)} at its end): "
+                f"finish it with kafka-batch commit --plan {store.plan_path(plan.batch_id)} instead"
+            )
+    store.remove_batch(plan.batch_id)
+    progress(f"batch {plan.batch_id} discarded (manifest, data and plan removed)")

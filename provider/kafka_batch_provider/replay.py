@@ -15,8 +15,9 @@ from kafka_batch_provider.batch_store import BatchStore, utc_now
 from kafka_batch_provider.errors import ConfigError, PlanError
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
 from kafka_batch_provider.offsets import OffsetRange, TopicPartition
+from kafka_batch_provider.plan import REPLAY, OffsetPlan
 from kafka_batch_provider.planning import plan_replay
-from kafka_batch_provider.protocol import PlanOutcome
+from kafka_batch_provider.protocol import PlanOutcome, refuse_mixed_output
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,24 @@ def replay_ranges(
             raise PlanError(f"{tp}: end offset {end} is before start offset {start}")
         ranges.append(OffsetRange(tp.topic, tp.partition, start, end))
     return ranges
+
+
+def refuse_overlaps(store: BatchStore, plan: OffsetPlan) -> None:
+    """Two different replays of the same offsets in one output would show readers those offsets twice.
+
+    Replaying exactly the same ranges again is fine: same batch id, so it replaces.
+    """
+    for other in store.plans():
+        if other.batch_id == plan.batch_id:
+            continue
+        for mine in plan.readable_ranges:
+            for theirs in other.readable_ranges:
+                if mine.tp == theirs.tp and mine.start < theirs.end and theirs.start < mine.end:
+                    raise PlanError(
+                        f"replay {mine} overlaps {theirs} of batch {other.batch_id} in {store.root}; "
+                        "choose another output, or remove that batch with "
+                        f"kafka-batch discard --plan {store.plan_path(other.batch_id)}"
+                    )
 
 
 def _per_partition(
@@ -95,6 +114,8 @@ def plan_replay_batch(
         starts = _per_partition("start offsets", start_offsets, tps, log_starts)
         ends = _per_partition("end offsets", end_offsets, tps, log_ends)
     plan = plan_replay(replay_ranges(tps, starts, ends), states, kafka.isolation_level, created_at=utc_now())
+    refuse_mixed_output(store, REPLAY)
+    refuse_overlaps(store, plan)
     described = ", ".join(str(r) for r in plan.ranges) or "nothing"
     if dry_run:
         progress(f"dry run: replay batch {plan.batch_id} would read {described}")

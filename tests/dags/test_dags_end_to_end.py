@@ -8,6 +8,7 @@ AIRFLOW_CONN_SPARK_DEFAULT (``local[2]``) and AIRFLOW_VAR_KAFKA_BATCH_*.
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -63,6 +64,22 @@ def run(dag_id: str, **kwargs) -> dict[str, str]:
         return {ti.task_id: str(ti.state) for ti in tis}
 
 
+def record_spark_submits(monkeypatch) -> list[tuple[list[str], dict[str, str]]]:
+    """Record the argv and environment of every spark-submit the Spark hook starts."""
+    import airflow.providers.apache.spark.hooks.spark_submit as hook_module
+
+    launched: list[tuple[list[str], dict[str, str]]] = []
+    real_popen = hook_module.subprocess.Popen
+
+    def popen(args, *rest, **kwargs):
+        if isinstance(args, (list, tuple)) and str(args[0]).endswith("spark-submit"):
+            launched.append((list(args), dict(kwargs.get("env") or {})))
+        return real_popen(args, *rest, **kwargs)
+
+    monkeypatch.setattr(hook_module.subprocess, "Popen", popen)
+    return launched
+
+
 def metadata_db_text(table: str, column: str) -> str:
     """Everything one column of the Airflow metadata DB holds, as text (to look for secrets)."""
     from airflow.utils.session import create_session
@@ -95,6 +112,7 @@ def test_ingest_dag_first_run_then_nothing_new_then_only_new_data(
         ),
     )
     produce(kafka_config, topic, sample_records(2, 40))
+    launched = record_spark_submits(monkeypatch)
 
     first = run("kafka_batch_ingest")
     assert first == {
@@ -118,6 +136,16 @@ def test_ingest_dag_first_run_then_nothing_new_then_only_new_data(
     assert committed(kafka_config, group_id, topic, [0, 1]) == {0: 23, 1: 23}
     assert_exactly_once(airflow_env, {(topic, p, o) for p in (0, 1) for o in range(23)})
     assert len(list(Path(airflow_env).glob("batch_id=*"))) == 2
+    # Airflow masks known secrets in logs, so the logs alone cannot prove much: the command
+    # line and environment that spark-submit really got must not hold the secret either.
+    assert len(launched) == 2, f"expected two spark-submit runs, saw {len(launched)}"
+    for argv, env in launched:
+        # The hook passes the worker's own environment on (here it holds the connection, as
+        # AIRFLOW_CONN_*): only what the operator adds must be secret-free.
+        added = {k: v for k, v in env.items() if os.environ.get(k) != v}
+        assert SECRET not in " ".join(argv), "the Kafka secret is on the spark-submit command line"
+        assert not [k for k, v in added.items() if SECRET in str(v)], f"secret in spark-submit env {sorted(added)}"
+        assert "KAFKA_BATCH_KAFKA_CONFIG_FILE" in added, "the config must travel as a file named in the environment"
     task_logs = capfd.readouterr()
     assert "spark-submit" in task_logs.out + task_logs.err, "the task logs must have been captured"
     assert SECRET not in task_logs.out + task_logs.err, "the Kafka secret leaked into the task logs"

@@ -47,7 +47,9 @@ def test_plan_write_commit_then_run_ingests_only_new_data_and_keeps_secrets_out(
     topic = new_topic(partitions=2)
     produce(kafka_config, topic, sample_records(2, 20))
     out = str(tmp_path / "lake")
-    common = ["--bootstrap-servers", kafka_bootstrap_servers, "--kafka-config", f"sasl.password={SECRET}"]
+    secrets = tmp_path / "kafka.json"  # secrets in a file: not in ps, not in shell history
+    secrets.write_text(json.dumps({"sasl.password": SECRET}))
+    common = ["--bootstrap-servers", kafka_bootstrap_servers, "--kafka-config-file", str(secrets)]
     spark = ["--spark-master", "local[2]"]
 
     planned = last_json(cli("plan", *common, "--topic", topic, "--group", group_id, "--output", out))
@@ -232,3 +234,20 @@ def test_jvm_reader_without_the_connector_is_one_clear_line_and_commits_nothing(
     tp = TopicPartition(topic, 0)
     assert KafkaOffsets(kafka_config).committed_offsets(group_id, [tp]) == {tp: None}
     assert not list(tmp_path.glob("batch_id=*")) and not list(tmp_path.glob("_manifests/*"))
+
+
+def test_discard_removes_an_uncommitted_batch_and_refuses_a_committed_one(
+    kafka_config, kafka_bootstrap_servers, new_topic, group_id, tmp_path
+):
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, sample_records(1, 5))
+    common = ["--bootstrap-servers", kafka_bootstrap_servers]
+    planned = last_json(cli("plan", *common, "--topic", topic, "--group", group_id, "--output", str(tmp_path)))
+    assert last_json(cli("discard", "--plan", planned["plan_path"], *common))["discarded"] is True
+    assert not Path(planned["plan_path"]).exists()
+    again = last_json(cli("plan", *common, "--topic", topic, "--group", group_id, "--output", str(tmp_path)))
+    assert again["batch_id"] == planned["batch_id"] and again["reused"] is False, "planned anew, same ranges"
+    tp = TopicPartition(topic, 0)
+    KafkaOffsets(kafka_config).commit(group_id, {tp: None}, {tp: 5})  # its end is committed: finish, never discard
+    assert_one_line_error(cli("discard", "--plan", again["plan_path"], *common), "finish it with kafka-batch commit")
+    assert Path(again["plan_path"]).exists()

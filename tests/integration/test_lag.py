@@ -121,6 +121,19 @@ def test_trigger_reports_an_unreachable_broker_as_an_error_event(monkeypatch):
     assert event.payload["status"] == "error" and "did not answer" in event.payload["message"]
 
 
+def test_sensor_fails_on_kafka_errors_even_with_soft_fail_and_never_waits_in_backfill_runs(kafka_connection, group_id):
+    from types import SimpleNamespace
+
+    from kafka_batch_provider.errors import PlanError
+    from kafka_batch_provider.sensors.lag import KafkaLagSensor
+
+    sensor = KafkaLagSensor(task_id="wait", group_id=group_id, topics=["no-such-topic-x"], soft_fail=True, timeout=5)
+    with pytest.raises(PlanError, match="unknown topic"):  # a skip here would hide a broken DAG
+        sensor.execute({})
+    backfill = {"dag_run": SimpleNamespace(run_type="backfill")}
+    assert sensor.execute(backfill) == {"total_lag": None, "reason": "backfill run"}
+
+
 # -- health statuses from real sequences -----------------------------------------------------
 
 

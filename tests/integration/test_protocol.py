@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 from confluent_kafka import Producer
@@ -291,6 +292,9 @@ def test_readers_never_see_a_batch_twice_or_in_part(spark, kafka_config, new_top
     watcher.start()
     try:
         run_batch(spark, kafka_config, tmp_path, group_id, [topic])
+        deadline = time.monotonic() + 30  # let the watcher see the first batch before the second lands
+        while 2000 not in sizes_seen and not observations and time.monotonic() < deadline:
+            time.sleep(0.05)
         produce(kafka_config, topic, sample_records(2, 1000, first_id=2000))
         run_batch(spark, kafka_config, tmp_path, group_id, [topic])
     finally:
@@ -320,3 +324,49 @@ def test_replay_by_offsets_reads_only_the_named_partitions_and_never_touches_the
     assert again.plan.batch_id == outcome.plan.batch_id, "the same replay must land in the same batch"
     tps = [TopicPartition(topic, p) for p in range(3)]
     assert set(kafka.committed_offsets(group_id, tps).values()) == {None}
+
+
+def test_partly_applied_commit_is_finished_by_the_next_plan_step(spark, kafka_config, new_topic, group_id, tmp_path):
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 10))
+    kafka = KafkaOffsets(kafka_config)
+    store = BatchStore(tmp_path)
+    plan = plan_batch(kafka, store, group_id, [topic], PlanPolicy()).plan
+    write_batch(spark, plan, str(tmp_path), kafka_config)
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    kafka.commit(group_id, {tp0: None}, {tp0: 5})  # the commit reached partition 0 only, then the task died
+
+    outcome = plan_batch(KafkaOffsets(kafka_config), store, group_id, [topic], PlanPolicy())
+
+    assert outcome.repaired == [plan.batch_id] and outcome.plan.ranges == ()
+    assert kafka.committed_offsets(group_id, [tp0, tp1]) == {tp0: 5, tp1: 5}
+    assert store.commit_record(plan.batch_id) is not None
+
+
+def test_pending_plan_is_only_replayed_for_the_same_topics_and_partitions(kafka_config, new_topic, group_id, tmp_path):
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 10))
+    store = BatchStore(tmp_path)
+    plan_batch(KafkaOffsets(kafka_config), store, group_id, [topic], PlanPolicy(), partitions=[0])
+    with pytest.raises(PlanError, match=r"was planned for topics .* and partitions \[0\], not .* and all"):
+        plan_batch(KafkaOffsets(kafka_config), store, group_id, [topic], PlanPolicy())
+    again = plan_batch(KafkaOffsets(kafka_config), store, group_id, [topic], PlanPolicy(), partitions=[0])
+    assert again.reused
+
+
+def test_replays_never_share_an_output_with_ingestion_or_overlap(kafka_config, new_topic, group_id, tmp_path):
+    from kafka_batch_provider.replay import plan_replay_batch
+
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, sample_records(1, 20))
+    kafka = KafkaOffsets(kafka_config)
+    lake, replays = BatchStore(tmp_path / "lake"), BatchStore(tmp_path / "replays")
+    plan_batch(kafka, lake, group_id, [topic], PlanPolicy())
+    with pytest.raises(PlanError, match="holds incremental batches"):
+        plan_replay_batch(kafka, lake, [topic], start_offsets={0: 0}, end_offsets={0: 5})
+    plan_replay_batch(kafka, replays, [topic], start_offsets={0: 0}, end_offsets={0: 10})
+    with pytest.raises(PlanError, match=r"overlaps .*\[0, 10\) of batch"):
+        plan_replay_batch(kafka, replays, [topic], start_offsets={0: 5}, end_offsets={0: 15})
+    plan_replay_batch(kafka, replays, [topic], start_offsets={0: 10}, end_offsets={0: 15})  # adjacent is fine
+    with pytest.raises(PlanError, match="holds replay batches"):
+        plan_batch(kafka, replays, group_id, [topic], PlanPolicy())

@@ -132,3 +132,26 @@ def test_jvm_options_read_exactly_the_ranges_in_sparks_json_vocabulary():
 def test_jvm_options_need_something_to_read():
     with pytest.raises(ConfigError, match="at least one non-empty range"):
         jvm_reader_options([OffsetRange("a", 0, 5, 5)], {"bootstrap.servers": "h:1"})
+
+
+def test_callbacks_in_the_connection_cannot_be_shipped_to_spark():
+    pytest.importorskip("airflow")
+    from kafka_batch_provider.operators.spark import shippable
+
+    assert shippable({"bootstrap.servers": "b:1", "logger": object()}) == {"bootstrap.servers": "b:1"}
+    with pytest.raises(ConfigError, match=r"callback\(s\) oauth_cb"):
+        shippable({"bootstrap.servers": "b:1", "oauth_cb": lambda cfg: ("t", 0)})
+
+
+def test_config_file_must_be_a_json_object(tmp_path):
+    from kafka_batch_provider.kafka_config import read_config_file
+
+    good = tmp_path / "k.json"
+    good.write_text('{"sasl.password": "x"}')
+    assert read_config_file(str(good)) == {"sasl.password": "x"}
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="must be a JSON object"):
+        read_config_file(str(bad))
+    with pytest.raises(ConfigError, match="cannot read Kafka config file"):
+        read_config_file(str(tmp_path / "missing.json"))

@@ -104,6 +104,15 @@ def test_tiny_budget_still_makes_progress():
     assert sum(fair_shares([50, 50, 50], 1)) == 1
 
 
+def test_tiny_budget_never_starves_the_largest_backlog():
+    assert fair_shares([1000, 5, 5], 2) == [1, 1, 0]
+    sizes = [50, 50, 50]
+    for _ in range(6):  # budget below the partition count: the largest backlog moves each time
+        shares = fair_shares(sizes, 1)
+        sizes = [size - share for size, share in zip(sizes, shares)]
+    assert sizes == [48, 48, 48], "the one offset per batch must rotate over the partitions"
+
+
 def test_bounds_move_ends_down_never_starts():
     ranges = [OffsetRange("t", 0, 10, 110, 10), OffsetRange("t", 1, 0, 20, 0)]
     bounded = apply_bounds(ranges, PlanPolicy(max_records_per_partition=50))

@@ -13,12 +13,25 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from kafka_batch_provider.batch_store import BatchStore
+from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.xcom import pull_plan
 from kafka_batch_provider.spark.app import CONFIG_FILE_ENV
 from kafka_batch_provider.spark.source import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT
 from kafka_batch_provider.spark.submit import DEFAULT_APPLICATION, application_args
+
+
+def shippable(kafka_config: dict[str, Any]) -> dict[str, Any]:
+    """The config as Spark will get it (JSON); callables (oauth_cb, error_cb, ...) cannot go."""
+    callbacks = sorted(k for k, v in kafka_config.items() if callable(v) and k != "logger")
+    if callbacks:
+        raise ConfigError(
+            f"the Kafka connection sets callback(s) {', '.join(callbacks)} (e.g. MSK IAM or managed-cloud OAuth): "
+            "Spark executors get the config as JSON and cannot run them; use credentials in the connection's "
+            "extra (e.g. SASL/SCRAM) for the Spark reader"
+        )
+    return {k: v for k, v in kafka_config.items() if k != "logger"}
 
 
 class KafkaSparkBatchOperator(SparkSubmitOperator):
@@ -71,14 +84,14 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
 
             raise AirflowSkipException(f"batch {plan.batch_id} has nothing to read: Spark is not started")
         with task_errors():
-            kafka_config = KafkaOffsetsHook(self.kafka_config_id).kafka_config
+            kafka_config = shippable(KafkaOffsetsHook(self.kafka_config_id).kafka_config)
         self.log.info(
             "batch %s: %d range(s), up to %d offsets", plan.batch_id, len(plan.readable_ranges), plan.planned_offsets
         )
         fd, config_path = tempfile.mkstemp(prefix="kafka-batch-config-", suffix=".json")
         try:
             with os.fdopen(fd, "w") as f:  # mkstemp: readable by this user only
-                json.dump({k: v for k, v in kafka_config.items() if k != "logger"}, f)
+                json.dump(kafka_config, f)
             self.application_args = application_args(
                 summary["plan_path"],
                 summary["output_path"],

@@ -7,9 +7,9 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
-from airflow.sdk.exceptions import AirflowException
 
-from kafka_batch_provider.operators.errors import task_errors
+from kafka_batch_provider.errors import KafkaUnavailableError
+from kafka_batch_provider.operators.plan import BACKFILL_RUN_TYPE, run_type_of
 from kafka_batch_provider.operators.xcom import as_list
 from kafka_batch_provider.triggers.lag import KafkaLagTrigger, check_lag
 
@@ -20,7 +20,8 @@ class KafkaLagSensor(BaseSensorOperator):
     gets ingested). Lag is isolation-aware (records between the committed offset and the end).
 
     The usual sensor options work: ``mode="poke"`` or ``"reschedule"``, ``poke_interval``,
-    ``timeout``, ``soft_fail=True`` (a run with nothing to do is skipped, not failed).
+    ``timeout``, ``soft_fail=True`` (a run with nothing to do is skipped, not failed; Kafka
+    errors still fail). Runs of type backfill do not wait: they replay history.
     ``deferrable=True`` hands the waiting to :class:`KafkaLagTrigger` in the triggerer.
 
     :param group_id: the consumer group (templated).
@@ -58,15 +59,16 @@ class KafkaLagSensor(BaseSensorOperator):
         self.kafka_timeout = kafka_timeout
 
     def _check(self) -> tuple[bool, str, int]:
-        with task_errors():
-            return check_lag(
-                self.kafka_config_id,
-                self.group_id,
-                as_list(self.topics),
-                self.min_lag,
-                self.max_data_age_seconds,
-                self.kafka_timeout,
-            )
+        # Errors stay plain exceptions: a sensor with soft_fail turns Airflow's fail
+        # exceptions into skips, and a bad topic or an unreachable broker must fail the run.
+        return check_lag(
+            self.kafka_config_id,
+            self.group_id,
+            as_list(self.topics),
+            self.min_lag,
+            self.max_data_age_seconds,
+            self.kafka_timeout,
+        )
 
     def poke(self, context: Any) -> PokeReturnValue:
         ready, reason, total = self._check()
@@ -74,6 +76,10 @@ class KafkaLagSensor(BaseSensorOperator):
         return PokeReturnValue(is_done=ready, xcom_value={"total_lag": total, "reason": reason})
 
     def execute(self, context: Any) -> Any:
+        if run_type_of(context) == BACKFILL_RUN_TYPE:
+            # A backfill replays history: the group's current lag says nothing about it.
+            self.log.info("backfill run: not waiting for lag")
+            return {"total_lag": None, "reason": "backfill run"}
         if not self.deferrable:
             return super().execute(context)
         ready, reason, total = self._check()  # no deferral when there is already enough to do
@@ -96,6 +102,7 @@ class KafkaLagSensor(BaseSensorOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") != "ready":
-            raise AirflowException(f"lag sensor stopped waiting: {event.get('message', event)}")
+            # Not an AirflowException: soft_fail must not turn a broker error into a skip.
+            raise KafkaUnavailableError(f"lag sensor stopped waiting: {event.get('message', event)}")
         self.log.info("group %s: %s", self.group_id, event["reason"])
         return {"total_lag": event["total_lag"], "reason": event["reason"]}

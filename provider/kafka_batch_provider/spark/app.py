@@ -22,7 +22,7 @@ from typing import Any
 
 from kafka_batch_provider.batch_store import load_plan_file, output_of_plan_file
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
-from kafka_batch_provider.kafka_config import SECRET_KEY_PATTERN, check_config
+from kafka_batch_provider.kafka_config import SECRET_KEY_PATTERN, check_config, config_object, read_config_file
 from kafka_batch_provider.spark.source import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT
 
 CONFIG_FILE_ENV = "KAFKA_BATCH_KAFKA_CONFIG_FILE"
@@ -31,23 +31,14 @@ CONFIG_JSON_ENV = "KAFKA_BATCH_KAFKA_CONFIG"
 
 def load_kafka_config(path: str | None) -> dict[str, Any]:
     path = path or os.environ.get(CONFIG_FILE_ENV)
+    if path:
+        return check_config(read_config_file(path))
+    if not os.environ.get(CONFIG_JSON_ENV):
+        raise ConfigError(f"no Kafka config: pass --kafka-config-file or set {CONFIG_FILE_ENV} or {CONFIG_JSON_ENV}")
     try:
-        if path:
-            with open(path) as f:
-                data = json.load(f)
-        elif os.environ.get(CONFIG_JSON_ENV):
-            data = json.loads(os.environ[CONFIG_JSON_ENV])
-        else:
-            raise ConfigError(
-                f"no Kafka config: pass --kafka-config-file or set {CONFIG_FILE_ENV} or {CONFIG_JSON_ENV}"
-            )
-    except OSError as exc:
-        raise ConfigError(f"cannot read Kafka config file {path}: {exc.strerror}") from None
+        return check_config(config_object(json.loads(os.environ[CONFIG_JSON_ENV])))
     except ValueError as exc:
-        raise ConfigError(f"Kafka config is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError("Kafka config must be a JSON object of librdkafka settings")
-    return check_config(data)
+        raise ConfigError(f"{CONFIG_JSON_ENV} is not valid JSON: {exc}") from None
 
 
 _TASK_ERROR = re.compile(r"kafka_batch_provider\.errors\.(\w+Error): (.+)")

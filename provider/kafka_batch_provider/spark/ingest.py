@@ -54,12 +54,15 @@ def read_plan(
     if reader == "python":
         spark.dataSource.register(KafkaBatchDataSource)
         options = {f"kafka.{k}": str(v) for k, v in kafka_config.items() if k != "logger"}
+        # The plan's end offsets were read with this isolation level: read with it too.
+        options["kafka.isolation.level"] = plan.isolation_level
         options["ranges"] = ranges_json(plan.readable_ranges)
         options["maxOffsetsPerTask"] = str(max_offsets_per_task)
         options["stallTimeoutSeconds"] = str(stall_timeout)
         return spark.read.format(KafkaBatchDataSource.name()).options(**options).load()
     if reader == "jvm":
-        return spark.read.format("kafka").options(**jvm_reader_options(plan.readable_ranges, kafka_config)).load()
+        config = {**kafka_config, "isolation.level": plan.isolation_level}
+        return spark.read.format("kafka").options(**jvm_reader_options(plan.readable_ranges, config)).load()
     raise ConfigError(f"unknown reader {reader!r}; choose one of {', '.join(READERS)}")
 
 
@@ -235,7 +238,7 @@ def write_batch(
         options={"reader": reader, "value_format": value_format, "value_schema": value_schema},
         timings=timings,
     )
-    store.publish(staging, bid)
+    store.publish(staging, bid)  # fsyncs the files first: the manifest may only follow durable data
     store.save_manifest(manifest)
     progress(f"batch {bid}: wrote {manifest['rows']} rows in {len(files)} file(s) to {store.data_dir(bid)}")
     return manifest
