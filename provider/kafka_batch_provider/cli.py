@@ -107,34 +107,19 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_spark_args(p: argparse.ArgumentParser) -> None:
-    from kafka_batch_provider.spark.source import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT
+    from kafka_batch_provider.spark.options import WriteOptions
 
     g = p.add_argument_group("Spark")
-    g.add_argument("--reader", choices=["python", "jvm"], default="python", help="Kafka reader (default python)")
-    g.add_argument("--value-format", choices=["bytes", "string", "json"], default="bytes")
-    g.add_argument("--value-schema", help="DDL schema of the JSON values, for --value-format json")
+    WriteOptions.add_arguments(g)
     g.add_argument("--spark-master", default="local[*]", help="Spark master URL (default local[*])")
     g.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting, repeatable")
-    g.add_argument(
-        "--max-offsets-per-task",
-        type=positive_int,
-        default=DEFAULT_MAX_OFFSETS_PER_TASK,
-        help=f"split ranges into Spark tasks of at most this many offsets (default {DEFAULT_MAX_OFFSETS_PER_TASK})",
-    )
-    g.add_argument(
-        "--stall-timeout",
-        type=float,
-        default=DEFAULT_STALL_TIMEOUT,
-        help=f"seconds a read may make no progress before it fails (default {DEFAULT_STALL_TIMEOUT:g})",
-    )
 
 
-def check_spark_args(args: argparse.Namespace) -> None:
-    """Spark-side flags that can be judged before anything is planned or read."""
-    if args.value_format == "json" and not args.value_schema:
-        raise ConfigError("--value-format json needs --value-schema, a DDL string such as 'id long, name string'")
-    if args.value_schema and args.value_format != "json":
-        raise ConfigError("--value-schema is only used with --value-format json")
+def write_options(args: argparse.Namespace):
+    """The Spark-side flags, checked before anything is planned or read."""
+    from kafka_batch_provider.spark.options import WriteOptions
+
+    return WriteOptions.from_namespace(args)
 
 
 def kafka_config_from(args: argparse.Namespace) -> dict[str, Any]:
@@ -184,19 +169,12 @@ def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def submit_write(args: argparse.Namespace, plan_path: str, output: str, kafka_config: dict[str, Any]) -> dict[str, Any]:
+def submit_write(
+    args: argparse.Namespace, options: Any, plan_path: str, output: str, kafka_config: dict[str, Any]
+) -> dict[str, Any]:
     from kafka_batch_provider.spark.submit import application_args, run_submit, submit_command
 
-    app_args = application_args(
-        plan_path,
-        output,
-        args.reader,
-        args.value_format,
-        args.value_schema,
-        args.max_offsets_per_task,
-        args.stall_timeout,
-        force=getattr(args, "force", False),
-    )
+    app_args = application_args(plan_path, output, options, force=getattr(args, "force", False))
     command = submit_command(app_args, args.spark_master, parse_key_values(args.spark_conf))
     progress(f"spark-submit --master {args.spark_master} ({args.reader} reader)")
     return run_submit(command, kafka_config, progress)
@@ -211,13 +189,13 @@ def load_plan_and_output(args: argparse.Namespace):
 
 
 def cmd_write(args: argparse.Namespace) -> dict[str, Any]:
-    check_spark_args(args)
+    options = write_options(args)
     plan, output = load_plan_and_output(args)
     kafka = offsets_client(args)
     if not plan.has_data:
         progress(f"batch {plan.batch_id} has nothing to read: Spark is not started")
         return {"batch_id": plan.batch_id, "records": 0, "location": None, "skipped": True}
-    result = submit_write(args, os.path.abspath(args.plan), output, kafka.kafka_config)
+    result = submit_write(args, options, os.path.abspath(args.plan), output, kafka.kafka_config)
     return {"batch_id": plan.batch_id, "records": result["rows"], "location": result["location"], "skipped": False}
 
 
@@ -237,7 +215,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     from kafka_batch_provider.batch_store import BatchStore
     from kafka_batch_provider.protocol import commit_batch, plan_batch
 
-    check_spark_args(args)
+    options = write_options(args)
     kafka = offsets_client(args)
     store = BatchStore(args.output)
     clock = time.perf_counter()
@@ -249,7 +227,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
         return {**result, "records": 0, "committed": {}, "skipped": True, "timings": timings}
     if plan.has_data:
         clock = time.perf_counter()
-        written = submit_write(args, outcome.plan_path, str(store.root), kafka.kafka_config)
+        written = submit_write(args, options, outcome.plan_path, str(store.root), kafka.kafka_config)
         timings["spark_submit_seconds"] = round(time.perf_counter() - clock, 3)
         timings.update(written.get("timings", {}))
     else:
@@ -372,17 +350,19 @@ def build_parser() -> argparse.ArgumentParser:
     output_arg(p, True)
     p.set_defaults(func=cmd_plan)
 
+    def plan_file_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--plan", required=True, help="plan file (<output>/_plans/<batch_id>.json)")
+        output_arg(p, False)
+
     p = sub.add_parser("write", help="read a plan's ranges with Spark and publish the batch with its manifest")
-    p.add_argument("--plan", required=True, help="plan file (<output>/_plans/<batch_id>.json)")
+    plan_file_args(p)
     p.add_argument("--force", action="store_true", help="write again even if the (uncommitted) batch has a manifest")
-    output_arg(p, False)
     add_kafka_args(p)
     add_spark_args(p)
     p.set_defaults(func=cmd_write)
 
     p = sub.add_parser("commit", help="verify a batch's manifest and commit its end offsets (compare-and-set)")
-    p.add_argument("--plan", required=True, help="plan file (<output>/_plans/<batch_id>.json)")
-    output_arg(p, False)
+    plan_file_args(p)
     add_kafka_args(p)
     p.set_defaults(func=cmd_commit)
 
@@ -394,8 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("discard", help="remove an uncommitted batch (manifest, data, plan) so it can be planned anew")
-    p.add_argument("--plan", required=True, help="plan file (<output>/_plans/<batch_id>.json)")
-    output_arg(p, False)
+    plan_file_args(p)
     add_kafka_args(p)
     p.set_defaults(func=cmd_discard)
 

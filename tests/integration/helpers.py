@@ -13,6 +13,7 @@ from kafka_batch_provider.kafka_offsets import KafkaOffsets
 from kafka_batch_provider.planning import PlanPolicy
 from kafka_batch_provider.protocol import PlanOutcome, commit_batch, plan_batch
 from kafka_batch_provider.spark.ingest import write_batch
+from kafka_batch_provider.spark.options import WriteOptions
 
 
 def dataset_keys(output: Path) -> Counter:
@@ -52,5 +53,5 @@ def run_batch(
     outcome = plan_batch(kafka, store, group_id, topics, policy, partitions)
     if not outcome.plan.ranges:
         return outcome, {}
-    write_batch(spark, outcome.plan, str(output), kafka.kafka_config, **write_options)
+    write_batch(spark, outcome.plan, str(output), kafka.kafka_config, WriteOptions(**write_options))
     return outcome, commit_batch(kafka, store, outcome.plan)

@@ -20,6 +20,7 @@ from kafka_batch_provider.plan import INCREMENTAL, OffsetPlan, batch_id_for
 from kafka_batch_provider.planning import PlanPolicy
 from kafka_batch_provider.protocol import commit_batch, plan_batch
 from kafka_batch_provider.spark.ingest import write_batch
+from kafka_batch_provider.spark.options import WriteOptions
 from kafka_batch_provider.testing.producers import Record, produce, sample_records
 from tests.integration.helpers import assert_exactly_once, dataset_keys, run_batch
 
@@ -237,7 +238,7 @@ def test_large_ranges_are_split_into_several_spark_tasks(spark, kafka_config, ne
     produce(kafka_config, topic, sample_records(1, 100))
     states = KafkaOffsets(kafka_config).partition_offsets(None, [topic])
     plan = plan_replay([OffsetRange(topic, 0, 10, 100)], states, "read_committed", "now")
-    df = read_plan(spark, plan, kafka_config, max_offsets_per_task=25)
+    df = read_plan(spark, plan, kafka_config, WriteOptions(max_offsets_per_task=25))
     assert df.rdd.getNumPartitions() == 4
     assert sorted(r["offset"] for r in df.select("offset").collect()) == list(range(10, 100))
 
@@ -262,7 +263,7 @@ def test_a_range_that_cannot_be_completed_fails_naming_it_and_publishes_nothing(
     ranges = (OffsetRange(topic, 0, 0, 8, None),)  # the log ends at 5
     plan = OffsetPlan(batch_id_for(INCREMENTAL, "g", ranges), INCREMENTAL, "g", (topic,), "read_committed", ranges)
     with pytest.raises(Exception) as err:
-        write_batch(spark, plan, str(tmp_path), kafka_config, stall_timeout=2)
+        write_batch(spark, plan, str(tmp_path), kafka_config, WriteOptions(stall_timeout=2))
     assert isinstance(err.value, ReadError) or f"{topic}[0]: reading [0, 8) stopped at offset 5" in str(err.value)
     store = BatchStore(tmp_path)
     assert not store.data_dir(plan.batch_id).exists() and not store.has_manifest(plan.batch_id)

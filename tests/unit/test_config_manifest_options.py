@@ -155,3 +155,36 @@ def test_config_file_must_be_a_json_object(tmp_path):
         read_config_file(str(bad))
     with pytest.raises(ConfigError, match="cannot read Kafka config file"):
         read_config_file(str(tmp_path / "missing.json"))
+
+
+# -- write options ----------------------------------------------------------------------------
+
+
+def test_write_options_round_trip_through_the_application_flags():
+    import argparse
+
+    from kafka_batch_provider.spark.options import WriteOptions
+
+    options = WriteOptions("jvm", "json", "id long", 1000, 7.5)
+    parser = argparse.ArgumentParser()
+    WriteOptions.add_arguments(parser)
+    assert WriteOptions.from_namespace(parser.parse_args(options.to_args())) == options
+    assert WriteOptions.from_namespace(parser.parse_args([])) == WriteOptions()
+
+
+@pytest.mark.parametrize(
+    "kwargs, expected",
+    [
+        ({"reader": "kafka"}, "unknown reader 'kafka'"),
+        ({"value_format": "avro"}, "unknown value format 'avro'"),
+        ({"value_format": "json"}, "--value-format json needs --value-schema"),
+        ({"value_schema": "id long"}, "--value-schema is only used with --value-format json"),
+        ({"max_offsets_per_task": 0}, "max offsets per task must be positive"),
+        ({"stall_timeout": 0}, "stall timeout must be positive"),
+    ],
+)
+def test_bad_write_options_are_refused_with_one_line(kwargs, expected):
+    from kafka_batch_provider.spark.options import WriteOptions
+
+    with pytest.raises(ConfigError, match=expected):
+        WriteOptions(**kwargs)

@@ -18,7 +18,7 @@ from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.xcom import pull_plan
 from kafka_batch_provider.spark.app import CONFIG_FILE_ENV
-from kafka_batch_provider.spark.source import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT
+from kafka_batch_provider.spark.options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
 from kafka_batch_provider.spark.submit import DEFAULT_APPLICATION, application_args
 
 
@@ -71,11 +71,8 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         super().__init__(application=application, name=name, **kwargs)
         self.plan_task_id = plan_task_id
         self.kafka_config_id = kafka_config_id
-        self.reader = reader
-        self.value_format = value_format
-        self.value_schema = value_schema
-        self.max_offsets_per_task = max_offsets_per_task
-        self.stall_timeout = stall_timeout
+        # Checked here, so a bad option is a DAG import error rather than a failed run.
+        self.write_options = WriteOptions(reader, value_format, value_schema, max_offsets_per_task, stall_timeout)
 
     def execute(self, context: Any) -> dict[str, Any]:
         summary, plan = pull_plan(context, self.plan_task_id, "write")
@@ -92,15 +89,7 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         try:
             with os.fdopen(fd, "w") as f:  # mkstemp: readable by this user only
                 json.dump(kafka_config, f)
-            self.application_args = application_args(
-                summary["plan_path"],
-                summary["output_path"],
-                self.reader,
-                self.value_format,
-                self.value_schema,
-                self.max_offsets_per_task,
-                self.stall_timeout,
-            )
+            self.application_args = application_args(summary["plan_path"], summary["output_path"], self.write_options)
             self._hand_over_config(config_path)
             super().execute(context)
         finally:

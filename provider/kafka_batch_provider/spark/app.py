@@ -23,7 +23,7 @@ from typing import Any
 from kafka_batch_provider.batch_store import load_plan_file, output_of_plan_file
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.kafka_config import SECRET_KEY_PATTERN, check_config, config_object, read_config_file
-from kafka_batch_provider.spark.source import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT
+from kafka_batch_provider.spark.options import WriteOptions
 
 CONFIG_FILE_ENV = "KAFKA_BATCH_KAFKA_CONFIG_FILE"
 CONFIG_JSON_ENV = "KAFKA_BATCH_KAFKA_CONFIG"
@@ -67,16 +67,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--plan", required=True, help="plan file (<output>/_plans/<batch_id>.json)")
     parser.add_argument("--output", help="dataset directory (default: the one holding the plan)")
     parser.add_argument("--kafka-config-file", help="JSON file of librdkafka settings")
-    parser.add_argument("--reader", default="python", choices=["python", "jvm"])
-    parser.add_argument("--value-format", default="bytes", choices=["bytes", "string", "json"])
-    parser.add_argument("--value-schema", help="DDL schema for --value-format json")
-    parser.add_argument("--max-offsets-per-task", type=int, default=DEFAULT_MAX_OFFSETS_PER_TASK)
-    parser.add_argument(
-        "--stall-timeout",
-        type=float,
-        default=DEFAULT_STALL_TIMEOUT,
-        help="seconds without progress before a read fails",
-    )
+    WriteOptions.add_arguments(parser)
     parser.add_argument("--force", action="store_true", help="write again even if the batch has a manifest")
     return parser.parse_args(argv)
 
@@ -87,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan = load_plan_file(args.plan)
         output = args.output or str(output_of_plan_file(args.plan))
         kafka_config = load_kafka_config(args.kafka_config_file)
+        options = WriteOptions.from_namespace(args)
     except KafkaBatchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -109,11 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             plan,
             output,
             kafka_config,
-            reader=args.reader,
-            value_format=args.value_format,
-            value_schema=args.value_schema,
-            max_offsets_per_task=args.max_offsets_per_task,
-            stall_timeout=args.stall_timeout,
+            options=options,
             force=args.force,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
         )

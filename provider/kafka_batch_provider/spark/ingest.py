@@ -25,62 +25,42 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kafka_batch_provider.batch_store import BatchStore, utc_now
-from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.manifest import build_manifest, verify_manifest
 from kafka_batch_provider.plan import OffsetPlan
 from kafka_batch_provider.spark.jvm_options import jvm_reader_options
-from kafka_batch_provider.spark.source import (
-    DEFAULT_MAX_OFFSETS_PER_TASK,
-    DEFAULT_STALL_TIMEOUT,
-    KafkaBatchDataSource,
-    ranges_json,
-)
+from kafka_batch_provider.spark.options import WriteOptions
+from kafka_batch_provider.spark.source import KafkaBatchDataSource, ranges_json
 
 log = logging.getLogger(__name__)
 
-READERS = ("python", "jvm")
-VALUE_FORMATS = ("bytes", "string", "json")
-
 
 def read_plan(
-    spark: SparkSession,
-    plan: OffsetPlan,
-    kafka_config: Mapping[str, Any],
-    reader: str = "python",
-    max_offsets_per_task: int = DEFAULT_MAX_OFFSETS_PER_TASK,
-    stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+    spark: SparkSession, plan: OffsetPlan, kafka_config: Mapping[str, Any], options: WriteOptions = WriteOptions()
 ) -> DataFrame:
     """A DataFrame of exactly the plan's ranges, in the schema of Spark's Kafka source."""
-    if reader == "python":
-        spark.dataSource.register(KafkaBatchDataSource)
-        options = {f"kafka.{k}": str(v) for k, v in kafka_config.items() if k != "logger"}
-        # The plan's end offsets were read with this isolation level: read with it too.
-        options["kafka.isolation.level"] = plan.isolation_level
-        options["ranges"] = ranges_json(plan.readable_ranges)
-        options["maxOffsetsPerTask"] = str(max_offsets_per_task)
-        options["stallTimeoutSeconds"] = str(stall_timeout)
-        return spark.read.format(KafkaBatchDataSource.name()).options(**options).load()
-    if reader == "jvm":
-        config = {**kafka_config, "isolation.level": plan.isolation_level}
+    # The plan's end offsets were read with this isolation level: read with it too.
+    config = {**{k: v for k, v in kafka_config.items() if k != "logger"}, "isolation.level": plan.isolation_level}
+    if options.reader == "jvm":
         return spark.read.format("kafka").options(**jvm_reader_options(plan.readable_ranges, config)).load()
-    raise ConfigError(f"unknown reader {reader!r}; choose one of {', '.join(READERS)}")
+    spark.dataSource.register(KafkaBatchDataSource)
+    source_options = {f"kafka.{k}": str(v) for k, v in config.items()}
+    source_options["ranges"] = ranges_json(plan.readable_ranges)
+    source_options["maxOffsetsPerTask"] = str(options.max_offsets_per_task)
+    source_options["stallTimeoutSeconds"] = str(options.stall_timeout)
+    return spark.read.format(KafkaBatchDataSource.name()).options(**source_options).load()
 
 
-def decode_values(df: DataFrame, value_format: str = "bytes", value_schema: str | None = None) -> DataFrame:
+def decode_values(df: DataFrame, options: WriteOptions) -> DataFrame:
     """Add a decoded value column; the raw ``value`` column always stays.
 
     ``string`` adds ``value_string``; ``json`` adds ``value_json`` parsed with the DDL
     ``value_schema`` (malformed JSON gives a null struct, the raw bytes remain in ``value``).
     """
-    if value_format == "bytes":
-        return df
-    if value_format == "string":
+    if options.value_format == "string":
         return df.withColumn("value_string", F.col("value").cast("string"))
-    if value_format == "json":
-        if not value_schema:
-            raise ConfigError("--value-format json needs --value-schema, a DDL string such as 'id long, name string'")
-        return df.withColumn("value_json", F.from_json(F.col("value").cast("string"), value_schema))
-    raise ConfigError(f"unknown value format {value_format!r}; choose one of {', '.join(VALUE_FORMATS)}")
+    if options.value_format == "json":
+        return df.withColumn("value_json", F.from_json(F.col("value").cast("string"), options.value_schema))
+    return df
 
 
 def iso_from_micros(micros: int | None) -> str | None:
@@ -180,11 +160,7 @@ def write_batch(
     plan: OffsetPlan,
     output: str,
     kafka_config: Mapping[str, Any],
-    reader: str = "python",
-    value_format: str = "bytes",
-    value_schema: str | None = None,
-    max_offsets_per_task: int = DEFAULT_MAX_OFFSETS_PER_TASK,
-    stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+    options: WriteOptions = WriteOptions(),
     force: bool = False,
     progress: Callable[[str], None] = log.info,
 ) -> dict[str, Any] | None:
@@ -215,12 +191,10 @@ def write_batch(
     staging = store.new_staging_dir(bid)
     progress(
         f"batch {bid}: reading {len(plan.readable_ranges)} range(s), up to {plan.planned_offsets} offsets, "
-        f"with the {reader} reader"
+        f"with the {options.reader} reader"
     )
     clock = time.perf_counter()
-    df = decode_values(
-        read_plan(spark, plan, kafka_config, reader, max_offsets_per_task, stall_timeout), value_format, value_schema
-    )
+    df = decode_values(read_plan(spark, plan, kafka_config, options), options)
     df.write.mode("errorifexists").parquet(staging.as_uri())
     timings = {"read_write_seconds": round(time.perf_counter() - clock, 3)}
     clock = time.perf_counter()
@@ -235,7 +209,7 @@ def write_batch(
         location=location,
         schema=df.schema.simpleString(),
         written_at=utc_now(),
-        options={"reader": reader, "value_format": value_format, "value_schema": value_schema},
+        options={"reader": options.reader, "value_format": options.value_format, "value_schema": options.value_schema},
         timings=timings,
     )
     store.publish(staging, bid)  # fsyncs the files first: the manifest may only follow durable data

@@ -22,15 +22,13 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from kafka_batch_provider.offsets import OffsetRange
+from kafka_batch_provider.spark.options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT
 
 #: Spark's Kafka source schema, as DDL.
 KAFKA_SCHEMA_DDL = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
     "timestampType int, headers array<struct<key: string, value: binary>>"
 )
-
-DEFAULT_MAX_OFFSETS_PER_TASK = 250_000
-DEFAULT_STALL_TIMEOUT = 120.0
 
 
 def ranges_json(ranges: Sequence[OffsetRange]) -> str:

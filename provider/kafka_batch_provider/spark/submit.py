@@ -20,6 +20,7 @@ from typing import Any
 
 import kafka_batch_provider.spark.app as spark_app
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
+from kafka_batch_provider.spark.options import WriteOptions
 
 #: The application file submitted by default (importable, and installed with the package).
 DEFAULT_APPLICATION = spark_app.__file__
@@ -52,23 +53,8 @@ def private_config_file(kafka_config: Mapping[str, Any]) -> Iterator[str]:
         Path(path).unlink(missing_ok=True)
 
 
-def application_args(
-    plan_path: str,
-    output: str,
-    reader: str,
-    value_format: str,
-    value_schema: str | None,
-    max_offsets_per_task: int,
-    stall_timeout: float,
-    force: bool = False,
-) -> list[str]:
-    args = ["--plan", plan_path, "--output", output, "--reader", reader, "--value-format", value_format]
-    if value_schema:
-        args += ["--value-schema", value_schema]
-    args += ["--max-offsets-per-task", str(max_offsets_per_task), "--stall-timeout", str(stall_timeout)]
-    if force:
-        args.append("--force")
-    return args
+def application_args(plan_path: str, output: str, options: WriteOptions, force: bool = False) -> list[str]:
+    return ["--plan", plan_path, "--output", output, *options.to_args(), *(["--force"] if force else [])]
 
 
 def submit_command(
