@@ -46,7 +46,16 @@ def produce(config: Mapping[str, Any], topic: str, records: Iterable[Record], li
     by_partition: dict[int, list[Record]] = defaultdict(list)
     for record in records:
         by_partition[record.partition].append(record)
-    producer = Producer({**config, "linger.ms": linger_ms, "batch.num.messages": 10_000, "logger": LIBRDKAFKA_LOGGER})
+    producer = Producer(
+        {
+            **config,
+            "linger.ms": linger_ms,
+            "batch.num.messages": 10_000,
+            # A request retried on a loaded machine must not write its records twice.
+            "enable.idempotence": True,
+            "logger": LIBRDKAFKA_LOGGER,
+        }
+    )
     errors: list[str] = []
 
     def on_delivery(err, _msg) -> None:
