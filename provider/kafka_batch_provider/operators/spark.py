@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.xcom import pull_plan
 from kafka_batch_provider.spark.app import CONFIG_FILE_ENV
 from kafka_batch_provider.spark.options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
-from kafka_batch_provider.spark.submit import DEFAULT_APPLICATION, application_args
+from kafka_batch_provider.spark.submit import DEFAULT_APPLICATION, application_args, private_config_file
 
 
 def shippable(kafka_config: dict[str, Any]) -> dict[str, Any]:
@@ -85,15 +83,10 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         self.log.info(
             "batch %s: %d range(s), up to %d offsets", plan.batch_id, len(plan.readable_ranges), plan.planned_offsets
         )
-        fd, config_path = tempfile.mkstemp(prefix="kafka-batch-config-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w") as f:  # mkstemp: readable by this user only
-                json.dump(kafka_config, f)
+        with private_config_file(kafka_config) as config_path:
             self.application_args = application_args(summary["plan_path"], summary["output_path"], self.write_options)
             self._hand_over_config(config_path)
             super().execute(context)
-        finally:
-            Path(config_path).unlink(missing_ok=True)
         manifest = BatchStore(summary["output_path"]).load_manifest(plan.batch_id)
         return {"batch_id": plan.batch_id, "rows": manifest["rows"], "location": manifest["location"]}
 
