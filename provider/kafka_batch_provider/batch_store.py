@@ -193,7 +193,7 @@ class BatchStore:
                 "batch_id": plan.batch_id,
                 "group_id": plan.group_id,
                 "committed": committed,
-                "previous": {f"{r.topic}:{r.partition}": r.expected_committed for r in plan.ranges},
+                "previous": {r.tp.key: r.expected_committed for r in plan.ranges},
                 "rows": rows,
                 "committed_at": utc_now(),
                 "recovered": recovered,

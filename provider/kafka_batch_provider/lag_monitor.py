@@ -36,19 +36,14 @@ def partition_lags(
     ]
 
 
-def _tp(key: str) -> TopicPartition:
-    topic, _, partition = key.rpartition(":")
-    return TopicPartition(topic, int(partition))
-
-
 def batch_history(store: BatchStore, group_id: str) -> list[BatchPoint]:
     """The group's committed incremental batches, oldest first, from commit records and plan snapshots."""
     points = []
     for record in store.commit_records(group_id):
         plan = store.load_plan(record["batch_id"])
-        snap = {_tp(k): v for k, v in plan.extra.get("snapshot", {}).items()}
+        snap = {TopicPartition.from_key(k): v for k, v in plan.extra.get("snapshot", {}).items()}
         committed: dict[TopicPartition, int | None] = {tp: c for tp, (c, _, _) in snap.items()}
-        committed.update({_tp(k): v for k, v in record["committed"].items()})
+        committed.update({TopicPartition.from_key(k): v for k, v in record["committed"].items()})
         lag_at_plan = {
             tp: max(end - (start if c is None else max(c, start)), 0) for tp, (c, start, end) in snap.items()
         }

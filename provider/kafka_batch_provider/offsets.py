@@ -20,6 +20,16 @@ class TopicPartition:
     def __str__(self) -> str:
         return f"{self.topic}[{self.partition}]"
 
+    @property
+    def key(self) -> str:
+        """``topic:partition``, the key of JSON maps (Kafka topic names never contain ``:``)."""
+        return f"{self.topic}:{self.partition}"
+
+    @classmethod
+    def from_key(cls, key: str) -> TopicPartition:
+        topic, _, partition = key.rpartition(":")
+        return cls(topic, int(partition))
+
 
 @dataclass(frozen=True)
 class PartitionOffsets:

@@ -133,7 +133,7 @@ def select_partitions(states: Sequence[PartitionOffsets], partitions: Sequence[i
 
 def snapshot(states: Iterable[PartitionOffsets]) -> dict[str, list[int | None]]:
     """``{"topic:partition": [committed, log_start, log_end]}``: what lag health reads back later."""
-    return {f"{s.topic}:{s.partition}": [s.committed, s.log_start, s.log_end] for s in states}
+    return {s.tp.key: [s.committed, s.log_start, s.log_end] for s in states}
 
 
 def plan_incremental(

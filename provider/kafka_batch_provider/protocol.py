@@ -26,7 +26,6 @@ from kafka_batch_provider.batch_store import BatchStore, utc_now
 from kafka_batch_provider.errors import CommitConflictError, ConfigError, PlanError
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
 from kafka_batch_provider.manifest import verify_manifest
-from kafka_batch_provider.offsets import TopicPartition
 from kafka_batch_provider.plan import INCREMENTAL, OffsetPlan
 from kafka_batch_provider.planning import PlanPolicy, plan_incremental
 
@@ -50,10 +49,6 @@ class PlanOutcome:
     plan_path: str | None = None
 
 
-def _key(tp: TopicPartition) -> str:
-    return f"{tp.topic}:{tp.partition}"
-
-
 def commit_batch(
     kafka: KafkaOffsets, store: BatchStore, plan: OffsetPlan, progress: Progress = log.info
 ) -> dict[str, int]:
@@ -75,7 +70,7 @@ def commit_batch(
         verify_manifest(plan, manifest)
         rows = int(manifest["rows"])
     committed = kafka.commit(plan.group_id, plan.expected_committed(), plan.end_offsets(), metadata=plan.batch_id)
-    result = {_key(tp): offset for tp, offset in committed.items()}
+    result = {tp.key: offset for tp, offset in committed.items()}
     store.record_commit(plan, result, rows)
     progress(f"batch {plan.batch_id}: committed {len(result)} partition(s) of group {plan.group_id} ({rows} rows)")
     return result
