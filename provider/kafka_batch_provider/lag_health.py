@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
 
-from kafka_batch_provider.offsets import TopicPartition
+from kafka_batch_provider.offsets import PartitionOffsets, TopicPartition
 
 
 class LagStatus(str, Enum):
@@ -62,34 +62,16 @@ _SEVERITY = [
 
 
 @dataclass(frozen=True)
-class PartitionLag:
-    """One partition now.
+class PartitionLag(PartitionOffsets):
+    """One partition now: its offsets (position and lag as planning sees them), plus age and retention.
 
     :param oldest_unconsumed_ms: timestamp of the first record at or after the group's
         position (``None`` when there is nothing to consume or it is unknown).
     :param retention_ms: the topic's ``retention.ms`` (``None``: unknown; ``-1``: forever).
     """
 
-    topic: str
-    partition: int
-    committed: int | None
-    log_start: int
-    log_end: int
     oldest_unconsumed_ms: int | None = None
     retention_ms: int | None = None
-
-    @property
-    def tp(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
-
-    @property
-    def position(self) -> int:
-        """Where the next batch would start reading (new partitions: the log start)."""
-        return self.log_start if self.committed is None else max(self.committed, self.log_start)
-
-    @property
-    def lag(self) -> int:
-        return max(self.log_end - self.position, 0)
 
     def age_seconds(self, now: datetime) -> float | None:
         if self.oldest_unconsumed_ms is None or self.lag == 0:

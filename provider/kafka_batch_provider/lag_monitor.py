@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from kafka_batch_provider.batch_store import BatchStore
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
 from kafka_batch_provider.lag_health import BatchPoint, HealthPolicy, HealthReport, PartitionLag, evaluate
-from kafka_batch_provider.offsets import TopicPartition
+from kafka_batch_provider.offsets import PartitionOffsets, TopicPartition
 
 
 def partition_lags(
@@ -20,19 +20,18 @@ def partition_lags(
     """Committed, log start, end (isolation-aware), age of the oldest unconsumed record, retention."""
     states = kafka.partition_offsets(group_id, topics)
     retention = kafka.topic_retention_ms(topics) if with_ages else {}
-    lags = [PartitionLag(s.topic, s.partition, s.committed, s.log_start, s.log_end) for s in states]
-    stamps = kafka.first_record_timestamps({p.tp: p.position for p in lags if p.lag > 0}) if with_ages else {}
+    stamps = kafka.first_record_timestamps({s.tp: s.position for s in states if s.lag > 0}) if with_ages else {}
     return [
         PartitionLag(
-            p.topic,
-            p.partition,
-            p.committed,
-            p.log_start,
-            p.log_end,
-            oldest_unconsumed_ms=stamps.get(p.tp),
-            retention_ms=retention.get(p.topic),
+            s.topic,
+            s.partition,
+            s.committed,
+            s.log_start,
+            s.log_end,
+            oldest_unconsumed_ms=stamps.get(s.tp),
+            retention_ms=retention.get(s.topic),
         )
-        for p in lags
+        for s in states
     ]
 
 
@@ -44,9 +43,7 @@ def batch_history(store: BatchStore, group_id: str) -> list[BatchPoint]:
         snap = {TopicPartition.from_key(k): v for k, v in plan.extra.get("snapshot", {}).items()}
         committed: dict[TopicPartition, int | None] = {tp: c for tp, (c, _, _) in snap.items()}
         committed.update({TopicPartition.from_key(k): v for k, v in record["committed"].items()})
-        lag_at_plan = {
-            tp: max(end - (start if c is None else max(c, start)), 0) for tp, (c, start, end) in snap.items()
-        }
+        lag_at_plan = {tp: PartitionOffsets(tp.topic, tp.partition, *offsets).lag for tp, offsets in snap.items()}
         points.append(
             BatchPoint(
                 batch_id=record["batch_id"],

@@ -51,10 +51,14 @@ class PartitionOffsets:
         return TopicPartition(self.topic, self.partition)
 
     @property
+    def position(self) -> int:
+        """Where the next batch would start reading (new partitions: the log start)."""
+        return self.log_start if self.committed is None else max(self.committed, self.log_start)
+
+    @property
     def lag(self) -> int:
-        """Offsets between the committed position (or log start, for a new partition) and the end."""
-        position = self.log_start if self.committed is None else max(self.committed, self.log_start)
-        return max(self.log_end - position, 0)
+        """Offsets between that position and the end."""
+        return max(self.log_end - self.position, 0)
 
 
 @dataclass(frozen=True)
