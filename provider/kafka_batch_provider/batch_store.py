@@ -163,10 +163,7 @@ class BatchStore:
         """
         sync_tree(staging)  # Spark's local writer does not fsync; the Kafka commit will rely on these bytes
         final = self.data_dir(batch_id)
-        if final.exists():
-            aside = self.root / STAGING / f"{batch_id}.replaced.{uuid.uuid4().hex[:8]}"
-            os.replace(final, aside)
-            shutil.rmtree(aside, ignore_errors=True)
+        self._take_down(batch_id, "replaced")
         os.replace(staging, final)
         fsync_dir(self.root)
         return final
@@ -174,14 +171,18 @@ class BatchStore:
     def remove_batch(self, batch_id: str) -> None:
         """Manifest, then data, then plan: a crash in between leaves a pending plan to replay."""
         self.manifest_path(batch_id).unlink(missing_ok=True)
+        self._take_down(batch_id, "discarded")
+        self.plan_path(batch_id).unlink(missing_ok=True)
+        fsync_dir(self.root)
+
+    def _take_down(self, batch_id: str, why: str) -> None:
+        """Make a published batch invisible at once (one rename), then delete it at leisure."""
         data = self.data_dir(batch_id)
         if data.exists():
-            aside = self.root / STAGING / f"{batch_id}.discarded.{uuid.uuid4().hex[:8]}"
+            aside = self.root / STAGING / f"{batch_id}.{why}.{uuid.uuid4().hex[:8]}"
             aside.parent.mkdir(parents=True, exist_ok=True)
             os.replace(data, aside)
             shutil.rmtree(aside, ignore_errors=True)
-        self.plan_path(batch_id).unlink(missing_ok=True)
-        fsync_dir(self.root)
 
     # -- commit records ----------------------------------------------------------------------
 
