@@ -45,3 +45,23 @@ class ManifestError(KafkaBatchError):
 
 class ReadError(KafkaBatchError):
     """A planned range could not be read completely."""
+
+
+class WriteCheckError(KafkaBatchError):
+    """What the Spark tasks wrote does not match what they read: nothing is published."""
+
+
+class StorageError(KafkaBatchError):
+    """The output's filesystem or object store failed or refused a request."""
+
+    exit_code = 3
+
+
+class GroupMismatchError(PlanError):
+    """The consumer group's offsets disagree with the output's offset log (moved by someone else)."""
+
+    exit_code = 4
+
+
+class LogConflictError(CommitConflictError):
+    """Another writer appended to the output's offset log first: this batch is not published."""

@@ -1,0 +1,340 @@
+"""Where an output lives: a local path or a URI, reached through an fsspec filesystem.
+
+``--output`` takes ``/data/lake``, ``file:///data/lake``, ``s3://bucket/lake``,
+``gs://bucket/lake``, ``abfs://container@account.dfs.core.windows.net/lake`` or
+``hdfs://namenode/lake``. No Hadoop connector jars are involved: the driver and the Spark
+tasks open the same filesystem with fsspec (s3fs, gcsfs, adlfs, pyarrow's HDFS client).
+Credentials come from the usual places (``AWS_*`` variables, instance roles, gcloud/Azure
+defaults) or from storage options (``--storage-options-file``, an Airflow connection); they
+are never written anywhere by this package.
+
+Two operations carry the protocol's guarantees and differ per filesystem:
+
+* :meth:`Location.create_exclusive`: create a small file only if it does not exist yet,
+  atomically. Local disks: ``link(2)`` of a fully written temporary file (fails with
+  ``EEXIST``). Object stores: a conditional write (S3 ``If-None-Match: *``, GCS
+  ``ifGenerationMatch=0``, Azure ``If-None-Match: *``), done by the server. HDFS: a rename,
+  which HDFS refuses when the destination exists. The offset log relies on it.
+* :meth:`Location.put_atomic`: replace a small file so that readers see the old or the new
+  content. Local: temporary file, ``fsync``, ``rename``. Object stores: one PUT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from kafka_batch_provider.errors import ConfigError, StorageError
+
+#: Scheme -> (fsspec protocol, the package that provides it, pip extra).
+SCHEMES: dict[str, tuple[str, str, str]] = {
+    "file": ("file", "fsspec", ""),
+    "s3": ("s3", "s3fs", "s3"),
+    "s3a": ("s3", "s3fs", "s3"),
+    "gs": ("gcs", "gcsfs", "gcs"),
+    "gcs": ("gcs", "gcsfs", "gcs"),
+    "abfs": ("abfs", "adlfs", "azure"),
+    "abfss": ("abfs", "adlfs", "azure"),
+    "az": ("abfs", "adlfs", "azure"),
+    "hdfs": ("hdfs", "pyarrow", ""),
+}
+
+#: Object stores whose ``pipe_file(mode="create")`` is a server-side create-if-absent.
+CONDITIONAL_CREATE = {
+    "s3": "conditional PUT (If-None-Match: *)",
+    "gcs": "generation precondition (ifGenerationMatch=0)",
+    "abfs": "conditional upload (If-None-Match: *)",
+}
+
+#: How each filesystem makes a log entry exclusive (shown by the README and error messages).
+EXCLUSIVE_CREATE = {
+    "file": "hard link of a complete temporary file (fails if the name exists)",
+    **CONDITIONAL_CREATE,
+    "hdfs": "rename of a complete temporary file (HDFS refuses an existing destination)",
+}
+
+
+def split_output(output: str) -> tuple[str, str]:
+    """``(fsspec protocol, path inside that filesystem)`` for a local path or a URI.
+
+    Local paths become absolute. A URI keeps its bucket/container and key prefix; a
+    trailing slash is dropped so that joining names is unambiguous.
+    """
+    text = str(output).strip()
+    if not text:
+        raise ConfigError("the output location is empty (--output)")
+    if "://" not in text:
+        return "file", str(Path(text).expanduser().absolute())
+    scheme = urlsplit(text).scheme.lower()
+    if scheme not in SCHEMES:
+        known = ", ".join(sorted(f"{s}://" for s in SCHEMES))
+        raise ConfigError(f"output {text!r}: unsupported scheme {scheme}://; use a local path or one of {known}")
+    protocol = SCHEMES[scheme][0]
+    rest = text.split("://", 1)[1]
+    if protocol == "file":
+        if not rest.startswith("/"):
+            raise ConfigError(f"output {text!r}: a file:// URI needs an absolute path (file:///data/lake)")
+        return "file", str(Path(rest))
+    if protocol == "hdfs":
+        return "hdfs", text.rstrip("/")  # pyarrow's HDFS client takes the whole URI
+    path = rest.rstrip("/")
+    if not path or path.startswith("/"):
+        raise ConfigError(f"output {text!r}: name a bucket or container, e.g. {scheme}://bucket/lake")
+    return protocol, path
+
+
+def filesystem(protocol: str, storage_options: Mapping[str, Any] | None = None):
+    """An fsspec filesystem for ``protocol``, or one line saying which package is missing."""
+    import fsspec
+
+    if protocol == "file":
+        from fsspec.implementations.local import LocalFileSystem
+
+        return LocalFileSystem()
+    package, extra = next((p, e) for proto, p, e in SCHEMES.values() if proto == protocol)
+    try:
+        return fsspec.filesystem(protocol, **dict(storage_options or {}))
+    except ImportError:
+        hint = f"pip install 'airflow-provider-kafka-batch[{extra}]'" if extra else f"pip install {package}"
+        raise ConfigError(f"{protocol}:// outputs need the {package} package: {hint}") from None
+    except TypeError as exc:  # an unknown storage option
+        raise ConfigError(f"bad storage option for {protocol}://: {exc}") from None
+
+
+@dataclass
+class Location:
+    """An output location: its URI and the filesystem that reaches it.
+
+    Paths given to the methods are relative to the location (``_log/…``, ``batch_id=…/…``).
+
+    :param output: a local path or a URI (see the module docstring).
+    :param storage_options: options for the fsspec filesystem (credentials, endpoint, ...).
+    """
+
+    output: str
+    storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.protocol, self.root = split_output(self.output)
+        self.storage_options = dict(self.storage_options or {})
+        self._fs = None
+
+    @property
+    def fs(self):
+        if self._fs is None:
+            self._fs = filesystem(self.protocol, self.storage_options)
+        return self._fs
+
+    @property
+    def is_local(self) -> bool:
+        return self.protocol == "file"
+
+    @property
+    def uri(self) -> str:
+        """The canonical form: ``file:///abs/path`` or ``scheme://bucket/prefix`` (no secrets)."""
+        if self.protocol == "file":
+            return Path(self.root).as_uri()
+        if self.protocol == "hdfs":
+            return self.root
+        scheme = {"s3": "s3", "gcs": "gs", "abfs": "abfs"}[self.protocol]
+        return f"{scheme}://{self.root}"
+
+    def __str__(self) -> str:
+        return str(self.root) if self.is_local else self.uri
+
+    def path(self, *names: str) -> str:
+        """The filesystem path of ``names`` below the location."""
+        return posixpath.join(self.root, *names) if names else self.root
+
+    def uri_of(self, *names: str) -> str:
+        """A URI (or local path) of ``names`` below the location, for users and Spark tasks."""
+        if self.is_local:
+            return self.path(*names)
+        return posixpath.join(self.uri, *names)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def exists(self, name: str) -> bool:
+        return self._io(f"check {name}", lambda: self.fs.exists(self.path(name)))
+
+    def read_bytes(self, name: str) -> bytes:
+        """The content of ``name``; :class:`FileNotFoundError` when it does not exist."""
+        try:
+            return self.fs.cat_file(self.path(name))
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise self._error(f"read {name}", exc) from None
+
+    def read_json(self, name: str) -> Any:
+        return json.loads(self.read_bytes(name))
+
+    def list_names(self, folder: str) -> list[str]:
+        """Names directly inside ``folder`` (files and folders), sorted; empty when it does not exist."""
+
+        def run() -> list[str]:
+            try:
+                entries = self.fs.ls(self.path(folder), detail=False, refresh=True)
+            except FileNotFoundError:
+                return []
+            return sorted(posixpath.basename(str(e).rstrip("/")) for e in entries)
+
+        return self._io(f"list {folder}", run)
+
+    def file_sizes(self, folder: str) -> dict[str, int]:
+        """``{name: bytes}`` of the files directly inside ``folder`` (empty when it does not exist)."""
+
+        def run() -> dict[str, int]:
+            try:
+                entries = self.fs.ls(self.path(folder), detail=True, refresh=True)
+            except FileNotFoundError:
+                return {}
+            return {
+                posixpath.basename(str(e["name"]).rstrip("/")): int(e.get("size") or 0)
+                for e in entries
+                if e.get("type") == "file"
+            }
+
+        return self._io(f"list {folder}", run)
+
+    def open_input(self, name: str):
+        return self.fs.open(self.path(name), "rb")
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def put_atomic(self, name: str, data: bytes) -> None:
+        """Replace ``name`` so that a reader sees the old or the complete new content."""
+        if self.is_local:
+            target = Path(self.path(name))
+            tmp = self._write_local_temp(target, data)
+            os.replace(tmp, target)
+            fsync_dir(target.parent)
+            return
+        self._io(f"write {name}", lambda: self.fs.pipe_file(self.path(name), data))
+
+    def create_exclusive(self, name: str, data: bytes) -> bool:
+        """Create ``name`` with ``data`` only if it does not exist; ``False`` when it already did.
+
+        Atomic: of several writers racing for the same name, exactly one gets ``True``, and
+        nobody ever sees a partly written file.
+        """
+        if self.is_local:
+            target = Path(self.path(name))
+            tmp = self._write_local_temp(target, data)
+            try:
+                os.link(tmp, target)
+            except FileExistsError:
+                return False
+            finally:
+                tmp.unlink(missing_ok=True)
+            fsync_dir(target.parent)
+            return True
+        if self.protocol == "hdfs":
+            tmp = self.path(posixpath.dirname(name), f".{posixpath.basename(name)}.{uuid.uuid4().hex}.tmp")
+            self._io(f"write {name}", lambda: self.fs.pipe_file(tmp, data))
+            try:
+                self.fs.mv(tmp, self.path(name))
+            except (FileExistsError, OSError):
+                self.fs.rm(tmp)
+                if self.fs.exists(self.path(name)):
+                    return False
+                raise
+            return True
+        try:
+            self.fs.pipe_file(self.path(name), data, mode="create")
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            if "precondition" in str(exc).lower():  # 412 where a library does not map it
+                return False
+            raise self._error(f"create {name}", exc) from None
+        return True
+
+    def write_stream(self, name: str):
+        """A binary file object for a new data file (parent folders are created as needed)."""
+        if self.is_local:  # a plain file, so that the writer can fsync it
+            Path(self.path(name)).parent.mkdir(parents=True, exist_ok=True)
+            return open(self.path(name), "wb")
+        return self._io(f"create {name}", lambda: self.fs.open(self.path(name), "wb"))
+
+    def delete(self, names: Iterable[str]) -> None:
+        paths = [self.path(n) for n in names]
+        if paths:
+            self._io("delete files", lambda: self.fs.rm(paths))
+
+    def delete_tree(self, folder: str) -> None:
+        """Remove ``folder`` and everything below it; nothing happens when it does not exist."""
+
+        def run() -> None:
+            try:
+                self.fs.rm(self.path(folder), recursive=True)
+            except FileNotFoundError:
+                pass
+
+        self._io(f"delete {folder}", run)
+
+    def copy(self, source: str, target: str) -> None:
+        """Server-side copy on object stores (the bytes do not pass through this process)."""
+        self._io(f"copy {source}", lambda: self.fs.copy(self.path(source), self.path(target)))
+
+    def rename_folder(self, source: str, target: str) -> None:
+        """Local only: an atomic rename of a folder, made durable."""
+        os.replace(self.path(source), self.path(target))
+        fsync_dir(Path(self.path(target)).parent)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _write_local_temp(self, target: Path, data: bytes) -> Path:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".{target.name}.{uuid.uuid4().hex}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return tmp
+
+    def _io(self, what: str, fn):
+        try:
+            return fn()
+        except (FileNotFoundError, FileExistsError):
+            raise
+        except (OSError, ValueError) as exc:
+            raise self._error(what, exc) from None
+
+    def _error(self, what: str, exc: Exception) -> StorageError:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        return StorageError(f"cannot {what} in {self}: {reason}")
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make a rename or link in ``path`` durable (the directory entry itself must reach the disk)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def json_bytes(data: Any) -> bytes:
+    return json.dumps(data, indent=2, sort_keys=True).encode()
+
+
+def read_storage_options_file(path: str) -> dict[str, Any]:
+    """A JSON object of fsspec storage options (credentials stay in the file, out of argv)."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except OSError as exc:
+        raise ConfigError(f"cannot read storage options file {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ConfigError(f"storage options file {path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"storage options file {path} must hold a JSON object")
+    return data
