@@ -1,4 +1,4 @@
-"""pytest fixtures for a real Kafka-protocol broker.
+"""pytest fixtures for a real Kafka-protocol broker and a real S3-protocol server.
 
 Enable in a ``conftest.py`` with ``pytest_plugins = ["kafka_batch_provider.testing.pytest_plugin"]``.
 
@@ -6,6 +6,13 @@ Enable in a ``conftest.py`` with ``pytest_plugins = ["kafka_batch_provider.testi
   embedded tansu broker started on a free 127.0.0.1 port for the session.
 * ``kafka_config``: a librdkafka config dict for that broker.
 * ``new_topic``: a factory creating uniquely named topics, ``new_topic(partitions=3)``.
+* ``s3_server`` (session): the S3/MinIO at ``$AWS_ENDPOINT_URL`` when it and
+  ``$AWS_ACCESS_KEY_ID`` are set (bucket ``$KAFKA_BATCH_TEST_BUCKET``, default ``lake``, must
+  exist), else an embedded moto S3 server on a free 127.0.0.1 port for the session. Either
+  has ``endpoint_url``, ``bucket``, ``storage_options()`` and ``env()``.
+* ``s3_storage_options``: s3fs/fsspec options for that server.
+* ``new_s3_output``: a factory returning a fresh ``s3://<bucket>/<test>-<uuid8>`` URI on each
+  call; ``new_s3_output("dir with space/über")`` puts that name in the key instead.
 """
 
 from __future__ import annotations
@@ -14,10 +21,12 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kafka_batch_provider.broker.embedded import EmbeddedBroker
+from kafka_batch_provider.objectstore.embedded import DEFAULT_BUCKET, EmbeddedS3, S3Endpoint
 from kafka_batch_provider.testing.producers import create_topics
 
 
@@ -44,5 +53,31 @@ def new_topic(kafka_config: dict[str, str], request: pytest.FixtureRequest) -> C
         name = f"{base}-{uuid.uuid4().hex[:8]}"
         create_topics(kafka_config, {name: partitions})
         return name
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint | EmbeddedS3]:
+    bucket = os.environ.get("KAFKA_BATCH_TEST_BUCKET") or DEFAULT_BUCKET
+    external = S3Endpoint.from_env(os.environ, bucket=bucket)
+    if external is not None:
+        yield external
+        return
+    log_path = Path(tmp_path_factory.mktemp("s3")) / "s3.log"
+    with EmbeddedS3(log_path=log_path, buckets=(bucket,)) as server:
+        yield server
+
+
+@pytest.fixture
+def s3_storage_options(s3_server: S3Endpoint | EmbeddedS3) -> dict[str, Any]:
+    return s3_server.storage_options()
+
+
+@pytest.fixture
+def new_s3_output(s3_server: S3Endpoint | EmbeddedS3, request: pytest.FixtureRequest) -> Callable[..., str]:
+    def make(name: str | None = None) -> str:
+        base = name or request.node.name.split("[")[0].removeprefix("test_")[:40]
+        return f"s3://{s3_server.bucket}/{base}-{uuid.uuid4().hex[:8]}"
 
     return make
