@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["kafka_batch_provider.testing.pytest_plugin"]
+pytest_plugins = ["kafka_batch_provider.testing.pytest_plugin", "kafka_batch_provider.testing.spark_cluster"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
