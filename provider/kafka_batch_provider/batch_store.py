@@ -1,35 +1,37 @@
-"""The output directory: where plans, data, manifests and commit records live.
+"""The output: data, offset log, plans, Kafka commit records and staging, on any filesystem.
 
 Layout (every name starting with ``_`` is invisible to Parquet readers)::
 
     <output>/
-      batch_id=<id>/part-*.parquet     published data, one directory per batch
-      _plans/<id>.json                 the plan, written before anything is read
-      _manifests/<id>.json             written last: the storage-side commit point
-      _commits/<id>.json               the Kafka commit of the batch, once it succeeded
-      _staging/<id>.<attempt>/         Spark writes here, then the directory is renamed
+      batch_id=<id>/part-*.parquet     published data, one folder per batch
+      _log/<seq>.json                  the offset log: one manifest per batch, the commit point
+      _plans/<seq>-<id>.json           the plan, written before anything is read
+      _commits/<seq>-<id>.json         the batch's Kafka commit, once it succeeded
+      _staging/<id>.<attempt>/         what the Spark tasks wrote, until it is published
 
-Every JSON file is written to a temporary name and renamed into place, so a reader or a
-crashed process never sees half a file. Local (POSIX) filesystems only: publishing relies
-on an atomic directory rename.
+A batch becomes part of the output when its log entry is created (exclusively). Publishing
+its files follows the entry and is rolled forward by whoever finds it unfinished: on a
+local disk one atomic rename of the staging folder (readers see all of the batch or none of
+it); on an object store a server-side copy of each file into ``batch_id=<id>/`` (a reader
+listing the folder meanwhile may see part of the batch, never a file of a batch that is not
+in the log, and never a file twice).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import uuid
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
-from kafka_batch_provider.errors import ConfigError, ManifestError
-from kafka_batch_provider.plan import INCREMENTAL, OffsetPlan
+from kafka_batch_provider.errors import ConfigError, LogConflictError, ManifestError
+from kafka_batch_provider.manifest import build_manifest, data_dir_name, entry_files
+from kafka_batch_provider.offset_log import OffsetLog
+from kafka_batch_provider.plan import OffsetPlan
+from kafka_batch_provider.storage import Location, json_bytes
 
 PLANS = "_plans"
-MANIFESTS = "_manifests"
 COMMITS = "_commits"
 STAGING = "_staging"
 
@@ -38,206 +40,227 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that ``path`` holds either the old or the complete new content."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+def numbered_name(folder: str, seq: int, batch_id: str) -> str:
+    """``<folder>/<seq>-<batch id>.json``: sorted by sequence, found by name without reading."""
+    return f"{folder}/{seq:020d}-{batch_id}.json"
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename in ``path`` durable (the directory entry itself must reach the disk)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def sync_tree(folder: Path) -> None:
-    """fsync every file below ``folder`` and the directories holding them."""
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-    for directory in [folder, *(p for p in folder.rglob("*") if p.is_dir())]:
-        fsync_dir(directory)
-
-
-def read_json(path: Path) -> Any:
-    with open(path) as f:
-        return json.load(f)
+def parse_numbered(name: str) -> tuple[int, str] | None:
+    stem, _, batch_id = name.removesuffix(".json").partition("-")
+    return (int(stem), batch_id) if name.endswith(".json") and stem.isdigit() and batch_id else None
 
 
 class BatchStore:
-    """Plans, manifests and commit records of one output directory.
+    """Plans, the offset log, commit records and published data of one output.
 
-    :param output: the dataset directory (a local path).
+    :param output: a local path or a URI (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``, ``file://``).
+    :param storage_options: fsspec options for that filesystem (credentials, endpoint).
     """
 
-    def __init__(self, output: str | os.PathLike[str]) -> None:
-        text = str(output)
-        if "://" in text and not text.startswith("file://"):
-            raise ConfigError(f"output {text!r}: only local paths are supported (publishing needs an atomic rename)")
-        self.root = Path(text.removeprefix("file://")).absolute()
+    def __init__(self, output: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> None:
+        self.location = Location(str(output), storage_options or {})
+        self.log = OffsetLog(self.location)
 
-    # -- locations ---------------------------------------------------------------------------
-
-    def data_dir(self, batch_id: str) -> Path:
-        return self.root / f"batch_id={batch_id}"
-
-    def plan_path(self, batch_id: str) -> Path:
-        return self.root / PLANS / f"{batch_id}.json"
-
-    def manifest_path(self, batch_id: str) -> Path:
-        return self.root / MANIFESTS / f"{batch_id}.json"
-
-    def commit_path(self, batch_id: str) -> Path:
-        return self.root / COMMITS / f"{batch_id}.json"
-
-    def new_staging_dir(self, batch_id: str) -> Path:
-        """A fresh directory name per attempt, so a retry never writes into a crashed attempt's files."""
-        return self.root / STAGING / f"{batch_id}.{uuid.uuid4().hex[:8]}"
+    @property
+    def root(self) -> str:
+        """The output as users name it (a path for local disks, else the URI)."""
+        return str(self.location)
 
     # -- plans -------------------------------------------------------------------------------
 
-    def save_plan(self, plan: OffsetPlan) -> Path:
-        path = self.plan_path(plan.batch_id)
-        write_json_atomic(path, plan.to_dict())
-        return path
+    def plan_uri(self, plan: OffsetPlan) -> str:
+        return self.location.uri_of(numbered_name(PLANS, plan.seq, plan.batch_id))
 
-    def load_plan(self, batch_id: str) -> OffsetPlan:
-        return load_plan_file(self.plan_path(batch_id))
+    def save_plan(self, plan: OffsetPlan) -> str:
+        self.location.put_atomic(numbered_name(PLANS, plan.seq, plan.batch_id), json_bytes(plan.to_dict()))
+        return self.plan_uri(plan)
 
-    def plans(self) -> list[OffsetPlan]:
-        folder = self.root / PLANS
-        if not folder.is_dir():
-            return []
-        return [load_plan_file(p) for p in sorted(folder.glob("*.json"))]
-
-    def pending_plans(self, group_id: str) -> list[OffsetPlan]:
-        """Incremental plans of ``group_id`` that were never committed, oldest first."""
-        pending = [
-            p
-            for p in self.plans()
-            if p.mode == INCREMENTAL and p.group_id == group_id and not self.commit_path(p.batch_id).exists()
-        ]
-        return sorted(pending, key=lambda p: p.created_at)
-
-    # -- manifests ---------------------------------------------------------------------------
-
-    def has_manifest(self, batch_id: str) -> bool:
-        return self.manifest_path(batch_id).exists()
-
-    def load_manifest(self, batch_id: str) -> dict[str, Any]:
-        path = self.manifest_path(batch_id)
+    def load_plan(self, seq: int, batch_id: str) -> OffsetPlan:
+        name = numbered_name(PLANS, seq, batch_id)
         try:
-            return read_json(path)
+            return OffsetPlan.from_json(self.location.read_bytes(name).decode())
         except FileNotFoundError:
-            raise ManifestError(f"batch {batch_id} has no manifest at {path}: run the write step first") from None
-        except ValueError as exc:
-            raise ManifestError(f"manifest {path} is not valid JSON: {exc}") from None
+            raise ManifestError(f"batch {batch_id} has no plan at {self.location.uri_of(name)}") from None
 
-    def save_manifest(self, manifest: dict[str, Any]) -> Path:
-        path = self.manifest_path(manifest["batch_id"])
-        write_json_atomic(path, manifest)
-        return path
+    def plan_files(self) -> list[tuple[int, str]]:
+        """``(seq, batch id)`` of every plan, by sequence; read from the names alone."""
+        return sorted(p for p in map(parse_numbered, self.location.list_names(PLANS)) if p)
 
-    def publish(self, staging: Path, batch_id: str) -> Path:
-        """Move a finished staging directory to the batch's location, replacing a previous attempt.
+    def plans_after(self, seq: int) -> list[OffsetPlan]:
+        """The plans for entries after ``seq`` (candidates for the next entry), oldest first."""
+        return [self.load_plan(s, b) for s, b in self.plan_files() if s > seq]
 
-        A rename is atomic, so readers see all of the batch or none of it. A previous copy
-        (an attempt that crashed before its manifest) is first moved aside, never merged.
+    def remove_plan(self, plan: OffsetPlan) -> None:
+        self.location.delete([numbered_name(PLANS, plan.seq, plan.batch_id)])
+
+    # -- the offset log ----------------------------------------------------------------------
+
+    def entry_of(self, plan: OffsetPlan) -> dict[str, Any] | None:
+        """The plan's log entry, ``None`` when its slot is free.
+
+        :raises LogConflictError: when another batch took the plan's slot in the log.
         """
-        sync_tree(staging)  # Spark's local writer does not fsync; the Kafka commit will rely on these bytes
-        final = self.data_dir(batch_id)
-        self._take_down(batch_id, "replaced")
-        os.replace(staging, final)
-        fsync_dir(self.root)
-        return final
+        entry = self.log.entry(plan.seq)
+        if entry is not None and entry.get("batch_id") != plan.batch_id:
+            raise LogConflictError(
+                f"output log entry {plan.seq} of {self.root} holds batch {entry.get('batch_id')}, not batch "
+                f"{plan.batch_id}: another run published first, so this batch is never published; plan again"
+            )
+        return entry
 
-    def remove_batch(self, batch_id: str) -> None:
-        """Manifest, then data, then plan: a crash in between leaves a pending plan to replay."""
-        self.manifest_path(batch_id).unlink(missing_ok=True)
-        self._take_down(batch_id, "discarded")
-        self.plan_path(batch_id).unlink(missing_ok=True)
-        fsync_dir(self.root)
+    def previous_entry(self, plan: OffsetPlan) -> dict[str, Any] | None:
+        """The log entry the plan follows; it must still be the one it was planned after.
 
-    def _take_down(self, batch_id: str, why: str) -> None:
-        """Make a published batch invisible at once (one rename), then delete it at leisure."""
-        data = self.data_dir(batch_id)
-        if data.exists():
-            aside = self.root / STAGING / f"{batch_id}.{why}.{uuid.uuid4().hex[:8]}"
-            aside.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(data, aside)
-            shutil.rmtree(aside, ignore_errors=True)
+        :raises LogConflictError: when the log changed since the plan was made.
+        """
+        previous = self.log.entry(plan.seq - 1)
+        found = None if previous is None else previous.get("batch_id")
+        if found != plan.previous:
+            raise LogConflictError(
+                f"the output log of {self.root} changed since batch {plan.batch_id} was planned: entry {plan.seq - 1} "
+                f"is {found!r}, the plan followed {plan.previous!r}; this batch is never published; plan again"
+            )
+        return previous
 
-    # -- commit records ----------------------------------------------------------------------
+    def commit_entry(self, plan: OffsetPlan, manifest: dict[str, Any]) -> dict[str, Any]:
+        """The storage commit: create the plan's log entry, then publish its files.
 
-    def record_commit(self, plan: OffsetPlan, committed: dict[str, int], rows: int, recovered: bool = False) -> Path:
-        path = self.commit_path(plan.batch_id)
-        write_json_atomic(
-            path,
-            {
-                "batch_id": plan.batch_id,
-                "group_id": plan.group_id,
-                "committed": committed,
-                "previous": {r.tp.key: r.expected_committed for r in plan.ranges},
-                "rows": rows,
-                "committed_at": utc_now(),
-                "recovered": recovered,
-            },
+        When another attempt of the *same* batch created the entry first, its entry wins and
+        this attempt's staged files are dropped.
+
+        :returns: the entry now in the log.
+        :raises LogConflictError: when another batch took the plan's entry first.
+        """
+        if not self.log.append(manifest):
+            winner = self.entry_of(plan)  # raises for another batch
+            if manifest.get("staging"):
+                self.location.delete_tree(manifest["staging"])
+            manifest = winner or manifest
+        self.publish(manifest)
+        return manifest
+
+    def commit_without_data(self, plan: OffsetPlan) -> dict[str, Any]:
+        """A plan with nothing to read becomes an entry without files: its offsets still move the log."""
+        return self.commit_entry(plan, build_manifest(plan, self.previous_entry(plan), written_at=utc_now()))
+
+    # -- staging and publishing --------------------------------------------------------------
+
+    def new_staging(self, batch_id: str) -> str:
+        """A fresh folder per attempt, so a retry never writes into a crashed attempt's files."""
+        return f"{STAGING}/{batch_id}.{uuid.uuid4().hex[:8]}"
+
+    def clean_staging(self, batch_id: str, keep: str | None = None) -> None:
+        """Remove what earlier attempts of ``batch_id`` left (never another batch's)."""
+        for name in self.location.list_names(STAGING):
+            if name.startswith(f"{batch_id}.") and f"{STAGING}/{name}" != keep:
+                self.location.delete_tree(f"{STAGING}/{name}")
+
+    def published_files(self, batch_id: str) -> dict[str, int]:
+        return self.location.file_sizes(data_dir_name(batch_id))
+
+    def is_published(self, entry: dict[str, Any]) -> bool:
+        found = self.published_files(entry["batch_id"])
+        return all(found.get(name) == size for name, size in entry_files(entry).items())
+
+    def publish(self, entry: dict[str, Any]) -> None:
+        """Make a logged batch's files visible; idempotent, so it also finishes a publish cut short.
+
+        :raises ManifestError: when files the entry lists are neither published nor staged.
+        """
+        files = entry_files(entry)
+        if not files:
+            return
+        final, staging = data_dir_name(entry["batch_id"]), entry["staging"]
+        found = self.published_files(entry["batch_id"])
+        if all(found.get(n) == size for n, size in files.items()):
+            if self.location.exists(staging):
+                self.location.delete_tree(staging)
+            return
+        staged = self.location.file_sizes(staging)
+        lost = sorted(n for n, size in files.items() if found.get(n) != size and staged.get(n) != size)
+        if lost:
+            raise ManifestError(
+                f"batch {entry['batch_id']} (output log entry {entry['seq']}) lists {len(lost)} file(s) that are "
+                f"neither published nor staged, e.g. {data_dir_name(entry['batch_id'])}/{lost[0]}: the output lost data"
+            )
+        if self.location.is_local:
+            if found:  # never merge: set aside whatever a foreign hand left there
+                self.location.rename_folder(final, f"{STAGING}/{entry['batch_id']}.displaced.{uuid.uuid4().hex[:8]}")
+            self.location.rename_folder(staging, final)  # one rename: all of the batch or none of it
+            return
+        for name, size in files.items():
+            if found.get(name) != size:
+                self.location.copy(f"{staging}/{name}", f"{final}/{name}")
+        self.location.delete_tree(staging)
+
+    def check_published(self, entry: dict[str, Any]) -> None:
+        """Raise :class:`ManifestError` unless every file the entry lists is in place with its size."""
+        found = self.published_files(entry["batch_id"])
+        wrong = sorted(n for n, size in entry_files(entry).items() if found.get(n) != size)
+        if wrong:
+            raise ManifestError(
+                f"batch {entry['batch_id']}: {len(wrong)} of its {len(entry_files(entry))} file(s) are missing or "
+                f"changed in {self.location.uri_of(data_dir_name(entry['batch_id']))} (e.g. {wrong[0]}); "
+                "its offsets are not committed"
+            )
+
+    def remove_unpublished(self, plan: OffsetPlan) -> None:
+        """Remove a batch that is not in the log: its staged files, then its plan."""
+        self.clean_staging(plan.batch_id)
+        self.remove_plan(plan)
+
+    # -- Kafka commit records ----------------------------------------------------------------
+
+    def record_commit(self, plan: OffsetPlan, committed: dict[str, int], rows: int) -> None:
+        self.location.put_atomic(
+            numbered_name(COMMITS, plan.seq, plan.batch_id),
+            json_bytes(
+                {
+                    "batch_id": plan.batch_id,
+                    "seq": plan.seq,
+                    "group_id": plan.group_id,
+                    "committed": committed,
+                    "previous": {r.tp.key: r.expected_committed for r in plan.ranges},
+                    "rows": rows,
+                    "committed_at": utc_now(),
+                }
+            ),
         )
-        return path
 
-    def commit_record(self, batch_id: str) -> dict[str, Any] | None:
+    def commit_record(self, seq: int, batch_id: str) -> dict[str, Any] | None:
         try:
-            return read_json(self.commit_path(batch_id))
+            return json.loads(self.location.read_bytes(numbered_name(COMMITS, seq, batch_id)))
         except FileNotFoundError:
             return None
 
-    def commit_records(self, group_id: str | None = None) -> list[dict[str, Any]]:
-        """Commit history, oldest first (what lag health reads)."""
-        folder = self.root / COMMITS
-        if not folder.is_dir():
-            return []
-        records = [read_json(p) for p in folder.glob("*.json")]
-        records = [r for r in records if group_id is None or r.get("group_id") == group_id]
-        return sorted(records, key=lambda r: r["committed_at"])
-
-    def clean_staging(self, batch_id: str) -> None:
-        """Remove leftovers of earlier attempts of ``batch_id`` (never another batch's)."""
-        folder = self.root / STAGING
-        if folder.is_dir():
-            for leftover in folder.glob(f"{batch_id}.*"):
-                shutil.rmtree(leftover, ignore_errors=True)
+    def commit_records(self, group_id: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
+        """Commit history, oldest first (what lag health reads); ``last`` keeps only the newest ones."""
+        names = sorted(p for p in map(parse_numbered, self.location.list_names(COMMITS)) if p)
+        if last is not None:
+            names = names[-last:]
+        records = [self.commit_record(seq, batch_id) for seq, batch_id in names]
+        return [r for r in records if r is not None and (group_id is None or r.get("group_id") == group_id)]
 
 
-def load_plan_file(path: str | os.PathLike[str]) -> OffsetPlan:
+def load_plan_file(path: str, storage_options: dict[str, Any] | None = None) -> OffsetPlan:
+    """A plan from its file (a local path or a URI)."""
+    output, name = split_plan_path(path)
     try:
-        text = Path(path).read_text()
+        text = Location(output, storage_options or {}).read_bytes(name).decode()
     except FileNotFoundError:
         raise ConfigError(f"plan file {path} does not exist") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read plan file {path}: {exc.strerror}") from None
     return OffsetPlan.from_json(text)
 
 
-def output_of_plan_file(path: str | os.PathLike[str]) -> Path:
-    """``<output>/_plans/<id>.json`` -> ``<output>``."""
-    p = Path(path).absolute()
-    if p.parent.name != PLANS:
-        raise ConfigError(f"{path} is not inside an output's {PLANS}/ directory; pass --output")
-    return p.parent.parent
+def split_plan_path(path: str) -> tuple[str, str]:
+    """``<output>/_plans/<file>`` -> ``(<output>, "_plans/<file>")``."""
+    text = str(path).rstrip("/")
+    head, _, file_name = text.rpartition("/")
+    output, _, folder = head.rpartition("/")
+    if folder != PLANS or not file_name:
+        raise ConfigError(f"{path} is not a plan file inside an output's {PLANS}/ folder")
+    return output or "/", f"{PLANS}/{file_name}"
+
+
+def output_of_plan_file(path: str) -> str:
+    return split_plan_path(path)[0]

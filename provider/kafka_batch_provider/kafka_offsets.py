@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicCollection
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
@@ -125,6 +125,24 @@ class KafkaOffsets:
             result.extend(TopicPartition(topic, p) for p in chosen)
         return result
 
+    def topic_ids(self, topics: Sequence[str]) -> dict[str, str]:
+        """Each topic's id (a new one when a topic is deleted and recreated); brokers without ids give none.
+
+        The output's log records them, so offsets of a deleted topic are never applied to
+        its successor of the same name.
+        """
+
+        def run() -> dict[str, str]:
+            futures = self.admin.describe_topics(TopicCollection(list(topics)), request_timeout=self.timeout)
+            found = {}
+            for topic, future in futures.items():
+                topic_id = str(future.result().topic_id or "")
+                if topic_id.strip("A="):  # the all-zero id means "no id"
+                    found[topic] = topic_id
+            return found
+
+        return self._call("describe_topics", run)
+
     # -- log offsets -----------------------------------------------------------------------
 
     def _list_offsets(self, what: str, specs: Mapping[TopicPartition, OffsetSpec]) -> dict[TopicPartition, int]:
@@ -199,9 +217,11 @@ class KafkaOffsets:
         Synchronous; every partition's error is checked and the result is read back. A
         partition already at its target counts as an earlier attempt of this same commit
         that was cut short (a timeout after the broker applied it, a partial failure):
-        committing it again changes nothing, so the commit can always be finished. Kafka has
-        no atomic compare-and-set for offsets: the check narrows the window, and a concurrent
-        writer that slips in is caught by the read-back.
+        committing it again changes nothing, so the commit can always be finished. The
+        caller has made sure that the target is what the output's offset log holds, so a
+        group that already shows it agrees with the output. Kafka has no atomic
+        compare-and-set for offsets: the check narrows the window, and a concurrent writer
+        that slips in is caught by the read-back.
 
         :raises CommitConflictError: when a committed offset is neither ``expected`` nor its
             target before the commit, or not the target after it.

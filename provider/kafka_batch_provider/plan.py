@@ -2,7 +2,9 @@
 
 A plan is made once (plan step), persisted before anything is read, and then read by the
 Spark job (read + write) and by the commit step. A retry replays the same file, so the
-same offsets land in the same place.
+same offsets land in the same place. Each plan names the entry of the output's offset log it
+will occupy (``seq``) and the entry before it, so two plans made at once compete for the same
+entry and only one of them can ever be published.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.offsets import OffsetGap, OffsetRange, TopicPartition
 
-PLAN_FORMAT_VERSION = 1
+PLAN_FORMAT_VERSION = 2
 
 #: Incremental plans start at the group's committed offsets and commit their ends.
 INCREMENTAL = "incremental"
@@ -23,15 +25,25 @@ INCREMENTAL = "incremental"
 REPLAY = "replay"
 
 
-def batch_id_for(mode: str, group_id: str | None, ranges: tuple[OffsetRange, ...]) -> str:
-    """A deterministic id: the same group and ranges always give the same batch id.
+def batch_id_for(
+    mode: str, group_id: str | None, seq: int, topic_ids: dict[str, str], ranges: tuple[OffsetRange, ...]
+) -> str:
+    """A deterministic id of everything that makes a batch unique.
 
-    The id names the output location, so re-running a plan replaces its data instead of
-    adding to it. The ``b-`` prefix keeps Hive partition discovery from reading the id
-    as a number.
+    The same group, log entry, topics and ranges give the same id, so two plan steps that
+    see the same state make the same batch (and a retry replaces rather than adds). The log
+    sequence and the topic ids keep ids from colliding when a topic is deleted and
+    recreated and the same ranges come round again. The ``b-`` prefix keeps Hive partition
+    discovery from reading the id as a number.
     """
     canonical = json.dumps(
-        [mode, group_id, [[r.topic, r.partition, r.start, r.end, r.expected_committed] for r in ranges]],
+        [
+            mode,
+            group_id,
+            seq,
+            sorted(topic_ids.items()),
+            [[r.topic, r.partition, r.start, r.end, r.expected_committed] for r in ranges],
+        ],
         separators=(",", ":"),
     )
     return "b-" + hashlib.sha256(canonical.encode()).hexdigest()[:20]
@@ -41,11 +53,14 @@ def batch_id_for(mode: str, group_id: str | None, ranges: tuple[OffsetRange, ...
 class OffsetPlan:
     """A batch: per partition, the range to read and the offset to commit afterwards.
 
-    :param ranges: every partition whose committed offset this batch moves, sorted by
-        topic and partition. A range may be empty (``start == end``) when only the
-        committed offset moves, e.g. a new partition planned at ``latest``.
-    :param gaps: offsets skipped because retention had deleted them (data-loss policy
-        ``earliest``); empty unless the user chose to skip.
+    :param seq: the entry of the output's offset log this batch will occupy (1 for the first).
+    :param previous: the batch id of the entry before it (``None`` for the first).
+    :param topic_ids: the broker's topic ids at planning time (empty when it has none).
+    :param ranges: every partition this batch commits, sorted by topic and partition: for an
+        incremental batch every chosen partition of the topics, idle ones with an empty range
+        (``start == end``) so that their committed offsets are refreshed and never expire.
+    :param gaps: offsets skipped on purpose (data-loss policy ``earliest``, or a group ahead
+        of the output accepted with ``--on-group-mismatch=group``); empty otherwise.
     :param truncated: ``True`` when ``max_records`` bounds left data for a later batch.
     """
 
@@ -55,6 +70,9 @@ class OffsetPlan:
     topics: tuple[str, ...]
     isolation_level: str
     ranges: tuple[OffsetRange, ...]
+    seq: int = 1
+    previous: str | None = None
+    topic_ids: dict[str, str] = field(default_factory=dict)
     gaps: tuple[OffsetGap, ...] = ()
     truncated: bool = False
     created_at: str = ""
@@ -87,6 +105,7 @@ class OffsetPlan:
         """The small form used for stdout lines and XCom."""
         return {
             "batch_id": self.batch_id,
+            "seq": self.seq,
             "mode": self.mode,
             "group_id": self.group_id,
             "planned_offsets": self.planned_offsets,
@@ -105,6 +124,9 @@ class OffsetPlan:
             "group_id": self.group_id,
             "topics": list(self.topics),
             "isolation_level": self.isolation_level,
+            "seq": self.seq,
+            "previous": self.previous,
+            "topic_ids": dict(self.topic_ids),
             "ranges": [r.to_dict() for r in self.ranges],
             "gaps": [g.to_dict() for g in self.gaps],
             "truncated": self.truncated,
@@ -125,16 +147,24 @@ class OffsetPlan:
             topics=tuple(data["topics"]),
             isolation_level=str(data["isolation_level"]),
             ranges=tuple(OffsetRange.from_dict(r) for r in data["ranges"]),
+            seq=int(data["seq"]),
+            previous=data.get("previous"),
+            topic_ids={str(k): str(v) for k, v in (data.get("topic_ids") or {}).items()},
             gaps=tuple(OffsetGap.from_dict(g) for g in data.get("gaps", [])),
             truncated=bool(data.get("truncated", False)),
             created_at=str(data.get("created_at", "")),
             extra=dict(data.get("extra") or {}),
         )
-        expected = batch_id_for(plan.mode, plan.group_id, plan.ranges)
+        expected = plan_batch_id(plan)
         if plan.batch_id != expected:
             # The id names the output location: a hand-edited range must not reuse it.
             raise ConfigError(f"plan {plan.batch_id} does not match its ranges (expected batch id {expected})")
         return plan
+
+    @property
+    def has_work(self) -> bool:
+        """Something to read, a gap to record, or a group offset to move (else there is no batch)."""
+        return self.has_data or bool(self.gaps) or any(r.end != r.expected_committed for r in self.ranges)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
@@ -149,3 +179,7 @@ class OffsetPlan:
             return cls.from_dict(data)
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"plan file is malformed: {exc!r}") from None
+
+
+def plan_batch_id(plan: OffsetPlan) -> str:
+    return batch_id_for(plan.mode, plan.group_id, plan.seq, plan.topic_ids, plan.ranges)

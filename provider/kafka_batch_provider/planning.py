@@ -8,12 +8,12 @@ policy can be tested without a broker.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from kafka_batch_provider.errors import ConfigError, PlanError
-from kafka_batch_provider.offsets import OffsetGap, OffsetRange, PartitionOffsets
+from kafka_batch_provider.offsets import OffsetGap, OffsetRange, PartitionOffsets, TopicPartition
 from kafka_batch_provider.plan import INCREMENTAL, REPLAY, OffsetPlan, batch_id_for
 
 
@@ -136,6 +136,20 @@ def snapshot(states: Iterable[PartitionOffsets]) -> dict[str, list[int | None]]:
     return {s.tp.key: [s.committed, s.log_start, s.log_end] for s in states}
 
 
+@dataclass(frozen=True)
+class LogSlot:
+    """The entry of the output's offset log a new plan will occupy.
+
+    :param seq: its sequence number (the log's newest entry + 1).
+    :param previous: the batch id of the log's newest entry (``None`` for an empty log).
+    :param topic_ids: the broker's current topic ids (empty when it has none).
+    """
+
+    seq: int = 1
+    previous: str | None = None
+    topic_ids: Mapping[str, str] = field(default_factory=dict)
+
+
 def plan_incremental(
     group_id: str,
     topics: Sequence[str],
@@ -144,37 +158,55 @@ def plan_incremental(
     isolation_level: str,
     created_at: str,
     partitions: Sequence[int] | None = None,
+    slot: LogSlot = LogSlot(),
+    checkpoints: Mapping[TopicPartition, int | None] | None = None,
+    accepted_gaps: Sequence[OffsetGap] = (),
 ) -> OffsetPlan:
-    """The next batch for a group: from its committed offsets to the current ends, bounded.
+    """The next batch for a group: from each partition's checkpoint to the current end, bounded.
 
-    A partition is in the plan when committing the plan moves its committed offset; a plan
-    with no ranges means there is nothing to do. ``states`` covers every partition of the
-    topics (the plan keeps them all as a snapshot for lag health); ``partitions`` chooses
-    which of them this batch reads.
+    :param states: every partition of the topics, with the group's committed offsets (the
+        plan keeps them all as a snapshot for lag health); ``partitions`` chooses which of
+        them this batch covers.
+    :param checkpoints: where each partition stands according to the reconciliation of the
+        group with the output's offset log (:mod:`kafka_batch_provider.reconcile`); a
+        partition missing here starts from the group's committed offset.
+    :param accepted_gaps: offsets skipped by the reconciliation policy, recorded in the plan.
+
+    Every chosen partition is in the plan (idle ones with an empty range), so the commit
+    refreshes every committed offset. A plan without work (nothing to read, no gap, no group
+    offset to move) has no ranges: there is nothing to do.
     """
     states = list(states)
+    checkpoints = checkpoints or {}
     candidates: list[OffsetRange] = []
-    gaps: list[OffsetGap] = []
+    gaps: list[OffsetGap] = list(accepted_gaps)
     for state in sorted(select_partitions(states, partitions), key=lambda s: (s.topic, s.partition)):
-        start, gap = start_offset(state, policy)
+        checkpoint = checkpoints.get(state.tp, state.committed)
+        start, gap = start_offset(replace(state, committed=checkpoint), policy)
         candidates.append(OffsetRange(state.topic, state.partition, start, state.log_end, state.committed))
         if gap is not None:
             gaps.append(gap)
-    bounded = apply_bounds(candidates, policy)
-    ranges = tuple(r for r in bounded if r.end != r.expected_committed)
+    bounded = tuple(apply_bounds(candidates, policy))
     truncated = sum(r.size for r in bounded) < sum(r.size for r in candidates)
-    return OffsetPlan(
-        batch_id=batch_id_for(INCREMENTAL, group_id, ranges),
+    topic_ids = {t: slot.topic_ids[t] for t in topics if t in slot.topic_ids}
+    plan = OffsetPlan(
+        batch_id="",
         mode=INCREMENTAL,
         group_id=group_id,
         topics=tuple(topics),
         isolation_level=isolation_level,
-        ranges=ranges,
+        ranges=bounded,
+        seq=slot.seq,
+        previous=slot.previous,
+        topic_ids=topic_ids,
         gaps=tuple(gaps),
         truncated=truncated,
         created_at=created_at,
         extra={"snapshot": snapshot(states), "partitions": sorted(partitions) if partitions is not None else None},
     )
+    if not plan.has_work:
+        plan = replace(plan, ranges=(), gaps=())
+    return replace(plan, batch_id=batch_id_for(INCREMENTAL, group_id, slot.seq, topic_ids, plan.ranges))
 
 
 def plan_replay(
@@ -183,6 +215,7 @@ def plan_replay(
     isolation_level: str,
     created_at: str,
     group_id: str | None = None,
+    slot: LogSlot = LogSlot(),
 ) -> OffsetPlan:
     """A replay (backfill) of explicit ranges; checked against the log, never committed.
 
@@ -204,13 +237,18 @@ def plan_replay(
         if r.size > 0:
             ranges.append(OffsetRange(r.topic, r.partition, r.start, r.end, None))
     final = tuple(ranges)
+    topics = sorted({r.topic for r in final})
+    topic_ids = {t: slot.topic_ids[t] for t in topics if t in slot.topic_ids}
     return OffsetPlan(
-        batch_id=batch_id_for(REPLAY, group_id, final),
+        batch_id=batch_id_for(REPLAY, group_id, slot.seq, topic_ids, final),
         mode=REPLAY,
         group_id=group_id,
-        topics=tuple(sorted({r.topic for r in final})),
+        topics=tuple(topics),
         isolation_level=isolation_level,
         ranges=final,
+        seq=slot.seq,
+        previous=slot.previous,
+        topic_ids=topic_ids,
         created_at=created_at,
     )
 

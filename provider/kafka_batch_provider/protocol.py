@@ -1,19 +1,27 @@
-"""The plan and commit steps, and the repair that joins them.
+"""The plan and commit steps, and the reconciliation and repair that join them.
 
-These are the functions the command line and the Airflow operators call; they hold no
-Kafka or Spark details of their own (see :mod:`kafka_batch_provider.kafka_offsets` and
-:mod:`kafka_batch_provider.spark.ingest`).
+The output's offset log (:mod:`kafka_batch_provider.offset_log`) is the truth about what was
+ingested; the group's committed offsets mirror it, so lag tools, sensors and operators see
+progress. These are the functions the command line and the Airflow operators call; Kafka and
+storage details live in :mod:`kafka_batch_provider.kafka_offsets` and
+:mod:`kafka_batch_provider.batch_store`.
 
-Repair after a crash, done by the plan step before it plans anything new. A pending plan is
-one that was persisted but never committed:
+Plan step (:func:`plan_batch`):
 
-* manifest present, every partition at its start or its end -> the write finished (and the
-  commit may have started): finish the commit now, without reading again;
-* no manifest, group at the plan's starts -> reuse the plan, so the retry reads the same
-  ranges into the same batch location (after checking that they still exist and that the
-  run asks for the same topics and partitions);
-* anything else -> somebody else moved the group: fail loudly, change nothing.
-  ``kafka-batch discard`` removes such a batch (data, manifest, plan) once it is understood.
+1. finish publishing the log's newest batch if a crash cut its publish short;
+2. reconcile the group with the log (:mod:`kafka_batch_provider.reconcile`): equal, missing
+   (resume from the log), one batch behind (repair), unknown partitions, or a mismatch
+   (refused unless ``--on-group-mismatch`` says otherwise);
+3. repair: the newest batch's Kafka commit did not happen, or only partly: commit it now,
+   without reading again;
+4. reuse a pending plan for the next log entry when it still starts where a new plan would
+   (a retry replays the same ranges into the same batch);
+5. else plan the next batch (every chosen partition, idle ones too) and persist it before
+   anything is read.
+
+Commit step (:func:`commit_batch`): the batch must be the plan's entry in the log and its
+files must be in place; then its end offsets are committed synchronously with
+compare-and-set, and the commit is recorded.
 """
 
 from __future__ import annotations
@@ -21,13 +29,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kafka_batch_provider.batch_store import BatchStore, utc_now
-from kafka_batch_provider.errors import CommitConflictError, ConfigError, PlanError
+from kafka_batch_provider.errors import CommitConflictError, ConfigError, ManifestError, PlanError
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
-from kafka_batch_provider.manifest import verify_manifest
+from kafka_batch_provider.manifest import log_position, plan_of_entry, verify_manifest
+from kafka_batch_provider.offsets import PartitionOffsets
 from kafka_batch_provider.plan import INCREMENTAL, OffsetPlan
-from kafka_batch_provider.planning import PlanPolicy, plan_incremental
+from kafka_batch_provider.planning import LogSlot, PlanPolicy, plan_incremental, select_partitions
+from kafka_batch_provider.reconcile import GroupMismatchPolicy, Reconciliation, reconcile
 
 log = logging.getLogger(__name__)
 
@@ -40,75 +51,57 @@ class PlanOutcome:
 
     :param plan: the plan to run next (``plan.ranges`` empty: nothing to do).
     :param reused: the plan is a pending one from an earlier, unfinished run.
-    :param repaired: batch ids that were committed (or recorded) while repairing.
+    :param repaired: batch ids whose Kafka commit was finished while repairing.
+    :param notes: what the reconciliation of the group with the output decided, line by line.
     """
 
     plan: OffsetPlan
     reused: bool = False
     repaired: list[str] = field(default_factory=list)
     plan_path: str | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 def commit_batch(
     kafka: KafkaOffsets, store: BatchStore, plan: OffsetPlan, progress: Progress = log.info
 ) -> dict[str, int]:
-    """Commit step: verify the manifest against the plan, then compare-and-set commit the ends.
+    """Commit step: check the batch's log entry and files, then compare-and-set commit its ends.
 
-    Idempotent: a batch whose commit is recorded is not committed again.
+    Idempotent: a batch whose commit is recorded is not committed again. A plan with nothing
+    to read has no Spark step: its log entry is created here.
 
     :returns: committed offsets as ``{"topic:partition": offset}``.
     """
     if not plan.commits_group or not plan.group_id:
         raise ConfigError(f"batch {plan.batch_id} is a {plan.mode} plan; replays never commit the group")
-    record = store.commit_record(plan.batch_id)
+    record = store.commit_record(plan.seq, plan.batch_id)
     if record is not None:
         progress(f"batch {plan.batch_id} was already committed at {record['committed_at']}")
         return record["committed"]
-    rows = 0
-    if plan.has_data:
-        manifest = store.load_manifest(plan.batch_id)
-        verify_manifest(plan, manifest)
-        rows = int(manifest["rows"])
+    entry = store.entry_of(plan)
+    if entry is None:
+        if plan.has_data:
+            raise ManifestError(
+                f"batch {plan.batch_id} is not in the output log of {store.root} (entry {plan.seq} is free): "
+                "run the write step first; its offsets are not committed"
+            )
+        entry = store.commit_without_data(plan)
+    verify_manifest(plan, entry)
+    store.publish(entry)  # finishes a publish cut short
+    store.check_published(entry)
+    newest = store.log.tail_seq()
+    if newest > plan.seq:
+        raise CommitConflictError(
+            f"batch {plan.batch_id} (output log entry {plan.seq}) is followed by entry {newest}: committing it would "
+            "move the group back; the next plan step reconciles the group with the output"
+        )
     committed = kafka.commit(plan.group_id, plan.expected_committed(), plan.end_offsets(), metadata=plan.batch_id)
     result = {tp.key: offset for tp, offset in committed.items()}
-    store.record_commit(plan, result, rows)
-    progress(f"batch {plan.batch_id}: committed {len(result)} partition(s) of group {plan.group_id} ({rows} rows)")
+    store.record_commit(plan, result, int(entry["rows"]))
+    progress(
+        f"batch {plan.batch_id}: committed {len(result)} partition(s) of group {plan.group_id} ({entry['rows']} rows)"
+    )
     return result
-
-
-def reconcile_pending(
-    kafka: KafkaOffsets, store: BatchStore, group_id: str, progress: Progress = log.info
-) -> tuple[OffsetPlan | None, list[str]]:
-    """Finish or reuse the group's pending batches (see the module docstring).
-
-    :returns: the pending plan to run again (or ``None``), and the batch ids repaired.
-    """
-    repaired: list[str] = []
-    for plan in store.pending_plans(group_id):
-        tps = [r.tp for r in plan.ranges]
-        current = kafka.committed_offsets(group_id, tps)
-        at_start = all(current.get(r.tp) == r.expected_committed for r in plan.ranges)
-        in_flight = all(current.get(r.tp) in (r.expected_committed, r.end) for r in plan.ranges)
-        written = store.has_manifest(plan.batch_id) or not plan.has_data
-        if written and in_flight:
-            progress(
-                f"batch {plan.batch_id} was written but its commit did not finish: committing it without reading again"
-            )
-            commit_batch(kafka, store, plan, progress)
-            repaired.append(plan.batch_id)
-        elif at_start and not written:
-            progress(f"batch {plan.batch_id} was planned but not written: running the same plan again")
-            return plan, repaired
-        else:
-            details = ", ".join(
-                f"{r.tp}: committed {current.get(r.tp)}, plan [{r.expected_committed} -> {r.end}]" for r in plan.ranges
-            )
-            raise CommitConflictError(
-                f"pending batch {plan.batch_id} no longer matches group {group_id!r} ({details}); "
-                "someone else moved the group: inspect it, then remove the batch with "
-                f"kafka-batch discard --plan {store.plan_path(plan.batch_id)}"
-            )
-    return None, repaired
 
 
 def plan_batch(
@@ -119,81 +112,169 @@ def plan_batch(
     policy: PlanPolicy,
     partitions: Sequence[int] | None = None,
     progress: Progress = log.info,
+    on_group_mismatch: GroupMismatchPolicy = GroupMismatchPolicy.FAIL,
 ) -> PlanOutcome:
-    """Plan step: repair pending batches, then plan the next batch and persist it before any read."""
+    """Plan step: reconcile the group with the output, repair, then plan and persist the next batch."""
     if not topics:
         raise ConfigError("at least one topic is required (--topic)")
     if not group_id:
         raise ConfigError("a consumer group is required (--group)")
-    refuse_mixed_output(store, INCREMENTAL)
-    pending, repaired = reconcile_pending(kafka, store, group_id, progress)
-    if pending is not None:
-        check_reusable(kafka, store, pending, topics, partitions)
-        return PlanOutcome(pending, reused=True, repaired=repaired, plan_path=str(store.plan_path(pending.batch_id)))
-    states = kafka.partition_offsets(group_id, topics)  # all partitions: the plan keeps a snapshot
-    plan = plan_incremental(group_id, topics, states, policy, kafka.isolation_level, utc_now(), partitions)
-    if not plan.ranges:
-        progress(f"group {group_id}: no new data on {', '.join(topics)}")
-        return PlanOutcome(plan, repaired=repaired)
-    path = store.save_plan(plan)
-    progress(
-        f"batch {plan.batch_id}: planned {len(plan.ranges)} partition(s), up to {plan.planned_offsets} offsets"
-        + (" (bounded; more remains)" if plan.truncated else "")
+    tail = store.log.tail()
+    pending = store.plans_after(tail["seq"] if tail else 0)
+    refuse_foreign_output(store, INCREMENTAL, group_id, tail, pending)
+    if tail is not None:
+        store.publish(tail)  # finishes a publish cut short
+    drop_stale_plans(store, progress)
+
+    topic_ids = kafka.topic_ids(topics)
+    states, decision = reconcile_group(kafka, store, group_id, topics, partitions, tail, topic_ids, on_group_mismatch)
+    notes = list(decision.notes)
+    for note in notes:
+        progress(note)
+    repaired = []
+    if decision.repair:
+        commit_batch(kafka, store, plan_for_entry(store, tail), progress)
+        repaired.append(tail["batch_id"])
+        states, decision = reconcile_group(
+            kafka, store, group_id, topics, partitions, tail, topic_ids, on_group_mismatch
+        )
+
+    slot = LogSlot((tail["seq"] if tail else 0) + 1, tail["batch_id"] if tail else None, topic_ids)
+    fresh = plan_incremental(
+        group_id,
+        topics,
+        states,
+        policy,
+        kafka.isolation_level,
+        utc_now(),
+        partitions,
+        slot=slot,
+        checkpoints=decision.checkpoints,
+        accepted_gaps=decision.gaps,
     )
-    return PlanOutcome(plan, repaired=repaired, plan_path=str(path))
+    reusable = next((p for p in pending if same_start(p, fresh, topics, partitions)), None)
+    if reusable is not None:
+        check_readable(kafka, store, reusable)
+        progress(f"batch {reusable.batch_id} was planned but not written: running the same plan again")
+        return PlanOutcome(reusable, True, repaired, store.plan_uri(reusable), notes)
+    for other in pending:
+        progress(
+            f"pending batch {other.batch_id} no longer starts where the group and the output stand; "
+            "it is left unpublished and a new plan takes its place"
+        )
+    if not fresh.ranges:
+        progress(f"group {group_id}: no new data on {', '.join(topics)}")
+        return PlanOutcome(fresh, repaired=repaired, notes=notes)
+    path = store.save_plan(fresh)
+    progress(
+        f"batch {fresh.batch_id}: planned {len(fresh.readable_ranges)} partition(s) with data, "
+        f"up to {fresh.planned_offsets} offsets, as output log entry {fresh.seq}"
+        + (" (bounded; more remains)" if fresh.truncated else "")
+    )
+    return PlanOutcome(fresh, repaired=repaired, plan_path=path, notes=notes)
 
 
-def check_reusable(
+def reconcile_group(
     kafka: KafkaOffsets,
     store: BatchStore,
-    plan: OffsetPlan,
+    group_id: str,
     topics: Sequence[str],
     partitions: Sequence[int] | None,
-) -> None:
-    """A pending plan is replayed only for the same request, and only while its offsets exist."""
-    discard = f"kafka-batch discard --plan {store.plan_path(plan.batch_id)}"
-    planned_partitions = plan.extra.get("partitions")
-    wanted_partitions = sorted(partitions) if partitions is not None else None
-    if list(plan.topics) != list(topics) or planned_partitions != wanted_partitions:
-        raise PlanError(
-            f"pending batch {plan.batch_id} was planned for topics {list(plan.topics)} and partitions "
-            f"{planned_partitions or 'all'}, not {list(topics)} and {wanted_partitions or 'all'}: "
-            f"run with those to finish it, or remove it with {discard}"
-        )
+    tail: dict[str, Any] | None,
+    topic_ids: dict[str, str],
+    on_group_mismatch: GroupMismatchPolicy,
+) -> tuple[list[PartitionOffsets], Reconciliation]:
+    """Every partition's offsets (the plan keeps them as a snapshot) and the reconciliation of the chosen ones."""
+    states = kafka.partition_offsets(group_id, topics)
+    position = None
+    if tail is not None:
+        position = log_position(tail, store.commit_record(tail["seq"], tail["batch_id"]) is not None)
+    chosen = select_partitions(states, partitions)
+    return states, reconcile(group_id, chosen, position, topic_ids, on_group_mismatch)
+
+
+def plan_for_entry(store: BatchStore, entry: dict[str, Any]) -> OffsetPlan:
+    """The plan of a logged batch: its file, or (when the file is gone) rebuilt from the entry."""
+    try:
+        return store.load_plan(int(entry["seq"]), str(entry["batch_id"]))
+    except ManifestError:
+        return plan_of_entry(entry)
+
+
+def same_start(pending: OffsetPlan, fresh: OffsetPlan, topics: Sequence[str], partitions: Sequence[int] | None) -> bool:
+    """A pending plan is replayed only for the same request and while it starts where a new plan would."""
+    wanted = sorted(partitions) if partitions is not None else None
+    if pending.mode != INCREMENTAL or list(pending.topics) != list(topics) or pending.extra.get("partitions") != wanted:
+        return False
+    if (pending.seq, pending.previous, pending.topic_ids) != (fresh.seq, fresh.previous, fresh.topic_ids):
+        return False
+    starts = {(r.tp, r.start, r.expected_committed) for r in pending.ranges}
+    return bool(fresh.ranges) and starts == {(r.tp, r.start, r.expected_committed) for r in fresh.ranges}
+
+
+def check_readable(kafka: KafkaOffsets, store: BatchStore, plan: OffsetPlan) -> None:
+    """A pending plan is replayed only while its offsets still exist."""
     log_starts = kafka.log_start_offsets([r.tp for r in plan.readable_ranges])
     gone = [r for r in plan.readable_ranges if r.start < log_starts[r.tp]]
     if gone:
         missing = ", ".join(f"{r.tp} [{r.start}, {log_starts[r.tp]})" for r in gone)
         raise PlanError(
             f"pending batch {plan.batch_id} can no longer be read: offsets {missing} were deleted before it was "
-            f"written; remove it with {discard}, then plan again with --on-data-loss=earliest to skip them"
+            f"written; remove it with kafka-batch discard --plan {store.plan_uri(plan)}, then plan again with "
+            "--on-data-loss=earliest to skip them"
         )
 
 
-def refuse_mixed_output(store: BatchStore, mode: str) -> None:
-    """Incremental batches and replays never share an output: readers would see offsets twice."""
-    other = next((p for p in store.plans() if p.mode != mode), None)
-    if other is not None:
-        raise PlanError(
-            f"output {store.root} holds {other.mode} batches (e.g. {other.batch_id}); "
-            f"{mode} batches need an output of their own, or readers would see those offsets twice"
-        )
+def drop_stale_plans(store: BatchStore, progress: Progress = log.info) -> None:
+    """Remove plans that lost their log entry to another batch: they can never be published."""
+    tail_seq = store.log.tail_seq()
+    by_seq: dict[int, list[str]] = {}
+    for seq, batch_id in store.plan_files():
+        if seq <= tail_seq:
+            by_seq.setdefault(seq, []).append(batch_id)
+    for seq, batch_ids in by_seq.items():
+        if len(batch_ids) < 2:
+            continue
+        entry = store.log.entry(seq)
+        winner = entry["batch_id"] if entry else None
+        for batch_id in batch_ids:
+            if batch_id != winner:
+                store.remove_unpublished(store.load_plan(seq, batch_id))
+                progress(
+                    f"batch {batch_id} lost output log entry {seq} to batch {winner}: "
+                    "its plan and staged files are removed"
+                )
 
 
-def discard_batch(kafka: KafkaOffsets, store: BatchStore, plan: OffsetPlan, progress: Progress = log.info) -> None:
-    """Remove an uncommitted batch: manifest first (the storage commit point), then data, then plan.
-
-    Refused once any of its offsets is committed: then the batch must be finished, not removed.
-    """
-    if store.commit_record(plan.batch_id) is not None:
-        raise CommitConflictError(f"batch {plan.batch_id} is committed; committed batches are never discarded")
-    if plan.commits_group and plan.group_id:
-        current = kafka.committed_offsets(plan.group_id, [r.tp for r in plan.ranges])
-        moved = [r for r in plan.ranges if current.get(r.tp) == r.end]
-        if moved:
-            raise CommitConflictError(
-                f"batch {plan.batch_id} is partly committed ({', '.join(str(r.tp) for r in moved)} at its end): "
-                f"finish it with kafka-batch commit --plan {store.plan_path(plan.batch_id)} instead"
+def refuse_foreign_output(
+    store: BatchStore, mode: str, group_id: str | None, tail: dict[str, Any] | None, pending: Sequence[OffsetPlan]
+) -> None:
+    """One output, one kind of batch and one group: readers would otherwise see offsets twice."""
+    found = [(tail["mode"], tail.get("group_id"), tail["batch_id"])] if tail else []
+    found += [(p.mode, p.group_id, p.batch_id) for p in pending]
+    for other_mode, other_group, batch_id in found:
+        if other_mode != mode:
+            raise PlanError(
+                f"output {store.root} holds {other_mode} batches (e.g. {batch_id}); "
+                f"{mode} batches need an output of their own, or readers would see those offsets twice"
             )
-    store.remove_batch(plan.batch_id)
-    progress(f"batch {plan.batch_id} discarded (manifest, data and plan removed)")
+        if mode == INCREMENTAL and other_group != group_id:
+            raise PlanError(
+                f"output {store.root} is the output of group {other_group!r} (e.g. batch {batch_id}), not of "
+                f"{group_id!r}: each group needs an output of its own"
+            )
+
+
+def discard_batch(store: BatchStore, plan: OffsetPlan, progress: Progress = log.info) -> None:
+    """Remove a batch that is not in the output log: its staged files, then its plan.
+
+    Refused for a logged batch: the log is append-only, and the next plan step finishes it.
+    """
+    entry = store.log.entry(plan.seq)
+    if entry is not None and entry.get("batch_id") == plan.batch_id:
+        raise CommitConflictError(
+            f"batch {plan.batch_id} is entry {plan.seq} of the output log: logged batches are never removed; "
+            f"finish it with kafka-batch commit --plan {store.plan_uri(plan)}"
+        )
+    store.remove_unpublished(plan)
+    progress(f"batch {plan.batch_id} discarded (staged files and plan removed)")

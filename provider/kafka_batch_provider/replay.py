@@ -2,22 +2,24 @@
 
 Replays serve manual backfills from the Airflow UI and Airflow's own backfill runs of the
 ingest DAG. They write to their own output (never the incremental dataset, which already
-holds those offsets) under a deterministic batch id, so replaying the same range twice
-replaces rather than adds. The consumer group is not touched.
+holds those offsets), each batch an entry of that output's log like any batch. Replaying a
+range that is already there does nothing (and a retry finishes the same pending batch);
+another replay overlapping it is refused. The consumer group is not touched.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from kafka_batch_provider.batch_store import BatchStore, utc_now
 from kafka_batch_provider.errors import ConfigError, PlanError
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
 from kafka_batch_provider.offsets import OffsetRange, TopicPartition
 from kafka_batch_provider.plan import REPLAY, OffsetPlan
-from kafka_batch_provider.planning import plan_replay
-from kafka_batch_provider.protocol import PlanOutcome, refuse_mixed_output
+from kafka_batch_provider.planning import LogSlot, plan_replay
+from kafka_batch_provider.protocol import PlanOutcome, drop_stale_plans, refuse_foreign_output
 
 log = logging.getLogger(__name__)
 
@@ -37,22 +39,25 @@ def replay_ranges(
     return ranges
 
 
-def refuse_overlaps(store: BatchStore, plan: OffsetPlan) -> None:
+def refuse_overlaps(store: BatchStore, plan: OffsetPlan, others: Sequence[tuple[str, list[OffsetRange], str]]) -> None:
     """Two different replays of the same offsets in one output would show readers those offsets twice.
 
-    Replaying exactly the same ranges again is fine: same batch id, so it replaces.
+    :param others: ``(batch id, readable ranges, how to get rid of it)`` of the batches already there.
     """
-    for other in store.plans():
-        if other.batch_id == plan.batch_id:
-            continue
+    for batch_id, ranges, remedy in others:
         for mine in plan.readable_ranges:
-            for theirs in other.readable_ranges:
+            for theirs in ranges:
                 if mine.tp == theirs.tp and mine.start < theirs.end and theirs.start < mine.end:
                     raise PlanError(
-                        f"replay {mine} overlaps {theirs} of batch {other.batch_id} in {store.root}; "
-                        "choose another output, or remove that batch with "
-                        f"kafka-batch discard --plan {store.plan_path(other.batch_id)}"
+                        f"replay {mine} overlaps {theirs} of batch {batch_id} in {store.root}; "
+                        f"choose another output{remedy}"
                     )
+
+
+def same_ranges(a: Sequence[OffsetRange], b: Sequence[OffsetRange]) -> bool:
+    return sorted((r.topic, r.partition, r.start, r.end) for r in a) == sorted(
+        (r.topic, r.partition, r.start, r.end) for r in b
+    )
 
 
 def _per_partition(
@@ -113,16 +118,50 @@ def plan_replay_batch(
     else:
         starts = _per_partition("start offsets", start_offsets, tps, log_starts)
         ends = _per_partition("end offsets", end_offsets, tps, log_ends)
-    plan = plan_replay(replay_ranges(tps, starts, ends), states, kafka.isolation_level, created_at=utc_now())
-    refuse_mixed_output(store, REPLAY)
-    refuse_overlaps(store, plan)
+    tail = store.log.tail()
+    tail_seq = tail["seq"] if tail else 0
+    pending = store.plans_after(tail_seq)
+    refuse_foreign_output(store, REPLAY, None, tail, pending)
+    slot = LogSlot(tail_seq + 1, tail["batch_id"] if tail else None, kafka.topic_ids(topics))
+    plan = plan_replay(replay_ranges(tps, starts, ends), states, kafka.isolation_level, utc_now(), slot=slot)
     described = ", ".join(str(r) for r in plan.ranges) or "nothing"
+    logged = [
+        (e["batch_id"], [OffsetRange.from_dict(r) for r in e["ranges"] if r["end"] > r["start"]])
+        for e in store.log.entries()
+    ]
+    done = next((batch_id for batch_id, ranges in logged if plan.ranges and same_ranges(ranges, plan.ranges)), None)
+    if done is not None:
+        progress(f"replay of {described} is already in {store.root} as batch {done}: nothing to do")
+        return PlanOutcome(replace(plan, ranges=()), notes=[f"already replayed as batch {done}"])
+    again = next(
+        (
+            p
+            for p in pending
+            if (p.seq, p.previous, p.topic_ids) == (plan.seq, plan.previous, plan.topic_ids)
+            and same_ranges(p.readable_ranges, plan.readable_ranges)
+        ),
+        None,
+    )
+    others = [(b, r, "") for b, r in logged] + [
+        (
+            p.batch_id,
+            list(p.readable_ranges),
+            f", or remove that batch with kafka-batch discard --plan {store.plan_uri(p)}",
+        )
+        for p in pending
+        if p is not again
+    ]
+    refuse_overlaps(store, plan, others)
     if dry_run:
         progress(f"dry run: replay batch {plan.batch_id} would read {described}")
         return PlanOutcome(plan)
     if not plan.ranges:
         progress("replay: the chosen range holds no offsets")
         return PlanOutcome(plan)
+    if again is not None:
+        progress(f"replay batch {again.batch_id} was planned but not written: running the same plan again")
+        return PlanOutcome(again, reused=True, plan_path=store.plan_uri(again))
+    drop_stale_plans(store, progress)
     path = store.save_plan(plan)
     progress(f"replay batch {plan.batch_id}: planned {described} ({plan.planned_offsets} offsets)")
-    return PlanOutcome(plan, plan_path=str(path))
+    return PlanOutcome(plan, plan_path=path)

@@ -1,33 +1,63 @@
-"""Helpers for integration tests: run the protocol in-process and read the dataset back."""
+"""Helpers for integration tests: outputs (local or S3), the protocol in-process, what readers see."""
 
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow.dataset as ds
+from pyarrow.fs import FSSpecHandler, PyFileSystem
 
 from kafka_batch_provider.batch_store import BatchStore
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
 from kafka_batch_provider.planning import PlanPolicy
 from kafka_batch_provider.protocol import PlanOutcome, commit_batch, plan_batch
+from kafka_batch_provider.reconcile import GroupMismatchPolicy
 from kafka_batch_provider.spark.ingest import write_batch
 from kafka_batch_provider.spark.options import WriteOptions
+from kafka_batch_provider.storage import Location
 
 
-def dataset_keys(output: Path) -> Counter:
-    """How often each (topic, partition, offset) appears to a Parquet reader right now."""
-    if not Path(output).exists():
+@dataclass
+class Output:
+    """An output for a test: a local directory or a prefix on the S3 server."""
+
+    uri: str
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+    def store(self) -> BatchStore:
+        return BatchStore(self.uri, self.storage_options)
+
+    @property
+    def location(self) -> Location:
+        return Location(self.uri, self.storage_options)
+
+
+def read_dataset(output: Output | str, columns: list[str] | None = None):
+    """The output as a plain Parquet reader sees it (a pyarrow Table, ``None`` when empty).
+
+    ``pyarrow.dataset`` with Hive partitioning, as users read the layout; like Spark it skips
+    names starting with ``_`` or ``.``.
+    """
+    output = output if isinstance(output, Output) else Output(str(output))
+    location = output.location
+    if not location.exists(""):
+        return None
+    filesystem = PyFileSystem(FSSpecHandler(location.fs))
+    dataset = ds.dataset(location.root, filesystem=filesystem, format="parquet", partitioning="hive")
+    return dataset.to_table(columns=columns) if dataset.files else None
+
+
+def dataset_keys(output: Output | str) -> Counter:
+    """How often each (topic, partition, offset) appears to a plain Parquet reader right now."""
+    table = read_dataset(output, ["topic", "partition", "offset"])
+    if table is None:
         return Counter()
-    dataset = ds.dataset(str(output), format="parquet", partitioning="hive")
-    if not dataset.files:
-        return Counter()
-    table = dataset.to_table(columns=["topic", "partition", "offset"])
     return Counter(zip(*(table.column(c).to_pylist() for c in ("topic", "partition", "offset"))))
 
 
-def assert_exactly_once(output: Path, expected: set[tuple[str, int, int]]) -> None:
+def assert_exactly_once(output: Output | str, expected: set[tuple[str, int, int]]) -> None:
     seen = dataset_keys(output)
     doubled = {k: n for k, n in seen.items() if n > 1}
     assert not doubled, f"offsets seen more than once: {sorted(doubled)[:5]}"
@@ -40,18 +70,20 @@ def assert_exactly_once(output: Path, expected: set[tuple[str, int, int]]) -> No
 def run_batch(
     spark,
     kafka_config: dict[str, Any],
-    output: Path,
+    output: Output | str,
     group_id: str,
     topics: list[str],
     policy: PlanPolicy = PlanPolicy(),
     partitions: list[int] | None = None,
+    on_group_mismatch: GroupMismatchPolicy = GroupMismatchPolicy.FAIL,
     **write_options: Any,
 ) -> tuple[PlanOutcome, dict[str, int]]:
     """plan -> write -> commit, in-process, as ``kafka-batch run`` does with spark-submit."""
+    output = output if isinstance(output, Output) else Output(str(output))
     kafka = KafkaOffsets(kafka_config, timeout=10)
-    store = BatchStore(output)
-    outcome = plan_batch(kafka, store, group_id, topics, policy, partitions)
+    store = output.store()
+    outcome = plan_batch(kafka, store, group_id, topics, policy, partitions, on_group_mismatch=on_group_mismatch)
     if not outcome.plan.ranges:
         return outcome, {}
-    write_batch(spark, outcome.plan, str(output), kafka.kafka_config, WriteOptions(**write_options))
+    write_batch(spark, outcome.plan, store, kafka.kafka_config, WriteOptions(**write_options))
     return outcome, commit_batch(kafka, store, outcome.plan)

@@ -1,4 +1,4 @@
-"""Pure checks around the protocol: librdkafka config, manifests, JVM reader options."""
+"""Pure checks around the protocol: librdkafka config and JVM reader options."""
 
 from __future__ import annotations
 
@@ -6,11 +6,9 @@ import json
 
 import pytest
 
-from kafka_batch_provider.errors import ConfigError, ManifestError
+from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.kafka_config import check_config, parse_key_values, redact
-from kafka_batch_provider.manifest import build_manifest, verify_manifest
-from kafka_batch_provider.offsets import OffsetRange, PartitionOffsets
-from kafka_batch_provider.planning import PlanPolicy, plan_incremental
+from kafka_batch_provider.offsets import OffsetRange
 from kafka_batch_provider.spark.jvm_options import jvm_reader_options
 
 # -- librdkafka config -----------------------------------------------------------------------
@@ -55,64 +53,6 @@ def test_redaction_hides_every_secret_and_keeps_the_rest():
     shown = redact(config)
     assert shown["bootstrap.servers"] == "b:9092" and shown["sasl.username"] == "alice"
     assert "s3cret" not in json.dumps(shown) and "'p'" not in json.dumps(shown)
-
-
-# -- manifests -------------------------------------------------------------------------------
-
-
-def make_plan():
-    states = [PartitionOffsets("t", 0, 0, 0, 10), PartitionOffsets("t", 1, 5, 0, 8)]
-    return plan_incremental("g", ["t"], states, PlanPolicy(), "read_committed", "now")
-
-
-def stats(rows0=10, rows1=3, max0=9):
-    return [
-        {"topic": "t", "partition": 0, "rows": rows0, "min_offset": 0, "max_offset": max0},
-        {"topic": "t", "partition": 1, "rows": rows1, "min_offset": 5, "max_offset": 7},
-    ]
-
-
-def manifest_for(plan, partition_stats):
-    return build_manifest(plan, partition_stats, [], "batch_id=x", "schema", "now", {})
-
-
-def test_manifest_matching_the_plan_verifies():
-    plan = make_plan()
-    manifest = manifest_for(plan, stats())
-    verify_manifest(plan, manifest)
-    assert manifest["rows"] == 13 and manifest["batch_id"] == plan.batch_id
-
-
-def test_fewer_rows_than_offsets_is_fine_more_is_not():
-    plan = make_plan()
-    manifest_for(plan, stats(rows0=7))  # transaction markers, compaction
-    with pytest.raises(ManifestError, match=r"11 rows written for 10 planned offsets"):
-        manifest_for(plan, stats(rows0=11))
-
-
-def test_offsets_outside_the_planned_range_are_refused():
-    with pytest.raises(ManifestError, match=r"fall outside \[0, 10\)"):
-        manifest_for(make_plan(), stats(max0=10))
-
-
-def test_manifest_of_another_batch_or_other_ranges_is_refused():
-    plan = make_plan()
-    manifest = manifest_for(plan, stats())
-    with pytest.raises(ManifestError, match="manifest is for batch"):
-        verify_manifest(plan, {**manifest, "batch_id": "b-other"})
-    other = {**manifest, "ranges": manifest["ranges"][:1]}
-    with pytest.raises(ManifestError, match="differ from the plan"):
-        verify_manifest(plan, other)
-    shifted = json.loads(json.dumps(manifest))
-    shifted["ranges"][0]["end"] = 9
-    with pytest.raises(ManifestError, match=r"manifest range \[0, 9\) differs from plan \[0, 10\)"):
-        verify_manifest(plan, shifted)
-
-
-def test_unplanned_partition_in_the_data_is_refused():
-    bad = stats() + [{"topic": "t", "partition": 9, "rows": 1, "min_offset": 0, "max_offset": 0}]
-    with pytest.raises(ManifestError, match="unplanned partitions"):
-        manifest_for(make_plan(), bad)
 
 
 # -- JVM reader options ----------------------------------------------------------------------

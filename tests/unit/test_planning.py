@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from kafka_batch_provider.errors import ConfigError, PlanError
-from kafka_batch_provider.offsets import OffsetGap, OffsetRange, PartitionOffsets
+from kafka_batch_provider.offsets import OffsetGap, OffsetRange, PartitionOffsets, TopicPartition
 from kafka_batch_provider.plan import INCREMENTAL, REPLAY, OffsetPlan
 from kafka_batch_provider.planning import (
     DataLossPolicy,
+    LogSlot,
     NewPartitionPolicy,
     PlanPolicy,
     apply_bounds,
@@ -71,20 +72,62 @@ def test_committed_equal_to_end_means_nothing_to_do():
     assert result.ranges == () and not result.has_data
 
 
-def test_plan_holds_every_partition_whose_offset_moves_and_expects_current_committed():
+def test_plan_holds_every_partition_idle_ones_too_and_expects_current_committed():
     result = plan(
         [
             state(10, 0, 30, partition=0),
-            state(30, 0, 30, partition=1),  # caught up: not in the plan
+            state(30, 0, 30, partition=1),  # caught up: committed again so its offset never expires
             state(None, 0, 0, partition=2),  # new and empty: committed so the group knows it
         ]
     )
     assert [(r.partition, r.start, r.end, r.expected_committed) for r in result.ranges] == [
         (0, 10, 30, 10),
+        (1, 30, 30, 30),
         (2, 0, 0, None),
     ]
+    assert [r.partition for r in result.readable_ranges] == [0]
     assert result.planned_offsets == 20
     assert result.mode == INCREMENTAL and result.group_id == "g"
+
+
+def test_a_plan_without_work_has_no_ranges():
+    result = plan([state(30, 0, 30, partition=0), state(7, 7, 7, partition=1)])
+    assert result.ranges == () and not result.has_work
+
+
+def test_checkpoints_from_the_output_log_replace_the_group_and_the_group_stays_expected():
+    states = [state(None, 0, 30, partition=0), state(12, 0, 30, partition=1)]
+    tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    result = plan_incremental("g", ["t"], states, PlanPolicy(), "read_committed", "now", checkpoints={tp0: 20, tp1: 12})
+    assert [(r.start, r.end, r.expected_committed) for r in result.ranges] == [(20, 30, None), (12, 30, 12)]
+
+
+def test_batch_id_depends_on_log_entry_and_topic_ids_so_a_recreated_topic_never_reuses_one():
+    states = [state(None, 0, 5)]
+    ids = {
+        plan_incremental(
+            "g", ["t"], states, PlanPolicy(), "read_committed", "now", slot=LogSlot(seq, None, topic_ids)
+        ).batch_id
+        for seq, topic_ids in [(1, {}), (2, {}), (1, {"t": "id-a"}), (1, {"t": "id-b"})]
+    }
+    assert len(ids) == 4, f"expected 4 distinct batch ids, got {ids}"
+    again = plan_incremental("g", ["t"], states, PlanPolicy(), "read_committed", "x", slot=LogSlot(2, None, {}))
+    assert again.batch_id in ids, "the same slot, topics and ranges must give the same id"
+
+
+def test_accepted_gaps_are_recorded_in_the_plan():
+    gap = OffsetGap("t", 0, 10, 15)
+    result = plan_incremental(
+        "g",
+        ["t"],
+        [state(15, 0, 15)],
+        PlanPolicy(),
+        "read_committed",
+        "now",
+        checkpoints={TopicPartition("t", 0): 15},
+        accepted_gaps=[gap],
+    )
+    assert result.gaps == (gap,) and result.ranges == (OffsetRange("t", 0, 15, 15, 15),)
 
 
 def test_data_loss_gap_is_in_the_plan_and_the_range_expects_the_old_offset():

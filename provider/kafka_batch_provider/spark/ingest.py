@@ -1,23 +1,25 @@
-"""Read and write steps, run inside Spark: plan in, published batch and manifest out.
+"""Read and write steps, run by the Spark driver: plan in, batch in the output's log out.
 
-1. Read exactly the plan's ranges (Python data source, or Spark's JVM Kafka source).
-2. Write Parquet into a fresh ``_staging/<batch>.<attempt>/`` directory.
-3. Read back per-partition statistics *from the written files* (row counts, offset and
-   timestamp bounds) and check them against the plan.
-4. Publish by renaming the staging directory to ``batch_id=<batch>/``.
-5. Write the manifest last (atomic), the storage-side commit point.
+1. Read exactly the plan's ranges (Python data source with receipts, or Spark's JVM source).
+2. Each Spark task writes its rows with pyarrow into the batch's staging folder and
+   reports what it read and wrote (:mod:`kafka_batch_provider.spark.task_writer`).
+3. The driver lists the staging folder, reads the files' footers and checks the reports
+   against the plan: written must equal read (:mod:`kafka_batch_provider.write_check`).
+4. The manifest is appended to the output's offset log, exclusively: the commit point.
+5. The files are published (a rename on local disks, copies on object stores).
 
-A crash anywhere before 5 leaves no manifest, so the batch is simply written again; the
-publish step replaces (never merges) what an earlier attempt published.
+A crash before 4 leaves nothing in the log, so the batch is simply written again (into a
+fresh staging folder); a crash after 4 is rolled forward by the next step that finds it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -25,19 +27,28 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kafka_batch_provider.batch_store import BatchStore, utc_now
-from kafka_batch_provider.manifest import build_manifest, verify_manifest
+from kafka_batch_provider.manifest import build_manifest
 from kafka_batch_provider.plan import OffsetPlan
 from kafka_batch_provider.spark.jvm_options import jvm_reader_options
 from kafka_batch_provider.spark.options import WriteOptions
 from kafka_batch_provider.spark.source import KafkaBatchDataSource, ranges_json
+from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN, REPORT_SCHEMA, TaskWriter
+from kafka_batch_provider.write_check import TaskReports, check_write
 
 log = logging.getLogger(__name__)
 
 
 def read_plan(
-    spark: SparkSession, plan: OffsetPlan, kafka_config: Mapping[str, Any], options: WriteOptions = WriteOptions()
+    spark: SparkSession,
+    plan: OffsetPlan,
+    kafka_config: Mapping[str, Any],
+    options: WriteOptions = WriteOptions(),
+    receipts: bool = False,
 ) -> DataFrame:
-    """A DataFrame of exactly the plan's ranges, in the schema of Spark's Kafka source."""
+    """A DataFrame of exactly the plan's ranges, in the schema of Spark's Kafka source.
+
+    :param receipts: (python reader) add the ``_receipt`` column that says what each task read.
+    """
     # The plan's end offsets were read with this isolation level: read with it too.
     config = {**{k: v for k, v in kafka_config.items() if k != "logger"}, "isolation.level": plan.isolation_level}
     if options.reader == "jvm":
@@ -47,6 +58,7 @@ def read_plan(
     source_options["ranges"] = ranges_json(plan.readable_ranges)
     source_options["maxOffsetsPerTask"] = str(options.max_offsets_per_task)
     source_options["stallTimeoutSeconds"] = str(options.stall_timeout)
+    source_options["receipts"] = str(receipts).lower()
     return spark.read.format(KafkaBatchDataSource.name()).options(**source_options).load()
 
 
@@ -54,7 +66,7 @@ def decode_values(df: DataFrame, options: WriteOptions) -> DataFrame:
     """Add a decoded value column; the raw ``value`` column always stays.
 
     ``string`` adds ``value_string``; ``json`` adds ``value_json`` parsed with the DDL
-    ``value_schema`` (malformed JSON gives a null struct, the raw bytes remain in ``value``).
+    ``value_schema`` (malformed JSON gives null fields; the raw bytes remain in ``value``).
     """
     if options.value_format == "string":
         return df.withColumn("value_string", F.col("value").cast("string"))
@@ -63,156 +75,125 @@ def decode_values(df: DataFrame, options: WriteOptions) -> DataFrame:
     return df
 
 
+@dataclass
+class StagedBatch:
+    """What the Spark tasks left in the staging folder, and what they said about it."""
+
+    staging: str
+    reports: TaskReports
+    schema: str
+    counted_at_source: bool
+
+
+def stage_batch(
+    spark: SparkSession,
+    plan: OffsetPlan,
+    store: BatchStore,
+    kafka_config: Mapping[str, Any],
+    options: WriteOptions = WriteOptions(),
+) -> StagedBatch:
+    """Steps 1-2: read the plan's ranges and write them, task by task, into a fresh staging folder."""
+    staging = store.new_staging(plan.batch_id)
+    receipts = options.reader == "python"
+    df = decode_values(read_plan(spark, plan, kafka_config, options, receipts=receipts), options)
+    writer = TaskWriter(store.location.output, staging, store.location.storage_options)
+    rows = df.mapInArrow(writer, REPORT_SCHEMA).collect()
+    reports = TaskReports.merge(json.loads(row["report"]) for row in rows)
+    schema = (df.drop(RECEIPT_COLUMN) if receipts else df).schema.simpleString()
+    return StagedBatch(staging, reports, schema, counted_at_source=receipts)
+
+
+def footer_rows(store: BatchStore, name: str) -> int:
+    with store.location.open_input(name) as f:
+        return pq.ParquetFile(f).metadata.num_rows
+
+
 def iso_from_micros(micros: int | None) -> str | None:
     if micros is None:
         return None
-    return iso(datetime.fromtimestamp(micros / 1_000_000, tz=timezone.utc))
+    moment = datetime.fromtimestamp(micros // 1_000_000, tz=timezone.utc).replace(microsecond=micros % 1_000_000)
+    return moment.isoformat(timespec="milliseconds")
 
 
-def footer_stats(path: Path) -> list[dict[str, Any]] | None:
-    """Per Kafka partition statistics from the Parquet footers of the written files.
+def publish_staged(
+    store: BatchStore,
+    plan: OffsetPlan,
+    staged: StagedBatch,
+    options: WriteOptions,
+    timings: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """Steps 3-5: check the staged files, append the manifest to the log, publish the files.
 
-    Each Spark task reads a slice of one Kafka partition and writes its own file, so a
-    file's footer (row count, min/max per column) describes one partition. Returns
-    ``None`` when that does not hold or a statistic is missing; the caller then scans.
+    :raises WriteCheckError: when what was written does not match what was read (nothing
+        is published, the plan stays pending).
+    :raises LogConflictError: when another batch took the plan's entry of the log first.
     """
-    merged: dict[tuple[str, int], dict[str, Any]] = {}
-    for file in sorted(path.glob("*.parquet")):
-        meta = pq.ParquetFile(file).metadata
-        if meta.num_rows == 0:
-            continue
-        index = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
-        bounds = {}
-        for name in ("topic", "partition", "offset", "timestamp"):
-            stats = [
-                meta.row_group(g).column(index[name]).statistics
-                for g in range(meta.num_row_groups)
-                if meta.row_group(g).num_rows
-            ]
-            if not all(s is not None and s.has_min_max for s in stats):
-                return None
-            bounds[name] = (min(s.min for s in stats), max(s.max for s in stats))
-        if bounds["topic"][0] != bounds["topic"][1] or bounds["partition"][0] != bounds["partition"][1]:
-            return None
-        key = (bounds["topic"][0], int(bounds["partition"][0]))
-        entry = merged.setdefault(key, {"topic": key[0], "partition": key[1], "rows": 0, "bounds": []})
-        entry["rows"] += meta.num_rows
-        entry["bounds"].append((bounds["offset"], bounds["timestamp"]))
-    result = []
-    for entry in merged.values():
-        offsets = [o for o, _ in entry["bounds"]]
-        stamps = [t for _, t in entry["bounds"]]
-        result.append(
-            {
-                "topic": entry["topic"],
-                "partition": entry["partition"],
-                "rows": entry["rows"],
-                "min_offset": min(lo for lo, _ in offsets),
-                "max_offset": max(hi for _, hi in offsets),
-                "min_timestamp": iso(min(lo for lo, _ in stamps)),
-                "max_timestamp": iso(max(hi for _, hi in stamps)),
-            }
+    found = store.location.file_sizes(staged.staging)
+    reported = {f["name"] for f in staged.reports.files}
+    footers = {name: footer_rows(store, f"{staged.staging}/{name}") for name in sorted(reported & set(found))}
+    stats = check_write(plan, staged.reports, found, footers, staged.counted_at_source)
+    # Files of task attempts that failed or were superseded: never part of the batch.
+    store.location.delete(f"{staged.staging}/{name}" for name in sorted(set(found) - reported))
+    for s in stats:
+        s["min_timestamp"], s["max_timestamp"] = (
+            iso_from_micros(s["min_timestamp"]),
+            iso_from_micros(s["max_timestamp"]),
         )
-    return result
-
-
-def iso(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds")
-
-
-def partition_stats(spark: SparkSession, path: Path) -> list[dict[str, Any]]:
-    """Per Kafka partition statistics, read back from the written Parquet files.
-
-    Uses the files' footers when they suffice (no extra Spark job), else scans them.
-    """
-    from_footers = footer_stats(path)
-    if from_footers is not None:
-        return from_footers
-    rows = (
-        spark.read.parquet(path.as_uri())
-        .groupBy("topic", "partition")
-        .agg(
-            F.count(F.lit(1)).alias("rows"),
-            F.min("offset").alias("min_offset"),
-            F.max("offset").alias("max_offset"),
-            # As epoch micros: collecting a timestamp would convert it to the driver's local zone.
-            F.unix_micros(F.min("timestamp")).alias("min_timestamp"),
-            F.unix_micros(F.max("timestamp")).alias("max_timestamp"),
-        )
-        .collect()
+    manifest = build_manifest(
+        plan,
+        store.previous_entry(plan),
+        stats,
+        staged.reports.files,
+        staging=staged.staging,
+        schema=staged.schema,
+        written_at=utc_now(),
+        options={"reader": options.reader, "value_format": options.value_format, "value_schema": options.value_schema},
+        timings=timings,
     )
-    return [
-        {
-            "topic": r["topic"],
-            "partition": int(r["partition"]),
-            "rows": int(r["rows"]),
-            "min_offset": int(r["min_offset"]),
-            "max_offset": int(r["max_offset"]),
-            "min_timestamp": iso_from_micros(r["min_timestamp"]),
-            "max_timestamp": iso_from_micros(r["max_timestamp"]),
-        }
-        for r in rows
-    ]
+    return store.commit_entry(plan, manifest)
 
 
 def write_batch(
     spark: SparkSession,
     plan: OffsetPlan,
-    output: str,
+    store: BatchStore,
     kafka_config: Mapping[str, Any],
     options: WriteOptions = WriteOptions(),
-    force: bool = False,
     progress: Callable[[str], None] = log.info,
-) -> dict[str, Any] | None:
-    """Read the plan's ranges and publish them as one batch with its manifest.
+) -> dict[str, Any]:
+    """Read the plan's ranges and make them one batch of the output, with its log entry.
 
-    :param force: write again even when the batch already has a manifest (allowed only
-        while the batch is not committed: committed batches never change).
-    :returns: the manifest, or ``None`` when the plan has nothing to read.
+    A batch already in the log is not written again (its publish is finished if it was cut
+    short). A plan with nothing to read is recorded in the log without starting a Spark job.
+
+    :returns: the batch's log entry (its manifest).
     """
-    store = BatchStore(output)
     bid = plan.batch_id
-    if store.commit_record(bid) is not None:
-        progress(f"batch {bid} is already committed; its data is not written again")
-        return store.load_manifest(bid) if store.has_manifest(bid) else None
-    if store.has_manifest(bid) and not force:
-        manifest = store.load_manifest(bid)
-        verify_manifest(plan, manifest)
-        progress(f"batch {bid} is already written ({manifest['rows']} rows); not reading again")
-        return manifest
+    entry = store.entry_of(plan)
+    if entry is not None:
+        store.publish(entry)
+        progress(
+            f"batch {bid} is already in the output log (entry {plan.seq}, {entry['rows']} rows); not reading again"
+        )
+        return entry
+    store.previous_entry(plan)  # fail before reading when the log moved on since planning
     if not plan.has_data:
-        progress(f"batch {bid} has nothing to read")
-        return None
-
-    # Timestamps as Parquet TIMESTAMP_MICROS (UTC), which every Parquet reader understands;
-    # Spark's default INT96 is legacy.
-    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-    store.clean_staging(bid)
-    staging = store.new_staging_dir(bid)
+        entry = store.commit_without_data(plan)
+        progress(f"batch {bid} has nothing to read: recorded in the output log as entry {plan.seq}")
+        return entry
     progress(
         f"batch {bid}: reading {len(plan.readable_ranges)} range(s), up to {plan.planned_offsets} offsets, "
         f"with the {options.reader} reader"
     )
     clock = time.perf_counter()
-    df = decode_values(read_plan(spark, plan, kafka_config, options), options)
-    df.write.mode("errorifexists").parquet(staging.as_uri())
+    staged = stage_batch(spark, plan, store, kafka_config, options)
     timings = {"read_write_seconds": round(time.perf_counter() - clock, 3)}
     clock = time.perf_counter()
-    stats = partition_stats(spark, staging)
-    timings["verify_seconds"] = round(time.perf_counter() - clock, 3)
-    location = store.data_dir(bid).name
-    files = [{"path": f"{location}/{f.name}", "bytes": f.stat().st_size} for f in sorted(staging.glob("*.parquet"))]
-    manifest = build_manifest(
-        plan,
-        stats,
-        files,
-        location=location,
-        schema=df.schema.simpleString(),
-        written_at=utc_now(),
-        options={"reader": options.reader, "value_format": options.value_format, "value_schema": options.value_schema},
-        timings=timings,
+    entry = publish_staged(store, plan, staged, options, timings)
+    timings["publish_seconds"] = round(time.perf_counter() - clock, 3)
+    store.clean_staging(bid)  # leftovers of crashed attempts of this batch
+    progress(
+        f"batch {bid}: wrote {entry['rows']} rows in {len(entry['files'])} file(s) to "
+        f"{store.location.uri_of(entry['location']) if entry['location'] else store.root} (output log entry {plan.seq})"
     )
-    store.publish(staging, bid)  # fsyncs the files first: the manifest may only follow durable data
-    store.save_manifest(manifest)
-    progress(f"batch {bid}: wrote {manifest['rows']} rows in {len(files)} file(s) to {store.data_dir(bid)}")
-    return manifest
+    return entry

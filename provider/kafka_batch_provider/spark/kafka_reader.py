@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -94,12 +95,41 @@ def messages_to_batch(messages: list, topic: str, partition: int) -> pa.RecordBa
     )
 
 
+@dataclass
+class ReadStats:
+    """What one read of ``[start, end)`` delivered, counted where it was read.
+
+    :param position: the consumer position reached (``end`` once the read completed).
+    :param rows: records delivered; ``first_offset`` / ``last_offset`` bound them.
+    """
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    position: int
+    rows: int = 0
+    first_offset: int | None = None
+    last_offset: int | None = None
+
+    def count(self, batch: pa.RecordBatch) -> None:
+        offsets = batch.column("offset")
+        self.rows += batch.num_rows
+        if self.first_offset is None:
+            self.first_offset = offsets[0].as_py()
+        self.last_offset = offsets[-1].as_py()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 def read_range(
     kafka_config: Mapping[str, Any],
     offset_range: OffsetRange,
     batch_size: int = 50_000,
     poll_timeout: float = 1.0,
     stall_timeout: float = 120.0,
+    stats: ReadStats | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield every record of ``[start, end)`` of one partition, as Arrow batches.
 
@@ -108,10 +138,13 @@ def read_range(
     :param stall_timeout: seconds without progress before the read fails: the range was
         planned from offsets the broker reported, so a missing tail means the data is gone
         or the broker is unreachable, and waiting forever would hide it.
+    :param stats: filled in while reading (rows, first and last offset, position reached).
     :raises ReadError: naming topic, partition and offsets when the range cannot be completed.
     """
     topic, partition, start, end = offset_range.topic, offset_range.partition, offset_range.start, offset_range.end
+    stats = stats if stats is not None else ReadStats(topic, partition, start, end, start)
     if start >= end:
+        stats.position = end
         return
     consumer = Consumer(reader_consumer_config(kafka_config))
     where = KafkaTopicPartition(topic, partition)
@@ -137,13 +170,15 @@ def read_range(
                 # The fetch ran past the planned end: keep only offsets inside the range.
                 good = [m for m in good if m.offset() < end]
             if good:
-                yield messages_to_batch(good, topic, partition)
+                batch = messages_to_batch(good, topic, partition)
+                stats.count(batch)
+                yield batch
             # The position also moves over offsets that deliver nothing (control records).
             new_position = consumer.position([where])[0].offset
             if good:
                 new_position = max(new_position, good[-1].offset() + 1)
             if new_position > position:
-                position = new_position
+                position = stats.position = min(new_position, end)
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > stall_timeout:
                 raise ReadError(

@@ -11,6 +11,12 @@ Usage (what :mod:`kafka_batch_provider.spark.ingest` does)::
 Options use the vocabulary of Spark's own Kafka source: librdkafka settings are passed as
 ``kafka.<key>`` options (Spark redacts option values whose keys look like secrets).
 Each range is split into slices of at most ``maxOffsetsPerTask`` offsets, one Spark task each.
+
+With ``receipts=true`` the schema gains a ``_receipt`` column: null on every record, and each
+task ends its output with one extra row whose ``_receipt`` says what the task read (slice,
+position reached, rows, first and last offset). The receipt travels with the data to the
+writer in the same task, which strips it and reports it to the driver, so the driver can
+compare what was read with what was written, task by task.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from kafka_batch_provider.offsets import OffsetRange
 from kafka_batch_provider.spark.options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT
+from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN
 
 #: Spark's Kafka source schema, as DDL.
 KAFKA_SCHEMA_DDL = (
@@ -58,6 +65,8 @@ class KafkaBatchDataSource(DataSource):
         return "kafka_batch"
 
     def schema(self) -> str:
+        if wants_receipts(self.options):
+            return f"{KAFKA_SCHEMA_DDL}, {RECEIPT_COLUMN} string"
         return KAFKA_SCHEMA_DDL
 
     def reader(self, schema) -> DataSourceReader:
@@ -74,6 +83,7 @@ class KafkaBatchReader(DataSourceReader):
         self.max_offsets_per_task = int(options.get("maxOffsetsPerTask", DEFAULT_MAX_OFFSETS_PER_TASK))
         self.batch_size = int(options.get("messagesPerBatch", 50_000))
         self.stall_timeout = float(options.get("stallTimeoutSeconds", DEFAULT_STALL_TIMEOUT))
+        self.receipts = wants_receipts(options)
 
     def partitions(self) -> list[KafkaRangePartition]:
         from kafka_batch_provider.planning import split_range
@@ -87,11 +97,30 @@ class KafkaBatchReader(DataSourceReader):
 
     def read(self, partition: KafkaRangePartition) -> Iterator:
         # Imported here: this runs in the executor's Python worker.
-        from kafka_batch_provider.spark.kafka_reader import read_range
+        import json
 
-        yield from read_range(
-            self.kafka_config,
-            OffsetRange(partition.topic, partition.partition, partition.start, partition.end),
-            batch_size=self.batch_size,
-            stall_timeout=self.stall_timeout,
+        import pyarrow as pa
+
+        from kafka_batch_provider.spark.kafka_reader import KAFKA_ARROW_SCHEMA, ReadStats, read_range
+
+        piece = OffsetRange(partition.topic, partition.partition, partition.start, partition.end)
+        stats = ReadStats(piece.topic, piece.partition, piece.start, piece.end, piece.start)
+        batches = read_range(
+            self.kafka_config, piece, batch_size=self.batch_size, stall_timeout=self.stall_timeout, stats=stats
         )
+        if not self.receipts:
+            yield from batches
+            return
+        for batch in batches:
+            yield batch.append_column(RECEIPT_COLUMN, pa.nulls(batch.num_rows, pa.string()))
+        receipt = {name: [None] for name in KAFKA_ARROW_SCHEMA.names}
+        receipt.update(
+            topic=[piece.topic], partition=[piece.partition], **{RECEIPT_COLUMN: [json.dumps(stats.to_dict())]}
+        )
+        yield pa.RecordBatch.from_pydict(
+            receipt, schema=KAFKA_ARROW_SCHEMA.append(pa.field(RECEIPT_COLUMN, pa.string()))
+        )
+
+
+def wants_receipts(options: Mapping[str, str]) -> bool:
+    return str(options.get("receipts", "false")).lower() == "true"

@@ -1,0 +1,21 @@
+"""Integration fixtures: the output of a test, on a local disk or on the S3-protocol server."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.helpers import Output
+
+
+@pytest.fixture(params=["local", "s3"])
+def output(request: pytest.FixtureRequest, tmp_path) -> Output:
+    """Each protocol test runs twice: output on a local disk, and on the S3 server (moto, or $AWS_ENDPOINT_URL)."""
+    if request.param == "local":
+        return Output(str(tmp_path / "lake dir"))
+    new_s3_output = request.getfixturevalue("new_s3_output")
+    return Output(new_s3_output(), request.getfixturevalue("s3_storage_options"))
+
+
+@pytest.fixture
+def local_output(tmp_path) -> Output:
+    return Output(str(tmp_path / "lake"))

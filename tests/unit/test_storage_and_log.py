@@ -1,0 +1,174 @@
+"""Outputs on a real local filesystem: URIs, exclusive creation, the offset log and publishing."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from pathlib import Path
+
+import pytest
+
+from kafka_batch_provider.batch_store import BatchStore, split_plan_path
+from kafka_batch_provider.errors import ConfigError, LogConflictError, ManifestError
+from kafka_batch_provider.manifest import build_manifest
+from kafka_batch_provider.offset_log import TAIL_HINT, entry_name
+from kafka_batch_provider.offsets import PartitionOffsets
+from kafka_batch_provider.planning import LogSlot, PlanPolicy, plan_incremental
+from kafka_batch_provider.storage import Location, split_output
+
+
+@pytest.mark.parametrize(
+    "output, expected",
+    [
+        ("s3://bucket/lake/", ("s3", "bucket/lake")),
+        ("s3a://bucket/a b/ü", ("s3", "bucket/a b/ü")),
+        ("gs://b/x", ("gcs", "b/x")),
+        ("abfs://c@acct.dfs.core.windows.net/x", ("abfs", "c@acct.dfs.core.windows.net/x")),
+        ("file:///data/lake", ("file", "/data/lake")),
+        ("hdfs://nn:8020/lake/", ("hdfs", "hdfs://nn:8020/lake")),
+    ],
+)
+def test_outputs_are_local_paths_or_uris(output, expected):
+    assert split_output(output) == expected
+
+
+@pytest.mark.parametrize(
+    "output, message",
+    [
+        ("ftp://x/y", "unsupported scheme ftp://"),
+        ("s3://", "name a bucket"),
+        ("file://rel/x", "absolute path"),
+        ("", "empty"),
+    ],
+)
+def test_bad_outputs_are_refused_with_one_line(output, message):
+    with pytest.raises(ConfigError, match=message):
+        split_output(output)
+
+
+def test_local_paths_become_absolute_and_keep_spaces_and_non_ascii(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    location = Location("lake dir/ü ß")
+    assert location.root == str(tmp_path / "lake dir" / "ü ß") and location.is_local
+    location.put_atomic("_x/a b.json", b"{}")
+    assert (tmp_path / "lake dir" / "ü ß" / "_x" / "a b.json").read_bytes() == b"{}"
+
+
+def _race(path: str, name: str, payload: bytes, barrier, results) -> None:
+    barrier.wait()
+    results.put((payload, Location(path).create_exclusive(name, payload)))
+
+
+@pytest.mark.parametrize("how", ["threads", "processes"])
+def test_exclusive_create_lets_exactly_one_writer_win(tmp_path, how):
+    contenders = 8
+    for round_ in range(10):
+        name = f"_log/{round_:03d}.json"
+        if how == "threads":
+            import queue
+
+            barrier, results = threading.Barrier(contenders), queue.Queue()
+            workers = [
+                threading.Thread(target=_race, args=(str(tmp_path), name, b"w%d" % i, barrier, results))
+                for i in range(contenders)
+            ]
+        else:
+            context = multiprocessing.get_context("spawn")
+            barrier, results = context.Barrier(contenders), context.Queue()
+            workers = [
+                context.Process(target=_race, args=(str(tmp_path), name, b"w%d" % i, barrier, results))
+                for i in range(contenders)
+            ]
+        for w in workers:
+            w.start()
+        outcomes = [results.get(timeout=60) for _ in workers]
+        for w in workers:
+            w.join()
+        winners = [payload for payload, won in outcomes if won]
+        assert len(winners) == 1, f"round {round_}: expected exactly one winner, got {len(winners)}"
+        assert (tmp_path / name).read_bytes() == winners[0], "the file must hold the winner's bytes"
+    assert not list(tmp_path.glob("_log/.*.tmp")), "no temporary file may be left behind"
+
+
+def entry(plan, previous=None, files=()):
+    rows = sum(f["rows"] for f in files)
+    stats = [{"topic": "t", "partition": 0, "rows": rows, "min_offset": 0, "max_offset": rows - 1}] if rows else []
+    return build_manifest(plan, previous, stats, list(files), staging=f"_staging/{plan.batch_id}.1", written_at="now")
+
+
+def plan_at(seq, previous, end=5):
+    states = [PartitionOffsets("t", 0, None, 0, end)]
+    return plan_incremental("g", ["t"], states, PlanPolicy(), "read_committed", "now", slot=LogSlot(seq, previous))
+
+
+def test_the_log_appends_in_order_and_finds_its_tail_past_a_stale_hint(tmp_path):
+    store = BatchStore(tmp_path)
+    assert store.log.tail() is None and store.log.tail_seq() == 0
+    first = plan_at(1, None)
+    assert store.log.append(entry(first))
+    second = plan_at(2, first.batch_id, end=9)
+    assert store.log.append(entry(second, store.log.entry(1)))
+    assert store.log.tail_seq() == 2
+    Location(str(tmp_path)).put_atomic(TAIL_HINT, b'{"seq": 1}')  # a writer died before updating the hint
+    assert store.log.tail()["batch_id"] == second.batch_id
+    (tmp_path / TAIL_HINT).unlink()
+    assert store.log.tail_seq() == 2, "without a hint the log is listed"
+    assert [e["seq"] for e in store.log.entries()] == [1, 2]
+
+
+def test_a_second_batch_for_the_same_entry_loses_and_changes_nothing(tmp_path):
+    store = BatchStore(tmp_path)
+    mine, theirs = plan_at(1, None, end=5), plan_at(1, None, end=6)
+    assert store.commit_entry(theirs, entry(theirs))["batch_id"] == theirs.batch_id
+    with pytest.raises(LogConflictError, match="holds batch .* another run published first"):
+        store.commit_entry(mine, entry(mine))
+    assert store.log.entry(1)["batch_id"] == theirs.batch_id
+    with pytest.raises(ManifestError, match="entry 2 is missing"):
+        store.log.append(entry(plan_at(3, "b-x"), {"seq": 2, "batch_id": "b-x", "offsets": {}}))
+
+
+def test_an_entry_can_only_follow_the_entry_it_was_planned_after(tmp_path):
+    store = BatchStore(tmp_path)
+    store.log.append(entry(plan_at(1, None)))
+    stale = plan_at(2, "b-not-the-tail")
+    with pytest.raises(LogConflictError, match="changed since batch .* was planned"):
+        store.previous_entry(stale)
+
+
+def test_publish_is_one_rename_and_is_rolled_forward_after_a_crash(tmp_path):
+    store = BatchStore(tmp_path)
+    plan = plan_at(1, None)
+    staged = tmp_path / "_staging" / f"{plan.batch_id}.1"
+    staged.mkdir(parents=True)
+    (staged / "part-0.parquet").write_bytes(b"x" * 10)
+    manifest = entry(plan, files=[{"name": "part-0.parquet", "bytes": 10, "rows": 5}])
+    assert store.log.append(manifest)  # ... the process dies before publishing
+    assert not store.is_published(manifest)
+    store.publish(manifest)
+    assert (tmp_path / f"batch_id={plan.batch_id}" / "part-0.parquet").read_bytes() == b"x" * 10
+    assert not staged.exists() and store.is_published(manifest)
+    store.publish(manifest)  # idempotent
+    store.check_published(manifest)
+
+
+def test_files_that_vanished_are_never_published_or_committed(tmp_path):
+    store = BatchStore(tmp_path)
+    plan = plan_at(1, None)
+    manifest = entry(plan, files=[{"name": "part-0.parquet", "bytes": 10, "rows": 5}])
+    store.log.append(manifest)
+    with pytest.raises(ManifestError, match="neither published nor staged.*the output lost data"):
+        store.publish(manifest)
+    with pytest.raises(ManifestError, match="missing or changed"):
+        store.check_published(manifest)
+
+
+def test_plan_files_are_found_by_name_and_their_output_is_derived(tmp_path):
+    store = BatchStore(tmp_path)
+    plan = plan_at(1, None)
+    uri = store.save_plan(plan)
+    assert store.plan_files() == [(1, plan.batch_id)]
+    assert split_plan_path(uri) == (str(tmp_path), f"_plans/{Path(uri).name}")
+    assert split_plan_path("s3://b/lake/_plans/x.json") == ("s3://b/lake", "_plans/x.json")
+    with pytest.raises(ConfigError, match="not a plan file"):
+        split_plan_path(str(tmp_path / "x.json"))
+    assert entry_name(12) == "_log/00000000000000000012.json"
