@@ -71,7 +71,7 @@ with DAG(
             os.environ.get("KAFKA_BATCH_OUTPUT", "/tmp/kafka-batch/lake") + "_replay",
             type="string",
             minLength=1,
-            title="Output directory",
+            title="Output (local path or URI, e.g. s3://bucket/replays)",
             section="Output",
         ),
         "dry_run": Param(False, type="boolean", title="Dry run (plan only)", section="Output"),
@@ -88,12 +88,14 @@ with DAG(
         output_path="{{ params.output_path }}",
         dry_run="{{ params.dry_run }}",
         kafka_config_id=os.environ.get("KAFKA_BATCH_KAFKA_CONN_ID", "kafka_default"),
+        storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
     )
     write = KafkaSparkBatchOperator(
         task_id="spark_write",
         plan_task_id="plan_replay",
         kafka_config_id=os.environ.get("KAFKA_BATCH_KAFKA_CONN_ID", "kafka_default"),
         conn_id=os.environ.get("KAFKA_BATCH_SPARK_CONN_ID", "spark_default"),
+        storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
         conf={"spark.log.level": "WARN"},
     )
     plan >> write

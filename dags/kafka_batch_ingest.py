@@ -3,8 +3,10 @@
 
 Every 15 minutes: wait until there is something to ingest (lag sensor), read the consumer
 group's committed offsets, read the new records up to the current end offsets with Spark,
-write them as one batch (Parquet + manifest), commit the end offsets for the group, then judge
-the group's lag health. A failed run changes no offsets; the next run finishes its batch.
+write them as one batch (Parquet + its entry in the output's offset log), commit the end
+offsets for the group, then judge the group's lag health. A failed run changes no offsets; the
+next run finishes its batch. The output's offset log is the truth: a group whose offsets were
+deleted or expired resumes from it, one moved by someone else is refused.
 
 Tasks: `ingest.wait_for_data` (reschedule mode; skips the run when fewer than `min_lag`
 records arrive in time and nothing is older than `max_data_age`) → `ingest.plan` →
@@ -15,8 +17,10 @@ RETENTION_RISK, DATA_LOSS; logs WARN).
 | --- | --- | --- |
 | topics (comma-separated) | `kafka_batch_topics` | `KAFKA_BATCH_TOPICS`, else `orders` |
 | consumer group | `kafka_batch_group` | `KAFKA_BATCH_GROUP`, else `kafka-batch-ingest` |
-| output directory | `kafka_batch_output` | `KAFKA_BATCH_OUTPUT`, else `/tmp/kafka-batch/lake` |
+| output (a path or a URI: `s3://`, ...) | `kafka_batch_output` | `KAFKA_BATCH_OUTPUT`, else `/tmp/kafka-batch/lake` |
 | Kafka connection id | - | `KAFKA_BATCH_KAFKA_CONN_ID`, else `kafka_default` |
+| storage connection id (`aws`, `google_cloud_platform`, `wasb`) | - | `KAFKA_BATCH_STORAGE_CONN_ID`, else none |
+| group disagrees with the output's log | - | `KAFKA_BATCH_ON_GROUP_MISMATCH`, else `fail` (`output`, `group`) |
 | Spark connection id | - | `KAFKA_BATCH_SPARK_CONN_ID`, else `spark_default` |
 | schedule | - | `KAFKA_BATCH_SCHEDULE`, else `*/15 * * * *` |
 | sensor: records enough to start | - | `KAFKA_BATCH_MIN_LAG`, else `1` |
@@ -73,6 +77,8 @@ with DAG(
         output_path=setting("kafka_batch_output", "KAFKA_BATCH_OUTPUT", "/tmp/kafka-batch/lake"),
         kafka_config_id=os.environ.get("KAFKA_BATCH_KAFKA_CONN_ID", "kafka_default"),
         spark_conn_id=os.environ.get("KAFKA_BATCH_SPARK_CONN_ID", "spark_default"),
+        storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
+        on_group_mismatch=os.environ.get("KAFKA_BATCH_ON_GROUP_MISMATCH", "fail"),
         min_lag=int(os.environ.get("KAFKA_BATCH_MIN_LAG", "1")),
         max_data_age=seconds("KAFKA_BATCH_MAX_DATA_AGE_SECONDS", 3600),
         sensor_timeout=seconds("KAFKA_BATCH_SENSOR_TIMEOUT_SECONDS", 600),

@@ -20,6 +20,7 @@ from kafka_batch_provider import __version__
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.kafka_config import LIBRDKAFKA_LOGGER, parse_key_values, read_config_file
 from kafka_batch_provider.planning import DataLossPolicy, NewPartitionPolicy, PlanPolicy
+from kafka_batch_provider.reconcile import GroupMismatchPolicy
 
 log = logging.getLogger("kafka_batch_provider")
 
@@ -104,6 +105,37 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--max-records-per-partition", type=positive_int, help="bound a batch per partition (offsets)")
     g.add_argument("--max-records", type=positive_int, help="bound a batch in total, shared fairly (offsets)")
+    g.add_argument(
+        "--on-group-mismatch",
+        choices=[p.value for p in GroupMismatchPolicy],
+        default="fail",
+        help="the group's offsets disagree with the output's offset log: fail (default), output (resume from the "
+        "output; the commit moves the group there) or group (accept a group that is ahead; the skipped offsets "
+        "are recorded as a gap)",
+    )
+
+
+def add_storage_args(p: argparse.ArgumentParser, output_required: bool = False, output_help: str = "") -> None:
+    g = p.add_argument_group("output")
+    g.add_argument(
+        "--output",
+        required=output_required,
+        help=output_help
+        or "where the data and its offset log live: a local path or a URI (s3://, gs://, abfs://, hdfs://, file://)",
+    )
+    g.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="fsspec option of the output's filesystem, repeatable (e.g. endpoint_url=http://127.0.0.1:9000); "
+        "credentials belong in --storage-options-file or the usual AWS_*/GOOGLE_*/AZURE_* variables",
+    )
+    g.add_argument(
+        "--storage-options-file",
+        default=os.environ.get("KAFKA_BATCH_STORAGE_OPTIONS_FILE"),
+        help="JSON object of fsspec storage options, for credentials (default: $KAFKA_BATCH_STORAGE_OPTIONS_FILE)",
+    )
 
 
 def add_spark_args(p: argparse.ArgumentParser) -> None:
@@ -140,6 +172,25 @@ def offsets_client(args: argparse.Namespace):
     return client
 
 
+def storage_options_from(args: argparse.Namespace) -> dict[str, Any]:
+    """The file's storage options (credentials), then ``--storage-option`` pairs (values parsed as JSON if they are)."""
+    from kafka_batch_provider.storage import read_storage_options_file
+
+    options = read_storage_options_file(args.storage_options_file) if args.storage_options_file else {}
+    for key, text in parse_key_values(args.storage_option, flag="--storage-option").items():
+        try:
+            options[key] = json.loads(text)
+        except ValueError:
+            options[key] = text
+    return options
+
+
+def store_from(args: argparse.Namespace, output: str | None = None):
+    from kafka_batch_provider.batch_store import BatchStore
+
+    return BatchStore(output or args.output, storage_options_from(args))
+
+
 def policy_from(args: argparse.Namespace) -> PlanPolicy:
     return PlanPolicy(
         new_partitions=NewPartitionPolicy(args.new_partitions),
@@ -152,82 +203,104 @@ def policy_from(args: argparse.Namespace) -> PlanPolicy:
 # -- commands ------------------------------------------------------------------------------
 
 
-def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
-    from kafka_batch_provider.batch_store import BatchStore
+def plan_step(args: argparse.Namespace, kafka: Any, store: Any):
     from kafka_batch_provider.protocol import plan_batch
 
-    kafka = offsets_client(args)
-    outcome = plan_batch(
-        kafka, BatchStore(args.output), args.group, args.topic, policy_from(args), args.partition, progress
+    return plan_batch(
+        kafka,
+        store,
+        args.group,
+        args.topic,
+        policy_from(args),
+        args.partition,
+        progress,
+        GroupMismatchPolicy(args.on_group_mismatch),
     )
+
+
+def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
+    outcome = plan_step(args, offsets_client(args), store_from(args))
     return {
         **outcome.plan.summary(),
         "records": outcome.plan.planned_offsets,
         "plan_path": outcome.plan_path,
         "reused": outcome.reused,
         "repaired": outcome.repaired,
+        "notes": outcome.notes,
     }
 
 
-def submit_write(
-    args: argparse.Namespace, options: Any, plan_path: str, output: str, kafka_config: dict[str, Any]
-) -> dict[str, Any]:
+def submit_write(args: argparse.Namespace, options: Any, plan_path: str, store: Any, kafka: Any) -> dict[str, Any]:
     from kafka_batch_provider.spark.submit import application_args, run_submit, submit_command
 
-    app_args = application_args(plan_path, output, options, force=getattr(args, "force", False))
-    command = submit_command(app_args, args.spark_master, parse_key_values(args.spark_conf))
+    app_args = application_args(plan_path, store.location.output, options)
+    command = submit_command(app_args, args.spark_master, parse_key_values(args.spark_conf, flag="--spark-conf"))
     progress(f"spark-submit --master {args.spark_master} ({args.reader} reader)")
-    return run_submit(command, kafka_config, progress)
+    return run_submit(command, kafka.kafka_config, progress, store.location.storage_options)
 
 
-def load_plan_and_output(args: argparse.Namespace):
+def load_plan_and_store(args: argparse.Namespace):
     from kafka_batch_provider.batch_store import load_plan_file, output_of_plan_file
 
-    plan = load_plan_file(args.plan)
-    output = args.output or str(output_of_plan_file(args.plan))
-    return plan, output
+    store = store_from(args, args.output or output_of_plan_file(args.plan))
+    return load_plan_file(args.plan, store.location.storage_options), store
+
+
+def location_of(store: Any, entry: dict[str, Any]) -> str | None:
+    return store.location.uri_of(entry["location"]) if entry.get("location") else None
 
 
 def cmd_write(args: argparse.Namespace) -> dict[str, Any]:
     options = write_options(args)
-    plan, output = load_plan_and_output(args)
+    plan, store = load_plan_and_store(args)
     kafka = offsets_client(args)
     if not plan.has_data:
-        progress(f"batch {plan.batch_id} has nothing to read: Spark is not started")
-        return {"batch_id": plan.batch_id, "records": 0, "location": None, "skipped": True}
-    result = submit_write(args, options, os.path.abspath(args.plan), output, kafka.kafka_config)
-    return {"batch_id": plan.batch_id, "records": result["rows"], "location": result["location"], "skipped": False}
+        if store.entry_of(plan) is None:
+            store.commit_without_data(plan)
+        progress(f"batch {plan.batch_id} has nothing to read: recorded in the output log without starting Spark")
+        return {"batch_id": plan.batch_id, "seq": plan.seq, "records": 0, "location": None, "skipped": True}
+    plan_path = args.plan if "://" in args.plan else os.path.abspath(args.plan)
+    submit_write(args, options, plan_path, store, kafka)
+    entry = store.entry_of(plan) or {}
+    return {
+        "batch_id": plan.batch_id,
+        "seq": plan.seq,
+        "records": entry.get("rows", 0),
+        "location": location_of(store, entry),
+        "skipped": False,
+    }
 
 
 def cmd_commit(args: argparse.Namespace) -> dict[str, Any]:
-    from kafka_batch_provider.batch_store import BatchStore
     from kafka_batch_provider.protocol import commit_batch
 
-    plan, output = load_plan_and_output(args)
-    kafka = offsets_client(args)
-    store = BatchStore(output)
-    committed = commit_batch(kafka, store, plan, progress)
-    record = store.commit_record(plan.batch_id) or {}
-    return {"batch_id": plan.batch_id, "records": record.get("rows", 0), "committed": committed}
+    plan, store = load_plan_and_store(args)
+    committed = commit_batch(offsets_client(args), store, plan, progress)
+    record = store.commit_record(plan.seq, plan.batch_id) or {}
+    return {"batch_id": plan.batch_id, "seq": plan.seq, "records": record.get("rows", 0), "committed": committed}
 
 
 def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
-    from kafka_batch_provider.batch_store import BatchStore
-    from kafka_batch_provider.protocol import commit_batch, plan_batch
+    from kafka_batch_provider.protocol import commit_batch
 
     options = write_options(args)
     kafka = offsets_client(args)
-    store = BatchStore(args.output)
+    store = store_from(args)
     clock = time.perf_counter()
-    outcome = plan_batch(kafka, store, args.group, args.topic, policy_from(args), args.partition, progress)
+    outcome = plan_step(args, kafka, store)
     plan = outcome.plan
     timings = {"plan_seconds": round(time.perf_counter() - clock, 3)}
-    result: dict[str, Any] = {**plan.summary(), "reused": outcome.reused, "repaired": outcome.repaired}
+    result: dict[str, Any] = {
+        **plan.summary(),
+        "reused": outcome.reused,
+        "repaired": outcome.repaired,
+        "notes": outcome.notes,
+    }
     if not plan.ranges:
         return {**result, "records": 0, "committed": {}, "skipped": True, "timings": timings}
     if plan.has_data:
         clock = time.perf_counter()
-        written = submit_write(args, options, outcome.plan_path, str(store.root), kafka.kafka_config)
+        written = submit_write(args, options, outcome.plan_path, store, kafka)
         timings["spark_submit_seconds"] = round(time.perf_counter() - clock, 3)
         timings.update(written.get("timings", {}))
     else:
@@ -235,13 +308,13 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     clock = time.perf_counter()
     committed = commit_batch(kafka, store, plan, progress)
     timings["commit_seconds"] = round(time.perf_counter() - clock, 3)
-    rows = (store.commit_record(plan.batch_id) or {}).get("rows", 0)
+    entry = store.entry_of(plan) or {}
     return {
         **result,
-        "records": rows,
+        "records": entry.get("rows", 0),
         "committed": committed,
         "skipped": False,
-        "location": str(store.data_dir(plan.batch_id)),
+        "location": location_of(store, entry),
         "timings": timings,
     }
 
@@ -287,7 +360,8 @@ def cmd_lag(args: argparse.Namespace) -> dict[str, Any]:
         retention_risk=args.retention_risk,
     )
     now = datetime.now(timezone.utc)
-    report = lag_report(offsets_client(args), args.group, args.topic, args.output, policy, now)
+    store = store_from(args) if args.output else None
+    report = lag_report(offsets_client(args), args.group, args.topic, store, policy, now)
     if not args.json:
         print(format_lag_table(report, now), flush=True)
     result = report.to_dict()
@@ -304,11 +378,10 @@ class LagCheckFailed(KafkaBatchError):
 
 
 def cmd_discard(args: argparse.Namespace) -> dict[str, Any]:
-    from kafka_batch_provider.batch_store import BatchStore
     from kafka_batch_provider.protocol import discard_batch
 
-    plan, output = load_plan_and_output(args)
-    discard_batch(offsets_client(args), BatchStore(output), plan, progress)
+    plan, store = load_plan_and_store(args)
+    discard_batch(store, plan, progress)
     return {"batch_id": plan.batch_id, "discarded": True}
 
 
@@ -328,6 +401,26 @@ def cmd_broker(args: argparse.Namespace) -> dict[str, Any]:
     return info
 
 
+def cmd_s3(args: argparse.Namespace) -> dict[str, Any]:
+    from kafka_batch_provider.objectstore import embedded
+
+    if args.s3_command == "start":
+        info = embedded.start_detached(args.port, buckets=tuple(args.bucket or [embedded.DEFAULT_BUCKET]))
+        progress(
+            f"embedded S3 server at {info['endpoint_url']} (pid {info['pid']}, memory storage, buckets "
+            f"{', '.join(info['buckets'])}); point clients at it with: "
+            + " ".join(f"{k}={v}" for k, v in sorted(info["env"].items()))
+        )
+        return info
+    if args.s3_command == "stop":
+        info = embedded.stop_detached()
+        progress("embedded S3 server stopped" if info.get("stopped") else "no embedded S3 server was running")
+        return info
+    info = embedded.status()
+    progress(f"embedded S3 server: {'running at ' + info['endpoint_url'] if info['running'] else 'not running'}")
+    return info
+
+
 # -- parser --------------------------------------------------------------------------------
 
 
@@ -337,31 +430,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks and librdkafka logs")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
-    def output_arg(p: argparse.ArgumentParser, required: bool) -> None:
-        p.add_argument(
-            "--output",
-            required=required,
-            help="dataset directory" + ("" if required else " (default: the one holding the plan)"),
-        )
-
-    p = sub.add_parser("plan", help="plan the next batch from the group's committed offsets and persist it")
+    p = sub.add_parser(
+        "plan", help="reconcile the group with the output's offset log, then plan the next batch and persist it"
+    )
     add_kafka_args(p)
     add_plan_args(p)
-    output_arg(p, True)
+    add_storage_args(p, output_required=True)
     p.set_defaults(func=cmd_plan)
 
     def plan_file_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--plan", required=True, help="plan file (<output>/_plans/<batch_id>.json)")
-        output_arg(p, False)
+        p.add_argument("--plan", required=True, help="plan file or URI (<output>/_plans/<seq>-<batch_id>.json)")
+        add_storage_args(p, output_help="the output (default: the one holding the plan)")
 
-    p = sub.add_parser("write", help="read a plan's ranges with Spark and publish the batch with its manifest")
+    p = sub.add_parser("write", help="read a plan's ranges with Spark, check them, append to the output's log")
     plan_file_args(p)
-    p.add_argument("--force", action="store_true", help="write again even if the (uncommitted) batch has a manifest")
     add_kafka_args(p)
     add_spark_args(p)
     p.set_defaults(func=cmd_write)
 
-    p = sub.add_parser("commit", help="verify a batch's manifest and commit its end offsets (compare-and-set)")
+    p = sub.add_parser("commit", help="check a batch's log entry and files, commit its end offsets (compare-and-set)")
     plan_file_args(p)
     add_kafka_args(p)
     p.set_defaults(func=cmd_commit)
@@ -369,21 +456,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="plan, write and commit one batch")
     add_kafka_args(p)
     add_plan_args(p)
-    output_arg(p, True)
+    add_storage_args(p, output_required=True)
     add_spark_args(p)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("discard", help="remove an uncommitted batch (manifest, data, plan) so it can be planned anew")
+    p = sub.add_parser("discard", help="remove a batch that is not in the output's log (staged files, plan)")
     plan_file_args(p)
-    add_kafka_args(p)
     p.set_defaults(func=cmd_discard)
 
     p = sub.add_parser("lag", help="lag per partition and its health (OK, WARN, STALL, STOP, REWIND, ...)")
     add_kafka_args(p)
     p.add_argument("--group", required=True, help="consumer group")
     p.add_argument("--topic", action="append", required=True, help="topic, repeatable")
-    p.add_argument(
-        "--output", help="dataset directory of the ingestion: its batch history enables WARN/STALL/STOP/REWIND"
+    add_storage_args(
+        p,
+        output_help="the ingestion's output (path or URI): its offset log gives the position where the group has "
+        "none, and its batch history enables WARN/STALL/STOP/REWIND",
     )
     p.add_argument("--json", action="store_true", help="print only the JSON report")
     p.add_argument(
@@ -404,6 +492,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=positive_int, default=9092, help="port on 127.0.0.1 (default 9092)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for readiness")
     p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser("s3", help="the embedded S3-protocol server (moto) for demos and tests")
+    p.add_argument("s3_command", choices=["start", "stop", "status"])
+    p.add_argument("--port", type=positive_int, default=9000, help="port on 127.0.0.1 (default 9000)")
+    p.add_argument("--bucket", action="append", help="bucket to create, repeatable (default: lake)")
+    p.set_defaults(func=cmd_s3)
     return parser
 
 

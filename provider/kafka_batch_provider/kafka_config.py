@@ -52,13 +52,13 @@ LIBRDKAFKA_LOGGER = logging.getLogger("kafka_batch_provider.librdkafka")
 _TRUE = {"true", "1", "yes", "on"}
 
 
-def parse_key_values(pairs: Iterable[str]) -> dict[str, str]:
+def parse_key_values(pairs: Iterable[str], flag: str = "--kafka-config") -> dict[str, str]:
     """``["a=1", "b=x=y"]`` -> ``{"a": "1", "b": "x=y"}`` (the value keeps later ``=``)."""
     config: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"--kafka-config expects key=value, got {pair!r}")
+            raise ConfigError(f"{flag} expects key=value, got {pair!r}")
         config[key.strip()] = value
     return config
 

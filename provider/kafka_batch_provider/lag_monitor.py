@@ -1,24 +1,50 @@
 """Gather what lag health judges: the partitions now (Kafka) and the recent batches (the output).
 
-The judging itself is pure: :mod:`kafka_batch_provider.lag_health`.
+The judging itself is pure: :mod:`kafka_batch_provider.lag_health`. Where the group has no
+committed offset (deleted, or expired on an idle partition) but the output's offset log knows
+the partition, the log's position stands in: the output is the truth, and the next batch
+resumes from there and restores the group.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from kafka_batch_provider.batch_store import BatchStore
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
 from kafka_batch_provider.lag_health import BatchPoint, HealthPolicy, HealthReport, PartitionLag, evaluate
+from kafka_batch_provider.manifest import log_position
 from kafka_batch_provider.offsets import PartitionOffsets, TopicPartition
 
 
+def output_positions(store: BatchStore | None, kafka: KafkaOffsets, topics: Sequence[str]) -> dict[TopicPartition, int]:
+    """Where the output's offset log stands per partition (empty without an output or a log)."""
+    tail = store.log.tail() if store is not None else None
+    if tail is None:
+        return {}
+    position = log_position(tail, kafka_commit_recorded=True)
+    topic_ids = kafka.topic_ids(topics)
+    return {tp: offset for tp, offset in position.offsets.items() if position.knows(tp, topic_ids)}
+
+
 def partition_lags(
-    kafka: KafkaOffsets, group_id: str, topics: Sequence[str], with_ages: bool = True
+    kafka: KafkaOffsets,
+    group_id: str,
+    topics: Sequence[str],
+    with_ages: bool = True,
+    store: BatchStore | None = None,
 ) -> list[PartitionLag]:
-    """Committed, log start, end (isolation-aware), age of the oldest unconsumed record, retention."""
-    states = kafka.partition_offsets(group_id, topics)
+    """Committed, log start, end (isolation-aware), age of the oldest unconsumed record, retention.
+
+    :param store: the ingestion's output; its log's position stands in where the group has no offset.
+    """
+    logged = output_positions(store, kafka, topics)
+    states = [
+        replace(s, committed=logged[s.tp]) if s.committed is None and s.tp in logged else s
+        for s in kafka.partition_offsets(group_id, topics)
+    ]
     retention = kafka.topic_retention_ms(topics) if with_ages else {}
     stamps = kafka.first_record_timestamps({s.tp: s.position for s in states if s.lag > 0}) if with_ages else {}
     return [
@@ -35,11 +61,14 @@ def partition_lags(
     ]
 
 
-def batch_history(store: BatchStore, group_id: str) -> list[BatchPoint]:
-    """The group's committed incremental batches, oldest first, from commit records and plan snapshots."""
+def batch_history(store: BatchStore, group_id: str, last: int | None = None) -> list[BatchPoint]:
+    """The group's committed incremental batches, oldest first, from commit records and plan snapshots.
+
+    :param last: only the newest ``last`` batches (the window), so a long history is not read.
+    """
     points = []
-    for record in store.commit_records(group_id):
-        plan = store.load_plan(record["batch_id"])
+    for record in store.commit_records(group_id, last=last):
+        plan = store.load_plan(int(record["seq"]), record["batch_id"])
         snap = {TopicPartition.from_key(k): v for k, v in plan.extra.get("snapshot", {}).items()}
         committed: dict[TopicPartition, int | None] = {tp: c for tp, (c, _, _) in snap.items()}
         committed.update({TopicPartition.from_key(k): v for k, v in record["committed"].items()})
@@ -59,14 +88,18 @@ def lag_report(
     kafka: KafkaOffsets,
     group_id: str,
     topics: Sequence[str],
-    output: str | None = None,
+    store: BatchStore | None = None,
     policy: HealthPolicy = HealthPolicy(),
     now: datetime | None = None,
 ) -> HealthReport:
-    """Lag and health of ``group_id`` on ``topics``; without ``output`` only the statuses that need no history."""
-    states = partition_lags(kafka, group_id, topics)
-    history = batch_history(BatchStore(output), group_id) if output else []
-    notes = [] if output else ["no --output: WARN, STALL, STOP and REWIND need the batch history and were not judged"]
+    """Lag and health of ``group_id`` on ``topics``; without an output only the statuses that need no history."""
+    states = partition_lags(kafka, group_id, topics, store=store)
+    history = batch_history(store, group_id, last=policy.window + 1) if store is not None else []
+    notes = (
+        []
+        if store is not None
+        else ["no --output: WARN, STALL, STOP and REWIND need the batch history and were not judged"]
+    )
     unknown = sorted({s.topic for s in states if s.retention_ms is None})
     if unknown:
         notes.append(f"retention.ms unknown for {', '.join(unknown)}: RETENTION_RISK not judged there")

@@ -24,6 +24,8 @@ def kafka_batch_ingest_group(
     group_id: str = "kafka_ingest",
     kafka_config_id: str = "kafka_default",
     spark_conn_id: str = "spark_default",
+    storage_conn_id: str | None = None,
+    on_group_mismatch: str = "fail",
     partitions: Sequence[int] | str | None = None,
     new_partitions: str = "earliest",
     on_data_loss: str = "fail",
@@ -53,9 +55,12 @@ def kafka_batch_ingest_group(
     -> ``commit`` -> ``lag_health``.
 
     Call it inside a ``with DAG(...)`` block. ``topics``, ``consumer_group`` and
-    ``output_path`` may be Jinja templates. The sensor (reschedule mode, soft fail) skips the
-    run when fewer than ``min_lag`` records arrive within ``sensor_timeout`` and nothing has
-    waited longer than ``max_data_age``. The health check fails on STALL, STOP, REWIND,
+    ``output_path`` (a local path or a URI such as ``s3://bucket/lake``) may be Jinja templates;
+    ``storage_conn_id`` names the output's ``aws`` / ``google_cloud_platform`` / ``wasb``
+    connection (default: the filesystem's own credentials) and ``on_group_mismatch`` what the
+    plan step does when the group disagrees with the output's offset log. The sensor
+    (reschedule mode, soft fail) skips the run when fewer than ``min_lag`` records arrive
+    within ``sensor_timeout`` and nothing has waited longer than ``max_data_age``. The health check fails on STALL, STOP, REWIND,
     RETENTION_RISK and DATA_LOSS (STOP after ``stop_after`` without a commit while lag > 0).
     Every task retries ``retries`` times: a retried Spark task replays the same plan, and a
     failed run's plan is picked up by the next run. Extra keyword arguments go to every task.
@@ -76,6 +81,8 @@ def kafka_batch_ingest_group(
                 mode=sensor_mode,
                 deferrable=deferrable,
                 soft_fail=True,
+                output_path=output_path,
+                storage_conn_id=storage_conn_id,
                 **common,
             )
         plan = KafkaOffsetPlanOperator(
@@ -90,6 +97,8 @@ def kafka_batch_ingest_group(
             max_records_per_partition=max_records_per_partition,
             max_records=max_records,
             replay_output_path=replay_output_path,
+            storage_conn_id=storage_conn_id,
+            on_group_mismatch=on_group_mismatch,
             **common,
         )
         write = KafkaSparkBatchOperator(
@@ -102,10 +111,15 @@ def kafka_batch_ingest_group(
             value_schema=value_schema,
             conf=dict(spark_conf or {"spark.log.level": "WARN"}),
             application=application,
+            storage_conn_id=storage_conn_id,
             **common,
         )
         commit = KafkaOffsetCommitOperator(
-            task_id="commit", plan_task_id=plan.task_id, kafka_config_id=kafka_config_id, **common
+            task_id="commit",
+            plan_task_id=plan.task_id,
+            kafka_config_id=kafka_config_id,
+            storage_conn_id=storage_conn_id,
+            **common,
         )
         steps = [plan, write, commit]
         if sensor is not None:
@@ -118,6 +132,7 @@ def kafka_batch_ingest_group(
                     topics=topics,
                     output_path=output_path,
                     kafka_config_id=kafka_config_id,
+                    storage_conn_id=storage_conn_id,
                     window=health_window,
                     stop_after=stop_after,
                     **common,

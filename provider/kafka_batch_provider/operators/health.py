@@ -9,7 +9,9 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from kafka_batch_provider.batch_store import BatchStore
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
+from kafka_batch_provider.hooks.storage import storage_options_from_connection
 from kafka_batch_provider.lag_health import HealthPolicy, LagStatus
 from kafka_batch_provider.lag_monitor import lag_report
 from kafka_batch_provider.operators.errors import task_errors
@@ -27,8 +29,10 @@ class KafkaLagHealthOperator(BaseOperator):
     output's plans and commit records. The failure message names the partitions, their numbers
     and status; the full report is pushed to XCom either way.
 
-    :param output_path: the ingestion's dataset directory (its batch history); without it only
+    :param output_path: the ingestion's output (path or URI): its offset log stands in where the
+        group has no offset, and its batch history enables the trend statuses; without it only
         DATA_LOSS and RETENTION_RISK are judged.
+    :param storage_conn_id: the output's storage connection (as for the plan operator).
     :param stop_after: STOP when lag > 0 and nothing was committed for this long (e.g. three
         schedule intervals); ``None`` disables STOP.
     :param fail_on: statuses that fail the task (default: all but OK and WARN).
@@ -44,6 +48,7 @@ class KafkaLagHealthOperator(BaseOperator):
         topics: Sequence[str] | str,
         output_path: str | None = None,
         kafka_config_id: str = "kafka_default",
+        storage_conn_id: str | None = None,
         window: int = 5,
         stop_after: timedelta | None = None,
         retention_risk: float = 0.8,
@@ -57,6 +62,7 @@ class KafkaLagHealthOperator(BaseOperator):
         self.topics = topics
         self.output_path = output_path
         self.kafka_config_id = kafka_config_id
+        self.storage_conn_id = storage_conn_id
         self.policy = HealthPolicy(window=window, stop_after=stop_after, retention_risk=retention_risk)
         self.fail_on = frozenset(LagStatus(s) for s in fail_on)
         self.kafka_timeout = kafka_timeout
@@ -64,7 +70,10 @@ class KafkaLagHealthOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         hook = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout)
         with task_errors():
-            report = lag_report(hook, self.group_id, as_list(self.topics), self.output_path or None, self.policy)
+            store = None
+            if self.output_path:
+                store = BatchStore(self.output_path, storage_options_from_connection(self.storage_conn_id))
+            report = lag_report(hook, self.group_id, as_list(self.topics), store, self.policy)
         for p in report.partitions:
             self.log.info("%s lag %d: %s (%s)", p.state.tp, p.state.lag, p.status.value, p.reason)
         for note in report.notes:

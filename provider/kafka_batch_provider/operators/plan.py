@@ -10,10 +10,12 @@ from airflow.sdk import BaseOperator
 
 from kafka_batch_provider.batch_store import BatchStore
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
+from kafka_batch_provider.hooks.storage import storage_options_from_connection
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.xcom import as_int_list, as_list, plan_xcom
 from kafka_batch_provider.planning import DataLossPolicy, NewPartitionPolicy, PlanPolicy
 from kafka_batch_provider.protocol import plan_batch
+from kafka_batch_provider.reconcile import GroupMismatchPolicy
 from kafka_batch_provider.replay import plan_replay_batch
 
 BACKFILL_RUN_TYPE = "backfill"
@@ -35,10 +37,12 @@ def epoch_ms(moment: datetime) -> int:
 
 
 class KafkaOffsetPlanOperator(BaseOperator):
-    """Plan the next batch from the group's committed offsets and persist it before any read.
+    """Reconcile the group with the output's offset log, then plan the next batch and persist it.
 
-    Repairs a pending batch first (commits a written one, replays an unwritten one), exactly
-    as ``kafka-batch plan`` does. Pushes a small XCom: batch id, plan path, ranges, counts.
+    Exactly as ``kafka-batch plan``: resumes from the output where the group lost its offsets,
+    finishes a written batch whose Kafka commit did not happen, replays an unwritten pending
+    plan, refuses a group moved by someone else (unless ``on_group_mismatch`` says otherwise).
+    Pushes a small XCom: batch id, plan path, ranges, counts.
 
     A DAG run of type *backfill* (``airflow backfill create``) does not plan from the group:
     it maps its data interval to offsets with ``offsets_for_times`` and plans a replay into
@@ -46,8 +50,12 @@ class KafkaOffsetPlanOperator(BaseOperator):
 
     :param topics: topics to ingest (a list, or a comma-separated string from a template).
     :param group_id: consumer group whose committed offsets are the checkpoint.
-    :param output_path: dataset directory.
+    :param output_path: the output: a local path or a URI (``s3://``, ``gs://``, ``abfs://``, ...).
     :param kafka_config_id: a ``kafka`` connection (extra = librdkafka config JSON).
+    :param storage_conn_id: an ``aws``, ``google_cloud_platform`` or ``wasb`` connection for the
+        output (default: the filesystem's own credentials, e.g. ``AWS_*`` variables).
+    :param on_group_mismatch: ``fail`` (default), ``output`` (resume from the output's log) or
+        ``group`` (accept a group ahead of the log; the skipped offsets become a gap).
     :param partitions: optional subset of partitions.
     :param new_partitions: ``earliest`` (default), ``latest`` or ``error``.
     :param on_data_loss: ``fail`` (default) or ``earliest`` (skip and record the gap).
@@ -73,6 +81,8 @@ class KafkaOffsetPlanOperator(BaseOperator):
         max_records_per_partition: int | None = None,
         max_records: int | None = None,
         replay_output_path: str | None = None,
+        storage_conn_id: str | None = None,
+        on_group_mismatch: str = GroupMismatchPolicy.FAIL.value,
         kafka_timeout: float = 30.0,
         **kwargs: Any,
     ) -> None:
@@ -81,6 +91,8 @@ class KafkaOffsetPlanOperator(BaseOperator):
         self.group_id = group_id
         self.output_path = output_path
         self.kafka_config_id = kafka_config_id
+        self.storage_conn_id = storage_conn_id
+        self.on_group_mismatch = GroupMismatchPolicy(on_group_mismatch)
         self.partitions = partitions
         self.policy = PlanPolicy(
             new_partitions=NewPartitionPolicy(new_partitions),
@@ -95,13 +107,14 @@ class KafkaOffsetPlanOperator(BaseOperator):
         hook = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout)
         topics, partitions = as_list(self.topics), as_int_list(self.partitions)
         with task_errors():
+            storage_options = storage_options_from_connection(self.storage_conn_id)
             if run_type_of(context) == BACKFILL_RUN_TYPE:
-                output = self.replay_output_path or replay_output_for(self.output_path)
+                store = BatchStore(self.replay_output_path or replay_output_for(self.output_path), storage_options)
                 start, end = context["data_interval_start"], context["data_interval_end"]
-                self.log.info("backfill run: replaying %s .. %s of %s into %s", start, end, topics, output)
+                self.log.info("backfill run: replaying %s .. %s of %s into %s", start, end, topics, store.root)
                 outcome = plan_replay_batch(
                     hook,
-                    BatchStore(output),
+                    store,
                     topics,
                     partitions=partitions,
                     start_ms=epoch_ms(start),
@@ -109,11 +122,18 @@ class KafkaOffsetPlanOperator(BaseOperator):
                     progress=self.log.info,
                 )
             else:
-                output = self.output_path
+                store = BatchStore(self.output_path, storage_options)
                 outcome = plan_batch(
-                    hook, BatchStore(output), self.group_id, topics, self.policy, partitions, progress=self.log.info
+                    hook,
+                    store,
+                    self.group_id,
+                    topics,
+                    self.policy,
+                    partitions,
+                    progress=self.log.info,
+                    on_group_mismatch=self.on_group_mismatch,
                 )
-        return plan_xcom(outcome, str(BatchStore(output).root))
+        return plan_xcom(outcome, store.location.output)
 
 
 class KafkaReplayPlanOperator(BaseOperator):
@@ -153,12 +173,14 @@ class KafkaReplayPlanOperator(BaseOperator):
         start_time: str | datetime | None = None,
         end_time: str | datetime | None = None,
         dry_run: bool | str = False,
+        storage_conn_id: str | None = None,
         kafka_timeout: float = 30.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.topics = topics
         self.output_path = output_path
+        self.storage_conn_id = storage_conn_id
         self.kafka_config_id = kafka_config_id
         self.partitions = partitions
         self.start_offsets = start_offsets
@@ -173,8 +195,8 @@ class KafkaReplayPlanOperator(BaseOperator):
 
         dry_run = self.dry_run if isinstance(self.dry_run, bool) else str(self.dry_run).lower() == "true"
         hook = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout)
-        store = BatchStore(self.output_path)
         with task_errors():
+            store = BatchStore(self.output_path, storage_options_from_connection(self.storage_conn_id))
             outcome = plan_replay_batch(
                 hook,
                 store,
@@ -187,4 +209,4 @@ class KafkaReplayPlanOperator(BaseOperator):
                 dry_run=dry_run,
                 progress=self.log.info,
             )
-        return plan_xcom(outcome, str(store.root), dry_run=dry_run)
+        return plan_xcom(outcome, store.location.output, dry_run=dry_run)

@@ -11,13 +11,20 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from kafka_batch_provider.batch_store import BatchStore
-from kafka_batch_provider.errors import ConfigError
+from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
+from kafka_batch_provider.hooks.storage import storage_options_from_connection
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.xcom import pull_plan
-from kafka_batch_provider.spark.app import CONFIG_FILE_ENV
+from kafka_batch_provider.spark.app import CONFIG_FILE_ENV, STORAGE_OPTIONS_FILE_ENV
 from kafka_batch_provider.spark.options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
-from kafka_batch_provider.spark.submit import DEFAULT_APPLICATION, application_args, private_config_file
+from kafka_batch_provider.spark.py_files import needs_py_files, package_zip
+from kafka_batch_provider.spark.submit import (
+    DEFAULT_APPLICATION,
+    application_args,
+    private_config_file,
+    private_json_file,
+)
 
 
 def shippable(kafka_config: dict[str, Any]) -> dict[str, Any]:
@@ -35,10 +42,12 @@ def shippable(kafka_config: dict[str, Any]) -> dict[str, Any]:
 class KafkaSparkBatchOperator(SparkSubmitOperator):
     """Run the Spark application on the plan pushed by ``plan_task_id``, through a ``spark`` connection.
 
-    Skips when the plan is empty or a dry run. The Kafka connection's settings (secrets
-    included) reach Spark in a private temporary file named by an environment variable (in
-    cluster deploy mode the file is shipped with ``--files``), never on the command line.
-    Pushes the batch's row count and location from its manifest.
+    Skips when the plan has nothing to read or is a dry run. The Kafka connection's settings
+    and the storage connection's credentials reach Spark in private temporary files named by
+    environment variables (in cluster deploy mode the files are shipped with ``--files``),
+    never on the command line. For a cluster master (``spark://``, ``yarn``, ``k8s://``) this
+    package is shipped to the executors as a zip (``py_files``), so the cluster needs only the
+    third-party dependencies. Pushes the batch's log entry number, row count and location.
 
     :param plan_task_id: task id of the plan operator (inside a task group: ``group.plan``).
     :param kafka_config_id: the ``kafka`` connection the plan used.
@@ -47,6 +56,7 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
     :param application: the Spark application file (default: the one installed with this package;
         ``spark_apps/kafka_batch_ingest.py`` in the repository is the same program).
     :param conn_id: the ``spark`` connection (default ``spark_default``).
+    :param storage_conn_id: the output's storage connection (as for the plan operator).
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "plan_task_id")
@@ -64,16 +74,20 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         stall_timeout: float = DEFAULT_STALL_TIMEOUT,
         application: str = DEFAULT_APPLICATION,
         name: str = "kafka-batch-ingest",
+        storage_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(application=application, name=name, **kwargs)
         self.plan_task_id = plan_task_id
         self.kafka_config_id = kafka_config_id
+        self.storage_conn_id = storage_conn_id
         # Checked here, so a bad option is a DAG import error rather than a failed run.
         self.write_options = WriteOptions(reader, value_format, value_schema, max_offsets_per_task, stall_timeout)
 
     def execute(self, context: Any) -> dict[str, Any]:
-        summary, plan = pull_plan(context, self.plan_task_id, "write")
+        with task_errors():
+            storage_options = storage_options_from_connection(self.storage_conn_id)
+            summary, plan = pull_plan(context, self.plan_task_id, "write", storage_options)
         if not plan.has_data:
             from airflow.sdk.exceptions import AirflowSkipException
 
@@ -83,22 +97,40 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         self.log.info(
             "batch %s: %d range(s), up to %d offsets", plan.batch_id, len(plan.readable_ranges), plan.planned_offsets
         )
-        with private_config_file(kafka_config) as config_path:
+        with (
+            private_config_file(kafka_config) as config_path,
+            private_json_file(storage_options, "kafka-batch-storage-") as storage_path,
+        ):
             self.application_args = application_args(summary["plan_path"], summary["output_path"], self.write_options)
-            self._hand_over_config(config_path)
+            self._hand_over(config_path, storage_path)
             super().execute(context)
-        manifest = BatchStore(summary["output_path"]).load_manifest(plan.batch_id)
-        return {"batch_id": plan.batch_id, "rows": manifest["rows"], "location": manifest["location"]}
+        store = BatchStore(summary["output_path"], storage_options)
+        with task_errors():
+            entry = store.entry_of(plan)
+        if entry is None:
+            raise KafkaBatchError(f"batch {plan.batch_id}: Spark finished but the output log has no entry {plan.seq}")
+        location = store.location.uri_of(entry["location"]) if entry["location"] else None
+        return {"batch_id": plan.batch_id, "seq": plan.seq, "rows": entry["rows"], "location": location}
 
-    def _hand_over_config(self, config_path: str) -> None:
-        deploy_mode = self._deploy_mode or self._get_hook()._connection.get("deploy_mode")
+    def _hand_over(self, config_path: str, storage_path: str) -> None:
+        """Secrets in files named by the environment; this package as a zip for a cluster master."""
+        connection = self._get_hook()._connection
+        if needs_py_files(str(connection.get("master") or "")):
+            self.py_files = ",".join(filter(None, [self.py_files, str(package_zip())]))
+        deploy_mode = self._deploy_mode or connection.get("deploy_mode")
         if deploy_mode == "cluster":
-            # The driver runs elsewhere: ship the file; it lands in the driver's working dir.
-            self.files = ",".join(filter(None, [self.files, config_path]))
-            self.application_args += ["--kafka-config-file", Path(config_path).name]
+            # The driver runs elsewhere: ship the files; they land in the driver's working dir.
+            self.files = ",".join(filter(None, [self.files, config_path, storage_path]))
+            self.application_args += [
+                "--kafka-config-file",
+                Path(config_path).name,
+                "--storage-options-file",
+                Path(storage_path).name,
+            ]
         else:
             env = dict(self.env_vars or {})
             env[CONFIG_FILE_ENV] = config_path
+            env[STORAGE_OPTIONS_FILE_ENV] = storage_path
             # A local master's Python workers must use this interpreter (it has the dependencies).
             env.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", sys.executable))
             self.env_vars = env

@@ -23,11 +23,14 @@ def plan_xcom(outcome: PlanOutcome, output_path: str, dry_run: bool = False) -> 
         "has_data": plan.has_data,
         "reused": outcome.reused,
         "repaired": outcome.repaired,
+        "notes": outcome.notes,
         "dry_run": dry_run,
     }
 
 
-def pull_plan(context: Any, plan_task_id: str, purpose: str) -> tuple[dict[str, Any], OffsetPlan]:
+def pull_plan(
+    context: Any, plan_task_id: str, purpose: str, storage_options: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], OffsetPlan]:
     """The upstream plan (summary and file), or a skip that says why there is nothing to do."""
     summary = context["ti"].xcom_pull(task_ids=plan_task_id)
     if not summary:
@@ -36,7 +39,7 @@ def pull_plan(context: Any, plan_task_id: str, purpose: str) -> tuple[dict[str, 
         raise AirflowSkipException(f"dry run of batch {summary['batch_id']}: nothing to {purpose}")
     if not summary.get("plan_path"):
         raise AirflowSkipException(f"batch {summary['batch_id']} is empty: nothing to {purpose}")
-    return summary, load_plan_file(summary["plan_path"])
+    return summary, load_plan_file(summary["plan_path"], storage_options)
 
 
 def as_list(value: Any) -> list[str]:

@@ -28,9 +28,13 @@ class KafkaLagSensor(BaseSensorOperator):
     :param topics: topics to watch (templated; list or comma-separated string).
     :param min_lag: records of lag that are enough to start.
     :param max_data_age: a ``timedelta`` or seconds; ``None`` disables the age rule.
+    :param output_path: the ingestion's output (templated): where the group has no committed
+        offset (deleted, expired), its offset log gives the position, so the lag is what the
+        next batch would really read.
+    :param storage_conn_id: the output's storage connection.
     """
 
-    template_fields: Sequence[str] = ("group_id", "topics")
+    template_fields: Sequence[str] = ("group_id", "topics", "output_path")
     ui_color = "#f0eefd"
 
     def __init__(
@@ -43,6 +47,8 @@ class KafkaLagSensor(BaseSensorOperator):
         max_data_age: timedelta | float | None = None,
         deferrable: bool = False,
         kafka_timeout: float = 30.0,
+        output_path: str | None = None,
+        storage_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -57,6 +63,8 @@ class KafkaLagSensor(BaseSensorOperator):
         )
         self.deferrable = deferrable
         self.kafka_timeout = kafka_timeout
+        self.output_path = output_path
+        self.storage_conn_id = storage_conn_id
 
     def _check(self) -> tuple[bool, str, int]:
         # Errors stay plain exceptions: a sensor with soft_fail turns Airflow's fail
@@ -68,6 +76,8 @@ class KafkaLagSensor(BaseSensorOperator):
             self.min_lag,
             self.max_data_age_seconds,
             self.kafka_timeout,
+            self.output_path or None,
+            self.storage_conn_id,
         )
 
     def poke(self, context: Any) -> PokeReturnValue:
@@ -95,6 +105,8 @@ class KafkaLagSensor(BaseSensorOperator):
                 max_data_age_seconds=self.max_data_age_seconds,
                 poke_interval=self.poke_interval,
                 kafka_timeout=self.kafka_timeout,
+                output_path=self.output_path or None,
+                storage_conn_id=self.storage_conn_id,
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout),

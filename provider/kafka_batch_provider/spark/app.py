@@ -6,7 +6,10 @@ copy-free entry point to this module for deployments that submit a file from the
 
 Kafka settings (including secrets) never travel on the command line: they come from a JSON
 file named by ``--kafka-config-file`` (or ``$KAFKA_BATCH_KAFKA_CONFIG_FILE``), or from the
-``$KAFKA_BATCH_KAFKA_CONFIG`` environment variable holding the JSON itself.
+``$KAFKA_BATCH_KAFKA_CONFIG`` environment variable holding the JSON itself. Storage options
+(object-store credentials) likewise come from ``--storage-options-file`` or
+``$KAFKA_BATCH_STORAGE_OPTIONS_FILE``; without them the filesystem's own defaults apply
+(``AWS_*`` variables, instance roles, ...).
 """
 
 from __future__ import annotations
@@ -20,13 +23,15 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from kafka_batch_provider.batch_store import load_plan_file, output_of_plan_file
+from kafka_batch_provider.batch_store import BatchStore, load_plan_file, output_of_plan_file
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.kafka_config import SECRET_KEY_PATTERN, check_config, config_object, read_config_file
 from kafka_batch_provider.spark.options import WriteOptions
+from kafka_batch_provider.storage import read_storage_options_file
 
 CONFIG_FILE_ENV = "KAFKA_BATCH_KAFKA_CONFIG_FILE"
 CONFIG_JSON_ENV = "KAFKA_BATCH_KAFKA_CONFIG"
+STORAGE_OPTIONS_FILE_ENV = "KAFKA_BATCH_STORAGE_OPTIONS_FILE"
 
 
 def load_kafka_config(path: str | None) -> dict[str, Any]:
@@ -39,6 +44,11 @@ def load_kafka_config(path: str | None) -> dict[str, Any]:
         return check_config(config_object(json.loads(os.environ[CONFIG_JSON_ENV])))
     except ValueError as exc:
         raise ConfigError(f"{CONFIG_JSON_ENV} is not valid JSON: {exc}") from None
+
+
+def load_storage_options(path: str | None) -> dict[str, Any]:
+    path = path or os.environ.get(STORAGE_OPTIONS_FILE_ENV)
+    return read_storage_options_file(path) if path else {}
 
 
 _TASK_ERROR = re.compile(r"kafka_batch_provider\.errors\.(\w+Error): (.+)")
@@ -64,19 +74,20 @@ def friendly_spark_error(exc: Exception) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="kafka_batch_ingest", description=__doc__.splitlines()[0])
-    parser.add_argument("--plan", required=True, help="plan file (<output>/_plans/<batch_id>.json)")
-    parser.add_argument("--output", help="dataset directory (default: the one holding the plan)")
+    parser.add_argument("--plan", required=True, help="plan file (<output>/_plans/<seq>-<batch_id>.json)")
+    parser.add_argument("--output", help="output path or URI (default: the one holding the plan)")
     parser.add_argument("--kafka-config-file", help="JSON file of librdkafka settings")
+    parser.add_argument("--storage-options-file", help="JSON file of fsspec storage options (credentials)")
     WriteOptions.add_arguments(parser)
-    parser.add_argument("--force", action="store_true", help="write again even if the batch has a manifest")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        plan = load_plan_file(args.plan)
-        output = args.output or str(output_of_plan_file(args.plan))
+        storage_options = load_storage_options(args.storage_options_file)
+        plan = load_plan_file(args.plan, storage_options)
+        store = BatchStore(args.output or output_of_plan_file(args.plan), storage_options)
         kafka_config = load_kafka_config(args.kafka_config_file)
         options = WriteOptions.from_namespace(args)
     except KafkaBatchError as exc:
@@ -99,10 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         manifest = write_batch(
             spark,
             plan,
-            output,
+            store,
             kafka_config,
             options=options,
-            force=args.force,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
         )
     except KafkaBatchError as exc:
@@ -118,9 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark.stop()
     result = {
         "batch_id": plan.batch_id,
-        "rows": manifest["rows"] if manifest else 0,
-        "location": manifest["location"] if manifest else None,
-        "timings": manifest.get("timings", {}) if manifest else {},
+        "seq": manifest["seq"],
+        "rows": manifest["rows"],
+        "location": manifest["location"],
+        "timings": manifest.get("timings", {}),
     }
     print(json.dumps(result))
     return 0

@@ -1,8 +1,10 @@
 """Running the Spark application with ``spark-submit`` from the command line.
 
 (Airflow runs it through ``SparkSubmitHook`` instead; both pass the same application
-arguments.) The Kafka config is handed over in a private temporary file, never on the
-command line, where ``ps`` and logs would show it.
+arguments.) The Kafka config and the storage options are handed over in private temporary
+files, never on the command line, where ``ps`` and logs would show them. On a cluster
+(``spark://``, ``yarn``, ``k8s://``) this package travels to the executors as a zip with
+``--py-files``, so the cluster needs only the third-party dependencies.
 """
 
 from __future__ import annotations
@@ -42,33 +44,45 @@ def spark_submit_executable() -> str:
 
 
 @contextmanager
-def private_config_file(kafka_config: Mapping[str, Any]) -> Iterator[str]:
-    """A 0600 JSON file holding the Kafka config, removed afterwards."""
-    fd, path = tempfile.mkstemp(prefix="kafka-batch-config-", suffix=".json")
+def private_json_file(data: Mapping[str, Any], prefix: str = "kafka-batch-config-") -> Iterator[str]:
+    """A 0600 JSON file holding ``data`` (secrets), removed afterwards."""
+    fd, path = tempfile.mkstemp(prefix=prefix, suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:  # mkstemp creates it readable by the owner only
-            json.dump({k: v for k, v in kafka_config.items() if k != "logger"}, f)
+            json.dump({k: v for k, v in data.items() if k != "logger"}, f)
         yield path
     finally:
         Path(path).unlink(missing_ok=True)
 
 
-def application_args(plan_path: str, output: str, options: WriteOptions, force: bool = False) -> list[str]:
-    return ["--plan", plan_path, "--output", output, *options.to_args(), *(["--force"] if force else [])]
+def private_config_file(kafka_config: Mapping[str, Any]) -> Iterator[str]:
+    """The Kafka config in a private file (see :func:`private_json_file`)."""
+    return private_json_file(kafka_config)
+
+
+def application_args(plan_path: str, output: str, options: WriteOptions) -> list[str]:
+    return ["--plan", plan_path, "--output", output, *options.to_args()]
 
 
 def submit_command(
     app_args: Sequence[str], master: str, conf: Mapping[str, str] | None = None, application: str | None = None
 ) -> list[str]:
+    from kafka_batch_provider.spark.py_files import needs_py_files, package_zip
+
     command = [spark_submit_executable(), "--master", master]
     settings = {"spark.sql.session.timeZone": "UTC", "spark.log.level": "WARN", **(conf or {})}
     for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]
+    if needs_py_files(master):
+        command += ["--py-files", str(package_zip())]
     return command + [application or DEFAULT_APPLICATION, *app_args]
 
 
 def run_submit(
-    command: Sequence[str], kafka_config: Mapping[str, Any], progress: Callable[[str], None]
+    command: Sequence[str],
+    kafka_config: Mapping[str, Any],
+    progress: Callable[[str], None],
+    storage_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run spark-submit, relay its progress lines, return the application's JSON result line."""
     env = dict(os.environ)
@@ -79,8 +93,13 @@ def run_submit(
     # stderr carries the JVM's log, kept for the error message.
     results: list[str] = []
     errors: list[str] = []
-    with private_config_file(kafka_config) as config_path, tempfile.TemporaryFile("w+") as jvm_log:
+    with (
+        private_config_file(kafka_config) as config_path,
+        private_json_file(storage_options or {}, "kafka-batch-storage-") as storage_path,
+        tempfile.TemporaryFile("w+") as jvm_log,
+    ):
         env[spark_app.CONFIG_FILE_ENV] = config_path
+        env[spark_app.STORAGE_OPTIONS_FILE_ENV] = storage_path
         process = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=jvm_log, text=True, env=env)
         assert process.stdout is not None
         for line in process.stdout:  # relay progress while Spark runs

@@ -21,14 +21,22 @@ def check_lag(
     min_lag: int,
     max_data_age_seconds: float | None,
     kafka_timeout: float,
+    output_path: str | None = None,
+    storage_conn_id: str | None = None,
 ) -> tuple[bool, str, int]:
-    """One look at the group's lag: (ready, why, total lag). Blocking: Kafka I/O."""
+    """One look at the group's lag: (ready, why, total lag). Blocking: Kafka and storage I/O.
+
+    With ``output_path``, the output's offset log gives the position where the group has none.
+    """
+    from kafka_batch_provider.batch_store import BatchStore
     from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
+    from kafka_batch_provider.hooks.storage import storage_options_from_connection
     from kafka_batch_provider.lag_monitor import partition_lags
 
+    store = BatchStore(output_path, storage_options_from_connection(storage_conn_id)) if output_path else None
     hook = KafkaOffsetsHook(kafka_config_id, timeout=kafka_timeout)
     try:
-        states = partition_lags(hook, group_id, list(topics), with_ages=max_data_age_seconds is not None)
+        states = partition_lags(hook, group_id, list(topics), max_data_age_seconds is not None, store)
     finally:
         hook.close()
     max_age = None if max_data_age_seconds is None else timedelta(seconds=max_data_age_seconds)
@@ -52,6 +60,8 @@ class KafkaLagTrigger(BaseTrigger):
         max_data_age_seconds: float | None = None,
         poke_interval: float = 60.0,
         kafka_timeout: float = 30.0,
+        output_path: str | None = None,
+        storage_conn_id: str | None = None,
     ) -> None:
         super().__init__()
         self.group_id = group_id
@@ -61,6 +71,8 @@ class KafkaLagTrigger(BaseTrigger):
         self.max_data_age_seconds = max_data_age_seconds
         self.poke_interval = poke_interval
         self.kafka_timeout = kafka_timeout
+        self.output_path = output_path
+        self.storage_conn_id = storage_conn_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -73,6 +85,8 @@ class KafkaLagTrigger(BaseTrigger):
                 "max_data_age_seconds": self.max_data_age_seconds,
                 "poke_interval": self.poke_interval,
                 "kafka_timeout": self.kafka_timeout,
+                "output_path": self.output_path,
+                "storage_conn_id": self.storage_conn_id,
             },
         )
 
@@ -87,6 +101,8 @@ class KafkaLagTrigger(BaseTrigger):
                     self.min_lag,
                     self.max_data_age_seconds,
                     self.kafka_timeout,
+                    self.output_path,
+                    self.storage_conn_id,
                 )
             except KafkaBatchError as exc:
                 yield TriggerEvent({"status": "error", "message": str(exc)})
