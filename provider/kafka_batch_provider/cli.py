@@ -292,6 +292,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     timings = {"plan_seconds": round(time.perf_counter() - clock, 3)}
     result: dict[str, Any] = {
         **plan.summary(),
+        "plan_path": outcome.plan_path,
         "reused": outcome.reused,
         "repaired": outcome.repaired,
         "notes": outcome.notes,

@@ -122,12 +122,12 @@ def plan_batch(
     tail = store.log.tail()
     pending = store.plans_after(tail["seq"] if tail else 0)
     refuse_foreign_output(store, INCREMENTAL, group_id, tail, pending)
+    states = kafka.partition_offsets(group_id, topics)  # unknown topics and an absent broker fail here
+    topic_ids = kafka.topic_ids(topics)
     if tail is not None:
         store.publish(tail)  # finishes a publish cut short
     drop_stale_plans(store, progress)
-
-    topic_ids = kafka.topic_ids(topics)
-    states, decision = reconcile_group(kafka, store, group_id, topics, partitions, tail, topic_ids, on_group_mismatch)
+    decision = reconcile_group(store, group_id, states, partitions, tail, topic_ids, on_group_mismatch)
     notes = list(decision.notes)
     for note in notes:
         progress(note)
@@ -135,9 +135,8 @@ def plan_batch(
     if decision.repair:
         commit_batch(kafka, store, plan_for_entry(store, tail), progress)
         repaired.append(tail["batch_id"])
-        states, decision = reconcile_group(
-            kafka, store, group_id, topics, partitions, tail, topic_ids, on_group_mismatch
-        )
+        states = kafka.partition_offsets(group_id, topics)
+        decision = reconcile_group(store, group_id, states, partitions, tail, topic_ids, on_group_mismatch)
 
     slot = LogSlot((tail["seq"] if tail else 0) + 1, tail["batch_id"] if tail else None, topic_ids)
     fresh = plan_incremental(
@@ -175,22 +174,19 @@ def plan_batch(
 
 
 def reconcile_group(
-    kafka: KafkaOffsets,
     store: BatchStore,
     group_id: str,
-    topics: Sequence[str],
+    states: list[PartitionOffsets],
     partitions: Sequence[int] | None,
     tail: dict[str, Any] | None,
     topic_ids: dict[str, str],
     on_group_mismatch: GroupMismatchPolicy,
-) -> tuple[list[PartitionOffsets], Reconciliation]:
-    """Every partition's offsets (the plan keeps them as a snapshot) and the reconciliation of the chosen ones."""
-    states = kafka.partition_offsets(group_id, topics)
+) -> Reconciliation:
+    """The reconciliation of the chosen partitions' group offsets with the log's newest entry."""
     position = None
     if tail is not None:
         position = log_position(tail, store.commit_record(tail["seq"], tail["batch_id"]) is not None)
-    chosen = select_partitions(states, partitions)
-    return states, reconcile(group_id, chosen, position, topic_ids, on_group_mismatch)
+    return reconcile(group_id, select_partitions(states, partitions), position, topic_ids, on_group_mismatch)
 
 
 def plan_for_entry(store: BatchStore, entry: dict[str, Any]) -> OffsetPlan:

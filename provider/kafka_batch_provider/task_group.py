@@ -60,8 +60,9 @@ def kafka_batch_ingest_group(
     connection (default: the filesystem's own credentials) and ``on_group_mismatch`` what the
     plan step does when the group disagrees with the output's offset log. The sensor
     (reschedule mode, soft fail) skips the run when fewer than ``min_lag`` records arrive
-    within ``sensor_timeout`` and nothing has waited longer than ``max_data_age``. The health check fails on STALL, STOP, REWIND,
-    RETENTION_RISK and DATA_LOSS (STOP after ``stop_after`` without a commit while lag > 0).
+    within ``sensor_timeout`` and nothing has waited longer than ``max_data_age``. The health
+    check fails on STALL, STOP, REWIND, RETENTION_RISK and DATA_LOSS (STOP after ``stop_after``
+    without a commit while lag > 0).
     Every task retries ``retries`` times: a retried Spark task replays the same plan, and a
     failed run's plan is picked up by the next run. Extra keyword arguments go to every task.
     """

@@ -47,13 +47,14 @@ def check_write(
     plan: OffsetPlan,
     reports: TaskReports,
     found_sizes: Mapping[str, int],
-    footer_rows: Mapping[str, int],
+    footer_rows: Mapping[str, int | None],
     counted_at_source: bool,
 ) -> list[dict[str, Any]]:
     """Check what the tasks wrote against what they read and what the driver sees.
 
     :param found_sizes: ``{file name: bytes}`` in the staging folder, as the driver lists it.
-    :param footer_rows: ``{file name: rows}`` from the footers of the files the driver found.
+    :param footer_rows: ``{file name: rows}`` from the footers of the files the driver found
+        (``None``: the file vanished or is not readable Parquet).
     :param counted_at_source: the reader sent receipts (the ``python`` reader).
     :returns: per Kafka partition: ``topic``, ``partition``, ``rows``, min/max offset and
         timestamp (epoch microseconds), for the manifest.
@@ -82,7 +83,7 @@ def check_write(
 
 
 def check_files(
-    bid: str, files: list[dict[str, Any]], found_sizes: Mapping[str, int], footer_rows: Mapping[str, int]
+    bid: str, files: list[dict[str, Any]], found_sizes: Mapping[str, int], footer_rows: Mapping[str, int | None]
 ) -> None:
     missing = [f["name"] for f in files if f["name"] not in found_sizes]
     if missing:
@@ -96,6 +97,8 @@ def check_files(
             raise WriteCheckError(
                 f"batch {bid}: file {f['name']} has {found_sizes[f['name']]} bytes, the task wrote {f['bytes']}"
             )
+        if footer_rows.get(f["name"]) is None:
+            raise WriteCheckError(f"batch {bid}: file {f['name']} vanished or is not a readable Parquet file")
         if footer_rows.get(f["name"]) != f["rows"]:
             raise WriteCheckError(
                 f"batch {bid}: file {f['name']} holds {footer_rows.get(f['name'])} rows, the task wrote {f['rows']}"

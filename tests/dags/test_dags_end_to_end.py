@@ -170,14 +170,16 @@ def test_spark_failure_leaves_offsets_untouched_and_the_next_run_replays_the_sam
     assert failed["ingest.lag_health"] == "upstream_failed", "a failed batch must fail the run"
     assert committed(kafka_config, group_id, topic, [0]) == {0: None}
     store = BatchStore(airflow_env)
-    [pending] = store.pending_plans(group_id)
+    [pending] = store.plans_after(0)
 
     produce(kafka_config, topic, sample_records(1, 5, first_id=10))  # arrives before the retry
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
     retried = run("kafka_batch_ingest")
     assert set(retried.values()) == {"success"}
     assert committed(kafka_config, group_id, topic, [0]) == {0: 10}, "the retry must commit the same plan's end"
-    assert store.commit_record(pending.batch_id) is not None, "the pending batch is the one that was finished"
+    assert store.commit_record(pending.seq, pending.batch_id) is not None, (
+        "the pending batch is the one that was finished"
+    )
     assert_exactly_once(airflow_env, {(topic, 0, o) for o in range(10)})
 
 

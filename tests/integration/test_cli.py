@@ -57,8 +57,9 @@ def test_plan_write_commit_then_run_ingests_only_new_data_and_keeps_secrets_out(
     written = last_json(cli("write", "--plan", planned["plan_path"], *common, *spark))
     assert written == {
         "batch_id": planned["batch_id"],
+        "seq": 1,
         "records": 20,
-        "location": f"batch_id={planned['batch_id']}",
+        "location": str(Path(out) / f"batch_id={planned['batch_id']}"),
         "skipped": False,
     }
     committed = last_json(cli("commit", "--plan", planned["plan_path"], *common))
@@ -174,7 +175,7 @@ def test_commit_without_a_written_batch_is_refused_and_commits_nothing(
     produce(kafka_config, topic, sample_records(1, 5))
     common = ["--bootstrap-servers", kafka_bootstrap_servers]
     planned = last_json(cli("plan", *common, "--topic", topic, "--group", group_id, "--output", str(tmp_path)))
-    assert_one_line_error(cli("commit", "--plan", planned["plan_path"], *common), "has no manifest")
+    assert_one_line_error(cli("commit", "--plan", planned["plan_path"], *common), "is not in the output log")
     tp = TopicPartition(topic, 0)
     assert KafkaOffsets(kafka_config).committed_offsets(group_id, [tp]) == {tp: None}
 
@@ -233,21 +234,20 @@ def test_jvm_reader_without_the_connector_is_one_clear_line_and_commits_nothing(
     assert "the jvm reader needs Spark's Kafka connector (spark-sql-kafka-0-10)" in errors[0], errors[0]
     tp = TopicPartition(topic, 0)
     assert KafkaOffsets(kafka_config).committed_offsets(group_id, [tp]) == {tp: None}
-    assert not list(tmp_path.glob("batch_id=*")) and not list(tmp_path.glob("_manifests/*"))
+    assert not list(tmp_path.glob("batch_id=*")) and not list(tmp_path.glob("_log/*"))
 
 
-def test_discard_removes_an_uncommitted_batch_and_refuses_a_committed_one(
+def test_discard_removes_an_unpublished_batch_and_refuses_a_logged_one(
     kafka_config, kafka_bootstrap_servers, new_topic, group_id, tmp_path
 ):
     topic = new_topic(partitions=1)
     produce(kafka_config, topic, sample_records(1, 5))
     common = ["--bootstrap-servers", kafka_bootstrap_servers]
     planned = last_json(cli("plan", *common, "--topic", topic, "--group", group_id, "--output", str(tmp_path)))
-    assert last_json(cli("discard", "--plan", planned["plan_path"], *common))["discarded"] is True
+    assert last_json(cli("discard", "--plan", planned["plan_path"]))["discarded"] is True
     assert not Path(planned["plan_path"]).exists()
-    again = last_json(cli("plan", *common, "--topic", topic, "--group", group_id, "--output", str(tmp_path)))
-    assert again["batch_id"] == planned["batch_id"] and again["reused"] is False, "planned anew, same ranges"
-    tp = TopicPartition(topic, 0)
-    KafkaOffsets(kafka_config).commit(group_id, {tp: None}, {tp: 5})  # its end is committed: finish, never discard
-    assert_one_line_error(cli("discard", "--plan", again["plan_path"], *common), "finish it with kafka-batch commit")
-    assert Path(again["plan_path"]).exists()
+    ran = last_json(cli("run", *common, "--topic", topic, "--group", group_id, "--output", str(tmp_path)))
+    assert ran["batch_id"] == planned["batch_id"] and ran["reused"] is False, "planned anew, same ranges"
+    refused = cli("discard", "--plan", ran["plan_path"])
+    assert_one_line_error(refused, "logged batches are never removed")
+    assert Path(ran["plan_path"]).exists() and (tmp_path / f"batch_id={ran['batch_id']}").is_dir()

@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 
+from kafka_batch_provider.batch_store import BatchStore
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
 from kafka_batch_provider.lag_health import HealthPolicy, LagStatus
 from kafka_batch_provider.lag_monitor import lag_report
@@ -143,7 +144,7 @@ def test_caught_up_group_is_ok_and_lag_check_exits_zero(
     topic = new_topic(partitions=2)
     produce(kafka_config, topic, sample_records(2, 20))
     run_batch(spark, kafka_config, tmp_path, group_id, [topic])
-    report = lag_report(KafkaOffsets(kafka_config), group_id, [topic], str(tmp_path))
+    report = lag_report(KafkaOffsets(kafka_config), group_id, [topic], BatchStore(tmp_path))
     assert report.status is LagStatus.OK and report.total_lag == 0
     result = lag_check(kafka_bootstrap_servers, group_id, topic, tmp_path)
     assert result.returncode == 0, result.stderr
@@ -159,7 +160,7 @@ def test_lag_growing_across_bounded_batches_is_warn(
         produce(kafka_config, topic, sample_records(1, 10, first_id=10 * i))
         run_batch(spark, kafka_config, tmp_path, group_id, [topic], policy)
     produce(kafka_config, topic, sample_records(1, 10, first_id=30))
-    report = lag_report(KafkaOffsets(kafka_config), group_id, [topic], str(tmp_path))
+    report = lag_report(KafkaOffsets(kafka_config), group_id, [topic], BatchStore(tmp_path))
     assert report.status is LagStatus.WARN, report.message()
     assert "10 -> 15 -> 20 -> 25" in report.message()
     assert lag_check(kafka_bootstrap_servers, group_id, topic, tmp_path).returncode == 10
@@ -172,7 +173,7 @@ def test_partition_left_behind_across_batches_is_a_stall(
     for i in range(2):  # batches read only partition 0; partition 1 keeps its data
         produce(kafka_config, topic, sample_records(2, 10, first_id=10 * i))
         run_batch(spark, kafka_config, tmp_path, group_id, [topic], partitions=[0])
-    report = lag_report(KafkaOffsets(kafka_config), group_id, [topic], str(tmp_path))
+    report = lag_report(KafkaOffsets(kafka_config), group_id, [topic], BatchStore(tmp_path))
     statuses = {p.state.partition: p.status for p in report.partitions}
     assert statuses == {0: LagStatus.OK, 1: LagStatus.STALL}, report.message()
     assert f"{topic}[1] STALL" in report.message()
@@ -189,7 +190,7 @@ def test_no_commit_for_too_long_with_lag_is_stop(
     produce(kafka_config, topic, sample_records(1, 5, first_id=5))
     time.sleep(1.5)
     policy = HealthPolicy(stop_after=timedelta(seconds=1))
-    report = lag_report(KafkaOffsets(kafka_config), group_id, [topic], str(tmp_path), policy)
+    report = lag_report(KafkaOffsets(kafka_config), group_id, [topic], BatchStore(tmp_path), policy)
     assert report.status is LagStatus.STOP, report.message()
     assert lag_check(kafka_bootstrap_servers, group_id, topic, tmp_path, "--stop-after", "1").returncode == 12
 
@@ -203,7 +204,7 @@ def test_group_moved_back_by_hand_is_a_rewind(
     kafka = KafkaOffsets(kafka_config)
     tp = TopicPartition(topic, 0)
     kafka.commit(group_id, {tp: 10}, {tp: 4})  # an operator resets the group by hand
-    report = lag_report(kafka, group_id, [topic], str(tmp_path))
+    report = lag_report(kafka, group_id, [topic], BatchStore(tmp_path))
     assert report.status is LagStatus.REWIND and "committed offset 4 is below 10" in report.message()
     assert lag_check(kafka_bootstrap_servers, group_id, topic, tmp_path).returncode == 13
 
@@ -216,7 +217,7 @@ def test_records_close_to_expiry_are_a_retention_risk(kafka_config, kafka_bootst
     admin.create_topics([NewTopic(topic, 1, 1, config={"retention.ms": "3000"})])[topic].result(10)
     produce(kafka_config, topic, sample_records(1, 4))
     time.sleep(2.6)  # the oldest unconsumed record is now older than 80% of 3 s
-    report = lag_report(KafkaOffsets(kafka_config), group_id, [topic], str(tmp_path))
+    report = lag_report(KafkaOffsets(kafka_config), group_id, [topic], BatchStore(tmp_path))
     assert report.status is LagStatus.RETENTION_RISK, report.message()
     assert lag_check(kafka_bootstrap_servers, group_id, topic, tmp_path).returncode == 14
 
@@ -234,3 +235,31 @@ def test_lag_command_prints_a_table_and_bad_flags_are_one_line(
         "lag", "--bootstrap-servers", kafka_bootstrap_servers, "--group", group_id, "--topic", topic, "--window", "0"
     )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--window" in bad.stderr
+
+
+def test_lag_uses_the_output_log_where_the_group_has_no_offsets(
+    spark, kafka_config, kafka_connection, new_topic, group_id, tmp_path
+):
+    from confluent_kafka.admin import AdminClient
+
+    from kafka_batch_provider.sensors.lag import KafkaLagSensor
+
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 20))
+    run_batch(spark, kafka_config, tmp_path, group_id, [topic])
+    admin = AdminClient(kafka_config)
+    admin.delete_consumer_groups([group_id], request_timeout=10)[group_id].result()  # or expired
+    produce(kafka_config, topic, sample_records(2, 4, first_id=20))
+
+    without_output = lag_report(KafkaOffsets(kafka_config), group_id, [topic])
+    with_output = lag_report(KafkaOffsets(kafka_config), group_id, [topic], BatchStore(tmp_path))
+
+    assert without_output.total_lag == 24, "the group alone says everything is unread"
+    assert with_output.total_lag == 4, "the output's log says only the new records are"
+    assert {p.state.committed for p in with_output.partitions} == {10}
+    assert with_output.status is LagStatus.OK, with_output.message()
+    sensor = KafkaLagSensor(task_id="wait", group_id=group_id, topics=topic, min_lag=5, output_path=str(tmp_path))
+    result = sensor.poke({})
+    assert not result.is_done and result.xcom_value["total_lag"] == 4, (
+        f"the sensor must wait for 5 records, not fire on 24: {result.xcom_value}"
+    )

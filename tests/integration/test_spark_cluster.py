@@ -319,3 +319,62 @@ def test_kafka_batch_source_plans_and_reads_on_the_cluster(
     expected = sorted([p, o] for p, n in counts.items() for o in range(n))
     found = cluster_run["records"]
     assert found == expected, f"expected (partition, offset) {expected}, found {found}"
+
+
+# -- the ingest on the cluster ------------------------------------------------------------------
+
+
+def test_ingest_on_the_cluster_to_s3_is_exactly_once(
+    spark_standalone: SparkStandaloneCluster,
+    kafka_bootstrap_servers: str,
+    s3_server: Any,
+    new_s3_output: Any,
+    tmp_path: Path,
+) -> None:
+    """``kafka-batch run --spark-master spark://…`` with the output on the S3 server.
+
+    The executors run an interpreter without our package (the CLI ships it with --py-files),
+    write with pyarrow + s3fs (no Hadoop connector) and report what they read; the driver
+    checks and publishes; the group is committed; a second run reads only the new records.
+    """
+    from tests.integration.helpers import Output, assert_exactly_once
+
+    config = {"bootstrap.servers": kafka_bootstrap_servers}
+    topic, group = f"cluster-{os.urandom(4).hex()}", f"cluster-{os.urandom(4).hex()}"
+    create_topics(config, {topic: 4})
+    produce(config, topic, sample_records(partitions=4, count=2000))
+    output = Output(new_s3_output("cluster run"), s3_server.storage_options())
+    options_file = tmp_path / "storage-options.json"  # credentials in a file, not on the command line
+    options_file.write_text(json.dumps(output.storage_options))
+    python = str(python_without_our_package(tmp_path))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYSPARK_PYTHON=python,
+        PYSPARK_DRIVER_PYTHON=python,
+        SPARK_LOCAL_DIRS=str(tmp_path / "driver-local"),
+        KAFKA_BATCH_STORAGE_OPTIONS_FILE=str(options_file),
+    )
+    command = [
+        str(Path(sys.executable).parent / "kafka-batch"),
+        "run",
+        *("--bootstrap-servers", kafka_bootstrap_servers, "--topic", topic, "--group", group),
+        *("--output", output.uri, "--spark-master", spark_standalone.master_url),
+        *("--spark-conf", "spark.executor.cores=1", "--spark-conf", "spark.executor.memory=512m"),
+        *("--spark-conf", "spark.ui.enabled=false", "--max-offsets-per-task", "200"),
+    ]
+
+    def run() -> dict[str, Any]:
+        result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+        assert result.returncode == 0, f"expected exit 0, found {result.returncode}: {result.stderr[-1500:]}"
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    first = run()
+    assert first["records"] == 2000, f"expected 2000 records, found {first['records']}"
+    assert first["location"].startswith(output.uri), f"expected the batch under {output.uri}, found {first['location']}"
+    produce(config, topic, sample_records(partitions=4, count=400, first_id=2000))
+    second = run()
+    assert second["records"] == 400, f"expected only the 400 new records, found {second['records']}"
+    assert second["committed"] == {f"{topic}:{p}": 600 for p in range(4)}, second["committed"]
+    assert_exactly_once(output, {(topic, p, o) for p in range(4) for o in range(600)})
+    assert [e["seq"] for e in output.store().log.entries()] == [1, 2]

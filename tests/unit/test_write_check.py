@@ -76,6 +76,11 @@ def test_a_file_with_other_size_or_rows_is_refused():
         check(good_reports(), footers={"a.parquet": 3, "b.parquet": 4})
 
 
+def test_a_file_that_vanished_or_is_not_parquet_is_refused():
+    with pytest.raises(WriteCheckError, match="a.parquet vanished or is not a readable Parquet file"):
+        check(good_reports(), footers={"a.parquet": None, "b.parquet": 4})
+
+
 def test_fewer_rows_written_than_read_is_refused():
     reports = good_reports()
     reports[1] = report("b.parquet", 3, 6, 9, [receipt(6, 10, 4, 6, 9)])

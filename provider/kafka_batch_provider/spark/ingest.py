@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -103,9 +104,13 @@ def stage_batch(
     return StagedBatch(staging, reports, schema, counted_at_source=receipts)
 
 
-def footer_rows(store: BatchStore, name: str) -> int:
-    with store.location.open_input(name) as f:
-        return pq.ParquetFile(f).metadata.num_rows
+def footer_rows(store: BatchStore, name: str) -> int | None:
+    """Rows in a staged file's Parquet footer; ``None`` when it is gone or unreadable (the check says so)."""
+    try:
+        with store.location.open_input(name) as f:
+            return pq.ParquetFile(f).metadata.num_rows
+    except (OSError, pa.ArrowException):
+        return None
 
 
 def iso_from_micros(micros: int | None) -> str | None:
@@ -186,11 +191,20 @@ def write_batch(
         f"with the {options.reader} reader"
     )
     clock = time.perf_counter()
-    staged = stage_batch(spark, plan, store, kafka_config, options)
-    timings = {"read_write_seconds": round(time.perf_counter() - clock, 3)}
-    clock = time.perf_counter()
-    entry = publish_staged(store, plan, staged, options, timings)
-    timings["publish_seconds"] = round(time.perf_counter() - clock, 3)
+    try:
+        staged = stage_batch(spark, plan, store, kafka_config, options)
+        timings = {"read_write_seconds": round(time.perf_counter() - clock, 3)}
+        clock = time.perf_counter()
+        entry = publish_staged(store, plan, staged, options, timings)
+        timings["publish_seconds"] = round(time.perf_counter() - clock, 3)
+    except Exception:
+        # Another attempt of this same batch (a retry racing a slow first try) may have
+        # published it meanwhile, and cleaned up this attempt's files: then all is done.
+        entry = store.entry_of(plan)
+        if entry is None:
+            raise
+        progress(f"batch {bid}: another attempt published it first (output log entry {plan.seq}); this one stops")
+        return entry
     store.clean_staging(bid)  # leftovers of crashed attempts of this batch
     progress(
         f"batch {bid}: wrote {entry['rows']} rows in {len(entry['files'])} file(s) to "
