@@ -1,10 +1,19 @@
 """Benchmark: `kafka-batch run` to Parquet against a plain confluent-kafka consumer, same ranges.
 
-Both read the same records from the same broker in the same run, so the ratio
-(pipeline records/s over baseline records/s) is meaningful on a shared, noisy machine.
-The last stdout line is one JSON object: records, baseline_rps, pipeline_rps, ratio, ...
+Everything reads the same records from the same broker in the same run, so the ratios are
+meaningful on a shared, noisy machine:
 
-    python bench/bench.py [--records 1000000] [--value-size 200] [--partitions 4]
+* ``ratio``: the pipeline (``kafka-batch run``, output on a local disk) over the baseline
+  (one plain consumer reading the same ranges);
+* ``s3_ratio``: the same pipeline with its output on the embedded S3-protocol server, over
+  the local one;
+* ``writers``: in one Spark session, the same DataFrame written by Spark's own Parquet writer
+  and by this package's writer (pyarrow in each task, reporting what it wrote), best of two
+  each; ``pyarrow_over_spark`` is the ratio of their times.
+
+The last stdout line is one JSON object with all of it.
+
+    python bench/bench.py [--records 1000000] [--value-size 200] [--partitions 4] [--no-s3] [--no-writers]
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from kafka_batch_provider.broker.embedded import EmbeddedBroker
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
+from kafka_batch_provider.offsets import OffsetRange, TopicPartition
 from kafka_batch_provider.spark.kafka_reader import reader_consumer_config
 from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
 
@@ -53,6 +63,52 @@ def baseline_read(config: dict, topic: str, ends: dict[int, int]) -> tuple[int, 
     return records, elapsed
 
 
+def run_pipeline(command: list[str], env: dict | None = None) -> tuple[dict, float]:
+    started = time.perf_counter()
+    result = subprocess.run(command, stdout=subprocess.PIPE, text=True, env=env)
+    seconds = time.perf_counter() - started
+    if result.returncode != 0:
+        raise SystemExit(f"kafka-batch run failed with exit code {result.returncode}")
+    return json.loads(result.stdout.strip().splitlines()[-1]), seconds
+
+
+def compare_writers(config: dict, topic: str, ends: dict[int, int], work: Path, master: str) -> dict:
+    """Spark's Parquet writer and the pyarrow task writer on the same DataFrame, best of two each."""
+    from pyspark.sql import SparkSession
+
+    from kafka_batch_provider.planning import plan_replay
+    from kafka_batch_provider.spark.ingest import read_plan
+    from kafka_batch_provider.spark.task_writer import REPORT_SCHEMA, TaskWriter
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers need this package
+    spark = (
+        SparkSession.builder.master(master)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")
+    states = KafkaOffsets(config).partition_offsets(None, [topic])
+    plan = plan_replay([OffsetRange(topic, p, 0, end) for p, end in ends.items()], states, "read_committed", "now")
+    times: dict[str, list[float]] = {"spark_parquet": [], "pyarrow_tasks": []}
+    try:
+        for attempt in range(2):
+            df = read_plan(spark, plan, config)
+            started = time.perf_counter()
+            df.write.mode("overwrite").parquet(str(work / f"spark-writer-{attempt}"))
+            times["spark_parquet"].append(time.perf_counter() - started)
+            df = read_plan(spark, plan, config, receipts=True)
+            started = time.perf_counter()
+            df.mapInArrow(TaskWriter(str(work / "pyarrow-writer"), f"_staging/{attempt}"), REPORT_SCHEMA).collect()
+            times["pyarrow_tasks"].append(time.perf_counter() - started)
+            say(f"writers, round {attempt + 1}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items()))
+    finally:
+        spark.stop()
+    best = {k: round(min(v), 3) for k, v in times.items()}
+    return {"seconds": best, "pyarrow_over_spark": round(best["pyarrow_tasks"] / best["spark_parquet"], 3)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -60,6 +116,8 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--spark-master", default="local[*]")
     parser.add_argument("--keep", action="store_true", help="keep the output directory")
+    parser.add_argument("--no-s3", action="store_true", help="skip the run with the output on the S3 server")
+    parser.add_argument("--no-writers", action="store_true", help="skip the writer comparison")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="kafka-batch-bench-"))
@@ -77,17 +135,8 @@ def main() -> int:
         started = time.perf_counter()
         counts = produce(config, topic, sample_records(args.partitions, args.records, value_size=args.value_size))
         say(f"produced in {time.perf_counter() - started:.1f}s")
-        ends = {
-            tp.partition: end
-            for tp, end in KafkaOffsets(config)
-            .log_end_offsets(
-                [
-                    __import__("kafka_batch_provider.offsets").offsets.TopicPartition(topic, p)
-                    for p in range(args.partitions)
-                ]
-            )
-            .items()
-        }
+        tps = [TopicPartition(topic, p) for p in range(args.partitions)]
+        ends = {tp.partition: end for tp, end in KafkaOffsets(config).log_end_offsets(tps).items()}
         assert sum(ends.values()) == sum(counts.values()), f"end offsets {ends} do not match produced {counts}"
 
         say("baseline: plain confluent-kafka consumer reading the same ranges ...")
@@ -95,30 +144,13 @@ def main() -> int:
         say(f"baseline: {base_records:,} records in {base_seconds:.2f}s")
 
         say(f"pipeline: kafka-batch run --spark-master {args.spark_master} ...")
-        output = work / "lake"
-        command = [
-            str(Path(sys.executable).parent / "kafka-batch"),
-            "run",
-            "--bootstrap-servers",
-            bootstrap,
-            "--topic",
-            topic,
-            "--group",
-            "bench",
-            "--output",
-            str(output),
-            "--spark-master",
-            args.spark_master,
-        ]
-        started = time.perf_counter()
-        result = subprocess.run(command, stdout=subprocess.PIPE, text=True)
-        pipe_seconds = time.perf_counter() - started
-        if result.returncode != 0:
-            say(f"kafka-batch run failed with exit code {result.returncode}")
-            return 1
-        run = json.loads(result.stdout.strip().splitlines()[-1])
+        kafka_batch = str(Path(sys.executable).parent / "kafka-batch")
+        common = ["run", "--bootstrap-servers", bootstrap, "--topic", topic, "--spark-master", args.spark_master]
+        run, pipe_seconds = run_pipeline([kafka_batch, *common, "--group", "bench", "--output", str(work / "lake")])
         say(f"pipeline: {run['records']:,} records in {pipe_seconds:.2f}s (plan + spark-submit + write + commit)")
-        timings = run.get("timings", {})
+        if run["records"] != base_records:
+            say(f"error: pipeline wrote {run['records']} records, baseline read {base_records}")
+            return 1
         summary = {
             "records": run["records"],
             "value_size": args.value_size,
@@ -129,11 +161,29 @@ def main() -> int:
             "pipeline_rps": round(run["records"] / pipe_seconds),
             "ratio": round((run["records"] / pipe_seconds) / (base_records / base_seconds), 3),
             "spark_master": args.spark_master,
-            "timings": timings,
+            "timings": run.get("timings", {}),
         }
-        if run["records"] != base_records:
-            say(f"error: pipeline wrote {run['records']} records, baseline read {base_records}")
-            return 1
+        if not args.no_s3:
+            from kafka_batch_provider.objectstore.embedded import EmbeddedS3
+
+            with EmbeddedS3(log_path=work / "s3.log") as s3:
+                options = work / "s3-options.json"
+                options.write_text(json.dumps(s3.storage_options()))
+                env = {**os.environ, "KAFKA_BATCH_STORAGE_OPTIONS_FILE": str(options)}
+                say(f"pipeline with the output on the embedded S3 server ({s3.endpoint_url}) ...")
+                s3_run, s3_seconds = run_pipeline(
+                    [kafka_batch, *common, "--group", "bench-s3", "--output", f"s3://{s3.bucket}/bench"], env
+                )
+            say(f"pipeline to S3: {s3_run['records']:,} records in {s3_seconds:.2f}s")
+            summary.update(
+                s3_pipeline_seconds=round(s3_seconds, 3),
+                s3_pipeline_rps=round(s3_run["records"] / s3_seconds),
+                s3_ratio=round(pipe_seconds / s3_seconds, 3),
+                s3_timings=s3_run.get("timings", {}),
+            )
+        if not args.no_writers:
+            say("writers: Spark's Parquet writer and the pyarrow task writer on the same DataFrame ...")
+            summary["writers"] = compare_writers(config, topic, ends, work, args.spark_master)
         print(json.dumps(summary))
         return 0
     finally:
