@@ -25,7 +25,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from kafka_batch_provider.errors import ConfigError, LogConflictError, ManifestError
+from kafka_batch_provider.errors import CommitConflictError, ConfigError, LogConflictError, ManifestError
 from kafka_batch_provider.manifest import build_manifest, data_dir_name, entry_files
 from kafka_batch_provider.offset_log import OffsetLog
 from kafka_batch_provider.plan import OffsetPlan
@@ -53,7 +53,7 @@ def parse_numbered(name: str) -> tuple[int, str] | None:
 class BatchStore:
     """Plans, the offset log, commit records and published data of one output.
 
-    :param output: a local path or a URI (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``, ``file://``).
+    :param output: a local path or a URI (``s3://``, ``gs://``, ``abfs://``, ``file://``).
     :param storage_options: fsspec options for that filesystem (credentials, endpoint).
     """
 
@@ -77,10 +77,15 @@ class BatchStore:
 
     def load_plan(self, seq: int, batch_id: str) -> OffsetPlan:
         name = numbered_name(PLANS, seq, batch_id)
+        uri = self.location.uri_of(name)
         try:
             return OffsetPlan.from_json(self.location.read_bytes(name).decode())
         except FileNotFoundError:
-            raise ManifestError(f"batch {batch_id} has no plan at {self.location.uri_of(name)}") from None
+            raise ManifestError(f"batch {batch_id} has no plan at {uri}") from None
+        except (ConfigError, UnicodeDecodeError) as exc:
+            raise ConfigError(
+                f"plan file {uri} cannot be used ({exc}); remove it with kafka-batch discard --plan {uri}"
+            ) from None
 
     def plan_files(self) -> list[tuple[int, str]]:
         """``(seq, batch id)`` of every plan, by sequence; read from the names alone."""
@@ -133,7 +138,10 @@ class BatchStore:
         """
         if not self.log.append(manifest):
             winner = self.entry_of(plan)  # raises for another batch
-            if manifest.get("staging"):
+            # The entry may be this very attempt's: a conditional write whose answer was lost
+            # is retried by the client and then refused (412) for the entry it created.
+            # Only another attempt's entry makes this attempt's staged files redundant.
+            if winner is not None and winner.get("staging") != manifest.get("staging") and manifest.get("staging"):
                 self.location.delete_tree(manifest["staging"])
             manifest = winner or manifest
         self.publish(manifest)
@@ -162,11 +170,39 @@ class BatchStore:
         found = self.published_files(entry["batch_id"])
         return all(found.get(name) == size for name, size in entry_files(entry).items())
 
+    def seal(self, staging: str, names: list[str]) -> str:
+        """The folder to publish: exactly ``names`` of ``staging``.
+
+        Local disks publish a whole folder with one rename, so the reported files move into a
+        fresh folder no Spark task knows: a file that a lingering task attempt creates late in
+        ``staging`` can never be renamed into place. Object stores copy file by file and need
+        nothing of this.
+        """
+        if not self.location.is_local:
+            return staging
+        sealed = f"{staging}.sealed"
+        self.location.move_files(staging, sealed, names)
+        self.location.delete_tree(staging)
+        return sealed
+
     def publish(self, entry: dict[str, Any]) -> None:
         """Make a logged batch's files visible; idempotent, so it also finishes a publish cut short.
 
+        Two publishers of one entry (a plan step rolling it forward while its writer publishes)
+        are fine: whoever finds the work done stops.
+
         :raises ManifestError: when files the entry lists are neither published nor staged.
         """
+        try:
+            self._publish(entry)
+        except FileNotFoundError:
+            if not self.is_published(entry):
+                raise ManifestError(
+                    f"batch {entry['batch_id']} (output log entry {entry['seq']}): its staged files disappeared "
+                    "while it was being published, and it is not published"
+                ) from None
+
+    def _publish(self, entry: dict[str, Any]) -> None:
         files = entry_files(entry)
         if not files:
             return
@@ -206,8 +242,21 @@ class BatchStore:
 
     def remove_unpublished(self, plan: OffsetPlan) -> None:
         """Remove a batch that is not in the log: its staged files, then its plan."""
-        self.clean_staging(plan.batch_id)
-        self.remove_plan(plan)
+        self.remove_unpublished_plan_file(plan.seq, plan.batch_id)
+
+    def remove_unpublished_plan_file(self, seq: int, batch_id: str) -> None:
+        """Remove a plan file (readable or not) whose batch is not in the log, with its staged files.
+
+        :raises CommitConflictError: when the batch is in the log (logged batches stay).
+        """
+        entry = self.log.entry(seq)
+        if entry is not None and entry.get("batch_id") == batch_id:
+            raise CommitConflictError(
+                f"batch {batch_id} is entry {seq} of the output log: logged batches are never removed; finish it "
+                f"with kafka-batch commit --plan {self.location.uri_of(numbered_name(PLANS, seq, batch_id))}"
+            )
+        self.clean_staging(batch_id)
+        self.location.delete([numbered_name(PLANS, seq, batch_id)])
 
     # -- Kafka commit records ----------------------------------------------------------------
 
@@ -228,10 +277,13 @@ class BatchStore:
         )
 
     def commit_record(self, seq: int, batch_id: str) -> dict[str, Any] | None:
+        name = numbered_name(COMMITS, seq, batch_id)
         try:
-            return json.loads(self.location.read_bytes(numbered_name(COMMITS, seq, batch_id)))
+            return json.loads(self.location.read_bytes(name))
         except FileNotFoundError:
             return None
+        except ValueError as exc:
+            raise ManifestError(f"commit record {self.location.uri_of(name)} is not valid JSON: {exc}") from None
 
     def commit_records(self, group_id: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
         """Commit history, oldest first (what lag health reads); ``last`` keeps only the newest ones."""
@@ -249,7 +301,12 @@ def load_plan_file(path: str, storage_options: dict[str, Any] | None = None) -> 
         text = Location(output, storage_options or {}).read_bytes(name).decode()
     except FileNotFoundError:
         raise ConfigError(f"plan file {path} does not exist") from None
-    return OffsetPlan.from_json(text)
+    except UnicodeDecodeError:
+        raise ConfigError(f"plan file {path} is not a plan (not UTF-8 text)") from None
+    try:
+        return OffsetPlan.from_json(text)
+    except ConfigError as exc:
+        raise ConfigError(f"plan file {path}: {exc}") from None
 
 
 def split_plan_path(path: str) -> tuple[str, str]:

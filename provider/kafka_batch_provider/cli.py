@@ -121,7 +121,7 @@ def add_storage_args(p: argparse.ArgumentParser, output_required: bool = False, 
         "--output",
         required=output_required,
         help=output_help
-        or "where the data and its offset log live: a local path or a URI (s3://, gs://, abfs://, hdfs://, file://)",
+        or "where the data and its offset log live: a local path or a URI (s3://, gs://, abfs://, file://)",
     )
     g.add_argument(
         "--storage-option",
@@ -379,9 +379,21 @@ class LagCheckFailed(KafkaBatchError):
 
 
 def cmd_discard(args: argparse.Namespace) -> dict[str, Any]:
+    from kafka_batch_provider.batch_store import load_plan_file, output_of_plan_file, parse_numbered, split_plan_path
     from kafka_batch_provider.protocol import discard_batch
 
-    plan, store = load_plan_and_store(args)
+    store = store_from(args, args.output or output_of_plan_file(args.plan))
+    try:
+        plan = load_plan_file(args.plan, store.location.storage_options)
+    except ConfigError as exc:
+        # A damaged plan file must not block every later plan step: remove it by its name.
+        name = split_plan_path(args.plan)[1]
+        numbered = parse_numbered(name.split("/", 1)[1])
+        if numbered is None or not store.location.exists(name):
+            raise
+        store.remove_unpublished_plan_file(*numbered)
+        progress(f"plan file {args.plan} could not be read ({exc}); removed with its staged files")
+        return {"batch_id": numbered[1], "discarded": True}
     discard_batch(store, plan, progress)
     return {"batch_id": plan.batch_id, "discarded": True}
 

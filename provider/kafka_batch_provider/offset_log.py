@@ -22,6 +22,8 @@ from kafka_batch_provider.storage import Location, json_bytes
 
 LOG_DIR = "_log"
 TAIL_HINT = f"{LOG_DIR}/_tail.json"
+#: What every entry holds (checked when read, so a damaged entry is one clear line).
+ENTRY_KEYS = ("seq", "batch_id", "mode", "ranges", "offsets", "files", "rows")
 
 
 def entry_name(seq: int) -> str:
@@ -45,12 +47,16 @@ class OffsetLog:
             data = self.location.read_bytes(entry_name(seq))
         except FileNotFoundError:
             return None
+        where = self.location.uri_of(entry_name(seq))
         try:
-            return json.loads(data)
+            entry = json.loads(data)
         except ValueError as exc:
-            raise ManifestError(
-                f"output log entry {self.location.uri_of(entry_name(seq))} is not valid JSON: {exc}"
-            ) from None
+            raise ManifestError(f"output log entry {where} is not valid JSON: {exc}") from None
+        missing = [key for key in ENTRY_KEYS if not isinstance(entry, dict) or key not in entry]
+        if missing or entry.get("seq") != seq:
+            problem = f"missing {', '.join(missing)}" if missing else f"it says seq {entry.get('seq')}"
+            raise ManifestError(f"output log entry {where} is damaged ({problem}); was the log edited by hand?")
+        return entry
 
     def seqs(self) -> list[int]:
         """Every entry's sequence number, ascending (lists the log folder)."""
@@ -88,6 +94,12 @@ class OffsetLog:
         seq = int(entry["seq"])
         if seq > 1 and not self.location.exists(entry_name(seq - 1)):
             raise ManifestError(f"output log entry {seq - 1} is missing in {self.location}: cannot append entry {seq}")
+        if seq == 1 and not self.location.supports_exclusive_create(LOG_DIR):
+            raise StorageError(
+                f"{self.location} accepts a second create of the same name (it ignores If-None-Match or its "
+                "equivalent): the offset log could not stop two runs from both publishing; use a store with "
+                "conditional writes (AWS S3, GCS, Azure, MinIO from 2024)"
+            )
         if not self.location.create_exclusive(entry_name(seq), json_bytes(entry)):
             return False
         try:

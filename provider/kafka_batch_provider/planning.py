@@ -52,12 +52,19 @@ class PlanPolicy:
                 raise ConfigError(f"{name.replace('_', '-')} must be a positive integer, got {value}")
 
 
-def start_offset(state: PartitionOffsets, policy: PlanPolicy) -> tuple[int, OffsetGap | None]:
-    """Where the next batch of one partition starts, and the gap skipped to get there (if any)."""
+def start_offset(
+    state: PartitionOffsets, policy: PlanPolicy, source: str = "committed offset"
+) -> tuple[int, OffsetGap | None]:
+    """Where the next batch of one partition starts, and the gap skipped to get there (if any).
+
+    :param source: what ``state.committed`` is, for messages: the group's committed offset or
+        the output's log position.
+    """
     if state.committed is not None and state.committed > state.log_end:
         raise PlanError(
-            f"{state.tp}: committed offset {state.committed} is beyond the end offset {state.log_end}; "
-            "the topic may have been recreated or the group points at another cluster"
+            f"{state.tp}: {source} {state.committed} is beyond the end offset {state.log_end}; the topic may have "
+            "been recreated (on a broker without topic ids), truncated by an unclean leader election, or the "
+            "group points at another cluster"
         )
     if state.committed is None:
         if policy.new_partitions is NewPartitionPolicy.ERROR:
@@ -72,7 +79,7 @@ def start_offset(state: PartitionOffsets, policy: PlanPolicy) -> tuple[int, Offs
         missing = f"[{state.committed}, {state.log_start})"
         if policy.on_data_loss is DataLossPolicy.FAIL:
             raise PlanError(
-                f"{state.tp}: committed offset {state.committed} is below the log start {state.log_start}: "
+                f"{state.tp}: {source} {state.committed} is below the log start {state.log_start}: "
                 f"offsets {missing} were deleted before they were ingested; "
                 "rerun with --on-data-loss=earliest to skip them (the gap is recorded in the plan)"
             )
@@ -182,7 +189,8 @@ def plan_incremental(
     gaps: list[OffsetGap] = list(accepted_gaps)
     for state in sorted(select_partitions(states, partitions), key=lambda s: (s.topic, s.partition)):
         checkpoint = checkpoints.get(state.tp, state.committed)
-        start, gap = start_offset(replace(state, committed=checkpoint), policy)
+        source = "committed offset" if checkpoint == state.committed else "the output's offset log position"
+        start, gap = start_offset(replace(state, committed=checkpoint), policy, source)
         candidates.append(OffsetRange(state.topic, state.partition, start, state.log_end, state.committed))
         if gap is not None:
             gaps.append(gap)

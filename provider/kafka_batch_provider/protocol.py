@@ -85,6 +85,8 @@ def commit_batch(
                 f"batch {plan.batch_id} is not in the output log of {store.root} (entry {plan.seq} is free): "
                 "run the write step first; its offsets are not committed"
             )
+        check_same_topics(kafka, plan)
+        check_group_unmoved(kafka, plan)  # before the entry: a refused commit must not move the log
         entry = store.commit_without_data(plan)
     verify_manifest(plan, entry)
     store.publish(entry)  # finishes a publish cut short
@@ -92,9 +94,10 @@ def commit_batch(
     newest = store.log.tail_seq()
     if newest > plan.seq:
         raise CommitConflictError(
-            f"batch {plan.batch_id} (output log entry {plan.seq}) is followed by entry {newest}: committing it would "
-            "move the group back; the next plan step reconciles the group with the output"
+            f"batch {plan.batch_id} (output log entry {plan.seq}) is followed by entry {newest}: its offsets are no "
+            "longer committed on their own; the next plan step reconciles the group with the output"
         )
+    check_same_topics(kafka, plan)
     committed = kafka.commit(plan.group_id, plan.expected_committed(), plan.end_offsets(), metadata=plan.batch_id)
     result = {tp.key: offset for tp, offset in committed.items()}
     store.record_commit(plan, result, int(entry["rows"]))
@@ -124,10 +127,11 @@ def plan_batch(
     refuse_foreign_output(store, INCREMENTAL, group_id, tail, pending)
     states = kafka.partition_offsets(group_id, topics)  # unknown topics and an absent broker fail here
     topic_ids = kafka.topic_ids(topics)
+    decision = reconcile_group(store, group_id, states, partitions, tail, topic_ids, on_group_mismatch)
+    # Only now, with the request accepted, does anything change.
     if tail is not None:
         store.publish(tail)  # finishes a publish cut short
     drop_stale_plans(store, progress)
-    decision = reconcile_group(store, group_id, states, partitions, tail, topic_ids, on_group_mismatch)
     notes = list(decision.notes)
     for note in notes:
         progress(note)
@@ -182,11 +186,50 @@ def reconcile_group(
     topic_ids: dict[str, str],
     on_group_mismatch: GroupMismatchPolicy,
 ) -> Reconciliation:
-    """The reconciliation of the chosen partitions' group offsets with the log's newest entry."""
+    """The reconciliation of the chosen partitions' group offsets with the log's newest entry.
+
+    The newest batch's own partitions are always included while its Kafka commit is not
+    recorded, whatever this run chose: a run over other partitions must not leave that commit
+    behind a later entry, where it could no longer be finished on its own.
+    """
     position = None
     if tail is not None:
         position = log_position(tail, store.commit_record(tail["seq"], tail["batch_id"]) is not None)
-    return reconcile(group_id, select_partitions(states, partitions), position, topic_ids, on_group_mismatch)
+    chosen = select_partitions(states, partitions)
+    if position is not None:
+        chosen += [s for s in states if s.tp in position.unfinished and s not in chosen]
+    return reconcile(group_id, chosen, position, topic_ids, on_group_mismatch)
+
+
+def check_same_topics(kafka: KafkaOffsets, plan: OffsetPlan) -> None:
+    """The plan's topics are still the ones it was planned on (not deleted and recreated since).
+
+    Offsets of a recreated topic name other records: publishing or committing them under the
+    old topic's plan would mislead the next plan step into reading them again.
+    """
+    if not plan.topic_ids:
+        return
+    current = kafka.topic_ids(list(plan.topic_ids))
+    changed = sorted(t for t, topic_id in plan.topic_ids.items() if current.get(t) not in (None, topic_id))
+    if changed:
+        raise PlanError(
+            f"topic(s) {', '.join(map(repr, changed))} were deleted and recreated since batch {plan.batch_id} was "
+            "planned: nothing of it is published or committed; plan again"
+        )
+
+
+def check_group_unmoved(kafka: KafkaOffsets, plan: OffsetPlan) -> None:
+    """The group is still where the plan expects it (or already at its ends)."""
+    current = kafka.committed_offsets(plan.group_id, [r.tp for r in plan.ranges])
+    moved = [r for r in plan.ranges if current.get(r.tp) not in (r.expected_committed, r.end)]
+    if moved:
+        details = ", ".join(
+            f"{r.tp}: committed {current.get(r.tp)}, plan expected {r.expected_committed}" for r in moved
+        )
+        raise CommitConflictError(
+            f"group {plan.group_id!r} moved since batch {plan.batch_id} was planned ({details}); nothing was "
+            "committed or recorded; the next plan step reconciles the group with the output"
+        )
 
 
 def plan_for_entry(store: BatchStore, entry: dict[str, Any]) -> OffsetPlan:
@@ -246,18 +289,26 @@ def refuse_foreign_output(
     store: BatchStore, mode: str, group_id: str | None, tail: dict[str, Any] | None, pending: Sequence[OffsetPlan]
 ) -> None:
     """One output, one kind of batch and one group: readers would otherwise see offsets twice."""
-    found = [(tail["mode"], tail.get("group_id"), tail["batch_id"])] if tail else []
-    found += [(p.mode, p.group_id, p.batch_id) for p in pending]
-    for other_mode, other_group, batch_id in found:
+    found = [(tail["mode"], tail.get("group_id"), tail["batch_id"], "")] if tail else []
+    found += [
+        (
+            p.mode,
+            p.group_id,
+            p.batch_id,
+            f" (a pending plan: remove it with kafka-batch discard --plan {store.plan_uri(p)})",
+        )
+        for p in pending
+    ]
+    for other_mode, other_group, batch_id, remedy in found:
         if other_mode != mode:
             raise PlanError(
-                f"output {store.root} holds {other_mode} batches (e.g. {batch_id}); "
+                f"output {store.root} holds {other_mode} batches (e.g. {batch_id}{remedy}); "
                 f"{mode} batches need an output of their own, or readers would see those offsets twice"
             )
         if mode == INCREMENTAL and other_group != group_id:
             raise PlanError(
-                f"output {store.root} is the output of group {other_group!r} (e.g. batch {batch_id}), not of "
-                f"{group_id!r}: each group needs an output of its own"
+                f"output {store.root} is the output of group {other_group!r} (e.g. batch {batch_id}{remedy}), not "
+                f"of {group_id!r}: each group needs an output of its own"
             )
 
 
@@ -266,11 +317,5 @@ def discard_batch(store: BatchStore, plan: OffsetPlan, progress: Progress = log.
 
     Refused for a logged batch: the log is append-only, and the next plan step finishes it.
     """
-    entry = store.log.entry(plan.seq)
-    if entry is not None and entry.get("batch_id") == plan.batch_id:
-        raise CommitConflictError(
-            f"batch {plan.batch_id} is entry {plan.seq} of the output log: logged batches are never removed; "
-            f"finish it with kafka-batch commit --plan {store.plan_uri(plan)}"
-        )
     store.remove_unpublished(plan)
     progress(f"batch {plan.batch_id} discarded (staged files and plan removed)")

@@ -125,14 +125,18 @@ def plan_replay_batch(
     slot = LogSlot(tail_seq + 1, tail["batch_id"] if tail else None, kafka.topic_ids(topics))
     plan = plan_replay(replay_ranges(tps, starts, ends), states, kafka.isolation_level, utc_now(), slot=slot)
     described = ", ".join(str(r) for r in plan.ranges) or "nothing"
+    entries = list(store.log.entries())
     logged = [
-        (e["batch_id"], [OffsetRange.from_dict(r) for r in e["ranges"] if r["end"] > r["start"]])
-        for e in store.log.entries()
+        (e["batch_id"], [OffsetRange.from_dict(r) for r in e["ranges"] if r["end"] > r["start"]]) for e in entries
     ]
-    done = next((batch_id for batch_id, ranges in logged if plan.ranges and same_ranges(ranges, plan.ranges)), None)
+    done = next(
+        (e for e, (_, ranges) in zip(entries, logged) if plan.ranges and same_ranges(ranges, plan.ranges)), None
+    )
     if done is not None:
-        progress(f"replay of {described} is already in {store.root} as batch {done}: nothing to do")
-        return PlanOutcome(replace(plan, ranges=()), notes=[f"already replayed as batch {done}"])
+        if not dry_run:
+            store.publish(done)  # finishes its publish if a crash cut it short
+        progress(f"replay of {described} is already in {store.root} as batch {done['batch_id']}: nothing to do")
+        return PlanOutcome(replace(plan, ranges=()), notes=[f"already replayed as batch {done['batch_id']}"])
     again = next(
         (
             p
@@ -161,6 +165,8 @@ def plan_replay_batch(
     if again is not None:
         progress(f"replay batch {again.batch_id} was planned but not written: running the same plan again")
         return PlanOutcome(again, reused=True, plan_path=store.plan_uri(again))
+    if tail is not None:
+        store.publish(tail)  # finishes a publish cut short (replays have no commit step to do it)
     drop_stale_plans(store, progress)
     path = store.save_plan(plan)
     progress(f"replay batch {plan.batch_id}: planned {described} ({plan.planned_offsets} offsets)")

@@ -1,9 +1,9 @@
 """Where an output lives: a local path or a URI, reached through an fsspec filesystem.
 
 ``--output`` takes ``/data/lake``, ``file:///data/lake``, ``s3://bucket/lake``,
-``gs://bucket/lake``, ``abfs://container@account.dfs.core.windows.net/lake`` or
-``hdfs://namenode/lake``. No Hadoop connector jars are involved: the driver and the Spark
-tasks open the same filesystem with fsspec (s3fs, gcsfs, adlfs, pyarrow's HDFS client).
+``gs://bucket/lake`` or ``abfs://container@account.dfs.core.windows.net/lake``. No Hadoop
+connector jars are involved: the driver and the Spark tasks open the same filesystem with
+fsspec (s3fs, gcsfs, adlfs).
 Credentials come from the usual places (``AWS_*`` variables, instance roles, gcloud/Azure
 defaults) or from storage options (``--storage-options-file``, an Airflow connection); they
 are never written anywhere by this package.
@@ -13,8 +13,10 @@ Two operations carry the protocol's guarantees and differ per filesystem:
 * :meth:`Location.create_exclusive`: create a small file only if it does not exist yet,
   atomically. Local disks: ``link(2)`` of a fully written temporary file (fails with
   ``EEXIST``). Object stores: a conditional write (S3 ``If-None-Match: *``, GCS
-  ``ifGenerationMatch=0``, Azure ``If-None-Match: *``), done by the server. HDFS: a rename,
-  which HDFS refuses when the destination exists. The offset log relies on it.
+  ``ifGenerationMatch=0``, Azure ``If-None-Match: *``), done by the server. The offset log
+  relies on it. HDFS is refused: the Python clients reachable here cannot ask for it
+  (pyarrow's HDFS move replaces an existing file, WebHDFS ``CREATE`` is sent with
+  ``overwrite=true`` and fsspec ignores a refused ``RENAME``).
 * :meth:`Location.put_atomic`: replace a small file so that readers see the old or the new
   content. Local: temporary file, ``fsync``, ``rename``. Object stores: one PUT.
 """
@@ -43,7 +45,8 @@ SCHEMES: dict[str, tuple[str, str, str]] = {
     "abfs": ("abfs", "adlfs", "azure"),
     "abfss": ("abfs", "adlfs", "azure"),
     "az": ("abfs", "adlfs", "azure"),
-    "hdfs": ("hdfs", "pyarrow", ""),
+    "hdfs": ("hdfs", "pyarrow", ""),  # refused, with the reason (see HDFS_REFUSED)
+    "webhdfs": ("hdfs", "fsspec", ""),
 }
 
 #: Object stores whose ``pipe_file(mode="create")`` is a server-side create-if-absent.
@@ -54,11 +57,13 @@ CONDITIONAL_CREATE = {
 }
 
 #: How each filesystem makes a log entry exclusive (shown by the README and error messages).
-EXCLUSIVE_CREATE = {
-    "file": "hard link of a complete temporary file (fails if the name exists)",
-    **CONDITIONAL_CREATE,
-    "hdfs": "rename of a complete temporary file (HDFS refuses an existing destination)",
-}
+EXCLUSIVE_CREATE = {"file": "hard link of a complete temporary file (fails if the name exists)", **CONDITIONAL_CREATE}
+
+HDFS_REFUSED = (
+    "hdfs:// outputs are not supported: the HDFS clients reachable from Python (pyarrow's libhdfs, "
+    "fsspec's WebHDFS) cannot create a file only if it is absent, so two runs could both publish "
+    "a batch; use an object store, a local disk or a filesystem mounted on every node (NFS, FUSE)"
+)
 
 
 def split_output(output: str) -> tuple[str, str]:
@@ -83,7 +88,7 @@ def split_output(output: str) -> tuple[str, str]:
             raise ConfigError(f"output {text!r}: a file:// URI needs an absolute path (file:///data/lake)")
         return "file", str(Path(rest))
     if protocol == "hdfs":
-        return "hdfs", text.rstrip("/")  # pyarrow's HDFS client takes the whole URI
+        raise ConfigError(f"output {text!r}: {HDFS_REFUSED}")
     path = rest.rstrip("/")
     if not path or path.startswith("/"):
         raise ConfigError(f"output {text!r}: name a bucket or container, e.g. {scheme}://bucket/lake")
@@ -141,8 +146,6 @@ class Location:
         """The canonical form: ``file:///abs/path`` or ``scheme://bucket/prefix`` (no secrets)."""
         if self.protocol == "file":
             return Path(self.root).as_uri()
-        if self.protocol == "hdfs":
-            return self.root
         scheme = {"s3": "s3", "gcs": "gs", "abfs": "abfs"}[self.protocol]
         return f"{scheme}://{self.root}"
 
@@ -212,10 +215,14 @@ class Location:
     def put_atomic(self, name: str, data: bytes) -> None:
         """Replace ``name`` so that a reader sees the old or the complete new content."""
         if self.is_local:
-            target = Path(self.path(name))
-            tmp = self._write_local_temp(target, data)
-            os.replace(tmp, target)
-            fsync_dir(target.parent)
+
+            def replace() -> None:
+                target = Path(self.path(name))
+                tmp = self._write_local_temp(target, data)
+                os.replace(tmp, target)
+                fsync_dir(target.parent)
+
+            self._io(f"write {name}", replace)
             return
         self._io(f"write {name}", lambda: self.fs.pipe_file(self.path(name), data))
 
@@ -226,27 +233,23 @@ class Location:
         nobody ever sees a partly written file.
         """
         if self.is_local:
-            target = Path(self.path(name))
-            tmp = self._write_local_temp(target, data)
-            try:
-                os.link(tmp, target)
-            except FileExistsError:
-                return False
-            finally:
-                tmp.unlink(missing_ok=True)
-            fsync_dir(target.parent)
-            return True
-        if self.protocol == "hdfs":
-            tmp = self.path(posixpath.dirname(name), f".{posixpath.basename(name)}.{uuid.uuid4().hex}.tmp")
-            self._io(f"write {name}", lambda: self.fs.pipe_file(tmp, data))
-            try:
-                self.fs.mv(tmp, self.path(name))
-            except (FileExistsError, OSError):
-                self.fs.rm(tmp)
-                if self.fs.exists(self.path(name)):
+
+            def link() -> bool:
+                target = Path(self.path(name))
+                tmp = self._write_local_temp(target, data)
+                try:
+                    os.link(tmp, target)
+                except FileExistsError:
                     return False
-                raise
-            return True
+                finally:
+                    tmp.unlink(missing_ok=True)
+                fsync_dir(target.parent)
+                return True
+
+            try:
+                return self._io(f"create {name}", link)
+            except FileExistsError:  # a file where a folder should be: not a race, a broken output
+                raise StorageError(f"cannot create {name} in {self}: a file is in the way") from None
         try:
             self.fs.pipe_file(self.path(name), data, mode="create")
         except FileExistsError:
@@ -286,8 +289,24 @@ class Location:
 
     def rename_folder(self, source: str, target: str) -> None:
         """Local only: an atomic rename of a folder, made durable."""
-        os.replace(self.path(source), self.path(target))
-        fsync_dir(Path(self.path(target)).parent)
+
+        def rename() -> None:
+            os.replace(self.path(source), self.path(target))
+            fsync_dir(Path(self.path(target)).parent)
+
+        self._io(f"rename {source}", rename)
+
+    def move_files(self, source: str, target: str, names: Iterable[str]) -> None:
+        """Local only: move ``names`` from folder ``source`` into the new folder ``target``, durably."""
+
+        def move() -> None:
+            Path(self.path(target)).mkdir(parents=True)
+            for name in names:
+                os.rename(self.path(source, name), self.path(target, name))
+            fsync_dir(self.path(target))
+            fsync_dir(self.path(source))
+
+        self._io(f"move files into {target}", move)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -299,6 +318,19 @@ class Location:
             f.flush()
             os.fsync(f.fileno())
         return tmp
+
+    def supports_exclusive_create(self, folder: str) -> bool:
+        """Probe: does this store refuse a second create of one name? (Some S3-compatible stores
+        ignore ``If-None-Match``; then the log could not stop a second writer.)"""
+        if self.is_local:
+            return True
+        probe = f"{folder}/_probe-{uuid.uuid4().hex}"
+        try:
+            first = self.create_exclusive(probe, b"1")
+            second = self.create_exclusive(probe, b"2")
+        finally:
+            self.delete([probe])
+        return first and not second
 
     def _io(self, what: str, fn):
         try:

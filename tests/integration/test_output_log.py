@@ -280,3 +280,103 @@ def test_a_recreated_topic_is_ingested_and_committed_under_new_batch_ids(spark, 
     assert [e["rows"] for e in entries] == [4, 4] and entries[0]["topic_ids"] != entries[1]["topic_ids"]
     third, committed = run_batch(spark, kafka_config, output, group_id, [topic])
     assert third.plan.ranges == () and committed == {}, "the new topic's records are not read twice"
+
+
+# -- found by review: each was a way to lose, double or get stuck ---------------------------------
+
+
+def test_a_run_over_other_partitions_still_finishes_the_newest_batchs_commit(
+    spark, kafka_config, new_topic, group_id, output
+):
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 20))
+    kafka = KafkaOffsets(kafka_config)
+    store = output.store()
+    first = plan_batch(kafka, store, group_id, [topic], PlanPolicy(), partitions=[1]).plan
+    write_batch(spark, first, store, kafka_config)  # ... and its commit never runs
+
+    outcome, _ = run_batch(spark, kafka_config, output, group_id, [topic], partitions=[0])
+
+    assert outcome.repaired == [first.batch_id], "the newest batch's commit is finished before anything else"
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: 10, 1: 10}
+    run_batch(spark, kafka_config, output, group_id, [topic])  # and the whole topic goes on from there
+    assert_exactly_once(output, offsets_of(topic, {0: 10, 1: 10}))
+
+
+def test_a_topic_recreated_between_plan_and_write_is_never_published(spark, kafka_config, group_id, output):
+    from kafka_batch_provider.errors import PlanError
+
+    topic = f"recreated-mid-{group_id[-6:]}"
+    create_topics(kafka_config, {topic: 1})
+    produce(kafka_config, topic, [Record(0, b"old-%d" % i) for i in range(4)])
+    kafka = KafkaOffsets(kafka_config)
+    store = output.store()
+    plan = plan_batch(kafka, store, group_id, [topic], PlanPolicy()).plan
+    admin = AdminClient(kafka_config)
+    admin.delete_topics([topic], operation_timeout=10)[topic].result()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            create_topics(kafka_config, {topic: 1})
+            break
+        except Exception:  # noqa: BLE001 - "topic already exists" until the deletion lands
+            time.sleep(0.5)
+    produce(kafka_config, topic, [Record(0, b"new-%d" % i) for i in range(4)])
+
+    with pytest.raises(PlanError, match="deleted and recreated since batch"):
+        write_batch(spark, plan, store, kafka_config)
+
+    assert store.log.entry(plan.seq) is None and dataset_keys(output) == {}
+    run_batch(spark, kafka_config, output, group_id, [topic])  # the next run ingests the new topic once
+    assert_exactly_once(output, offsets_of(topic, {0: 4}))
+
+
+def test_a_replay_whose_publish_was_cut_short_is_finished_by_the_next_replay_plan(
+    spark, kafka_config, new_topic, output, monkeypatch
+):
+    from kafka_batch_provider.batch_store import BatchStore
+    from kafka_batch_provider.replay import plan_replay_batch
+
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, sample_records(1, 20))
+    kafka = KafkaOffsets(kafka_config)
+    store = output.store()
+    plan = plan_replay_batch(kafka, store, [topic], start_offsets={0: 5}, end_offsets={0: 15}).plan
+    publish = BatchStore.publish
+
+    def crash(self, entry):
+        raise OSError("the process died while publishing")
+
+    monkeypatch.setattr(BatchStore, "publish", crash)
+    with pytest.raises(OSError, match="died while publishing"):
+        write_batch(spark, plan, store, kafka_config)
+    monkeypatch.setattr(BatchStore, "publish", publish)
+    assert store.log.entry(1)["batch_id"] == plan.batch_id and dataset_keys(output) == {}
+
+    again = plan_replay_batch(kafka, store, [topic], start_offsets={0: 5}, end_offsets={0: 15})
+
+    assert again.notes == [f"already replayed as batch {plan.batch_id}"]
+    assert_exactly_once(output, {(topic, 0, o) for o in range(5, 15)})
+
+
+def test_a_damaged_plan_file_names_itself_and_discard_removes_it(kafka_config, new_topic, group_id, local_output):
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, sample_records(1, 5))
+    store = local_output.store()
+    damaged = store.location.path("_plans", "00000000000000000001-b-0123456789abcdef0123.json")
+    store.location.put_atomic("_plans/00000000000000000001-b-0123456789abcdef0123.json", b'{"format_version": 2')
+
+    refused = cli(
+        "plan", "--bootstrap-servers", kafka_config["bootstrap.servers"], "--topic", topic, "--group", group_id,
+        "--output", local_output.uri,
+    )  # fmt: skip
+    assert_one_line_error(refused, f"plan file {damaged} cannot be used")
+    assert "kafka-batch discard --plan" in refused.stderr
+    removed = cli("discard", "--plan", damaged)
+    assert removed.returncode == 0, removed.stderr
+    assert store.plan_files() == []
+    planned = cli(
+        "plan", "--bootstrap-servers", kafka_config["bootstrap.servers"], "--topic", topic, "--group", group_id,
+        "--output", local_output.uri,
+    )  # fmt: skip
+    assert planned.returncode == 0, planned.stderr

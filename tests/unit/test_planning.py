@@ -225,3 +225,9 @@ def test_plan_json_round_trip_and_tamper_detection():
         OffsetPlan.from_dict(tampered)
     with pytest.raises(ConfigError, match="not valid JSON"):
         OffsetPlan.from_json("{not json")
+
+
+def test_a_checkpoint_from_the_output_log_is_named_as_such_when_it_is_beyond_the_end():
+    states = [state(None, 0, 6)]
+    with pytest.raises(PlanError, match=r"the output's offset log position 10 is beyond the end offset 6"):
+        plan_incremental("g", ["t"], states, PlanPolicy(), "read_committed", NOW, checkpoints={states[0].tp: 10})

@@ -25,7 +25,6 @@ from kafka_batch_provider.storage import Location, split_output
         ("gs://b/x", ("gcs", "b/x")),
         ("abfs://c@acct.dfs.core.windows.net/x", ("abfs", "c@acct.dfs.core.windows.net/x")),
         ("file:///data/lake", ("file", "/data/lake")),
-        ("hdfs://nn:8020/lake/", ("hdfs", "hdfs://nn:8020/lake")),
     ],
 )
 def test_outputs_are_local_paths_or_uris(output, expected):
@@ -172,3 +171,74 @@ def test_plan_files_are_found_by_name_and_their_output_is_derived(tmp_path):
     with pytest.raises(ConfigError, match="not a plan file"):
         split_plan_path(str(tmp_path / "x.json"))
     assert entry_name(12) == "_log/00000000000000000012.json"
+
+
+def staged_batch(tmp_path, plan, names=("part-0.parquet",)):
+    staged = tmp_path / "_staging" / f"{plan.batch_id}.1"
+    staged.mkdir(parents=True)
+    for name in names:
+        (staged / name).write_bytes(b"x" * 10)
+    return entry(plan, files=[{"name": "part-0.parquet", "bytes": 10, "rows": 5}])
+
+
+def test_an_append_answered_as_refused_for_its_own_entry_keeps_its_files(tmp_path):
+    # A conditional PUT whose answer was lost is retried by the client and refused (412) for
+    # the entry it created itself: that is this attempt's success, not another's.
+    store = BatchStore(tmp_path)
+    plan = plan_at(1, None)
+    manifest = staged_batch(tmp_path, plan)
+    assert store.log.append(manifest)
+    assert store.commit_entry(plan, manifest) == manifest
+    assert store.is_published(manifest), "the batch's own staged files must be published, not deleted"
+
+
+def test_sealing_publishes_exactly_the_reported_files_never_a_late_one(tmp_path):
+    store = BatchStore(tmp_path)
+    plan = plan_at(1, None)
+    manifest = staged_batch(tmp_path, plan, names=("part-0.parquet", "part-9-late.parquet"))
+    sealed = store.seal(f"_staging/{plan.batch_id}.1", ["part-0.parquet"])
+    manifest["staging"] = sealed
+    store.commit_entry(plan, manifest)
+    published = sorted(p.name for p in (tmp_path / f"batch_id={plan.batch_id}").iterdir())
+    assert published == ["part-0.parquet"], f"only reported files may become visible, found {published}"
+
+
+def test_damaged_entries_plans_and_commit_records_are_one_clear_line(tmp_path):
+    store = BatchStore(tmp_path)
+    (tmp_path / "_log").mkdir()
+    (tmp_path / entry_name(1)).write_text('{"seq": 1}')
+    with pytest.raises(ManifestError, match=r"00000000000000000001.json is damaged \(missing batch_id"):
+        store.log.entry(1)
+    (tmp_path / "_plans").mkdir()
+    (tmp_path / "_plans" / "00000000000000000002-b-x.json").write_text("{not json")
+    with pytest.raises(ConfigError, match=r"plan file .*00000000000000000002-b-x.json cannot be used .* discard"):
+        store.plans_after(1)
+    (tmp_path / "_commits").mkdir()
+    (tmp_path / "_commits" / "00000000000000000001-b-x.json").write_text("[")
+    with pytest.raises(ManifestError, match="commit record .* is not valid JSON"):
+        store.commit_record(1, "b-x")
+
+
+def test_a_store_that_ignores_conditional_writes_is_refused_before_the_first_entry(tmp_path):
+    class IgnoresConditions(Location):
+        is_local = False  # an object store whose "create if absent" always succeeds
+
+        def create_exclusive(self, name, data):
+            self.put_atomic_local(name, data)
+            return True
+
+        def put_atomic_local(self, name, data):
+            Path(self.path(name)).parent.mkdir(parents=True, exist_ok=True)
+            Path(self.path(name)).write_bytes(data)
+
+        def delete(self, names):
+            for name in names:
+                Path(self.path(name)).unlink(missing_ok=True)
+
+    from kafka_batch_provider.errors import StorageError
+    from kafka_batch_provider.offset_log import OffsetLog
+
+    log = OffsetLog(IgnoresConditions(str(tmp_path)))
+    with pytest.raises(StorageError, match="accepts a second create of the same name"):
+        log.append(entry(plan_at(1, None)))
+    assert not (tmp_path / entry_name(1)).exists()

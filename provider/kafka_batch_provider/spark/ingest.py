@@ -28,8 +28,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kafka_batch_provider.batch_store import BatchStore, utc_now
+from kafka_batch_provider.kafka_offsets import KafkaOffsets
 from kafka_batch_provider.manifest import build_manifest
 from kafka_batch_provider.plan import OffsetPlan
+from kafka_batch_provider.protocol import check_same_topics
 from kafka_batch_provider.spark.jvm_options import jvm_reader_options
 from kafka_batch_provider.spark.options import WriteOptions
 from kafka_batch_provider.spark.source import KafkaBatchDataSource, ranges_json
@@ -137,8 +139,9 @@ def publish_staged(
     reported = {f["name"] for f in staged.reports.files}
     footers = {name: footer_rows(store, f"{staged.staging}/{name}") for name in sorted(reported & set(found))}
     stats = check_write(plan, staged.reports, found, footers, staged.counted_at_source)
-    # Files of task attempts that failed or were superseded: never part of the batch.
+    # Files of task attempts that failed or were superseded are never part of the batch.
     store.location.delete(f"{staged.staging}/{name}" for name in sorted(set(found) - reported))
+    staging = store.seal(staged.staging, sorted(reported))
     for s in stats:
         s["min_timestamp"], s["max_timestamp"] = (
             iso_from_micros(s["min_timestamp"]),
@@ -149,7 +152,7 @@ def publish_staged(
         store.previous_entry(plan),
         stats,
         staged.reports.files,
-        staging=staged.staging,
+        staging=staging,
         schema=staged.schema,
         written_at=utc_now(),
         options={"reader": options.reader, "value_format": options.value_format, "value_schema": options.value_schema},
@@ -181,29 +184,50 @@ def write_batch(
             f"batch {bid} is already in the output log (entry {plan.seq}, {entry['rows']} rows); not reading again"
         )
         return entry
-    store.previous_entry(plan)  # fail before reading when the log moved on since planning
-    if not plan.has_data:
-        entry = store.commit_without_data(plan)
-        progress(f"batch {bid} has nothing to read: recorded in the output log as entry {plan.seq}")
-        return entry
+    previous = store.previous_entry(plan)  # fail before reading when the log moved on since planning
+    if previous is not None:
+        store.publish(previous)  # finishes a predecessor's publish cut short (replays have no commit step)
+    kafka = KafkaOffsets(kafka_config)
+    try:
+        if not plan.has_data:
+            check_same_topics(kafka, plan)
+            entry = store.commit_without_data(plan)
+            progress(f"batch {bid} has nothing to read: recorded in the output log as entry {plan.seq}")
+            return entry
+        return read_check_publish(spark, plan, store, kafka, options, progress)
+    finally:
+        kafka.close()
+
+
+def read_check_publish(
+    spark: SparkSession,
+    plan: OffsetPlan,
+    store: BatchStore,
+    kafka: KafkaOffsets,
+    options: WriteOptions,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    """Steps 1-5 for a plan with something to read."""
+    bid = plan.batch_id
     progress(
         f"batch {bid}: reading {len(plan.readable_ranges)} range(s), up to {plan.planned_offsets} offsets, "
         f"with the {options.reader} reader"
     )
     clock = time.perf_counter()
     try:
-        staged = stage_batch(spark, plan, store, kafka_config, options)
+        staged = stage_batch(spark, plan, store, kafka.kafka_config, options)
         timings = {"read_write_seconds": round(time.perf_counter() - clock, 3)}
-        clock = time.perf_counter()
+        check_same_topics(kafka, plan)  # a topic recreated while Spark read would pass every other check
         entry = publish_staged(store, plan, staged, options, timings)
-        timings["publish_seconds"] = round(time.perf_counter() - clock, 3)
     except Exception:
-        # Another attempt of this same batch (a retry racing a slow first try) may have
-        # published it meanwhile, and cleaned up this attempt's files: then all is done.
+        # The batch may be in the log all the same: another attempt of it (a retry racing a
+        # slow first try, which may also have cleaned this attempt's files up) or this one,
+        # whose publish then failed. Either way only its publish can remain to be done.
         entry = store.entry_of(plan)
         if entry is None:
             raise
-        progress(f"batch {bid}: another attempt published it first (output log entry {plan.seq}); this one stops")
+        store.publish(entry)
+        progress(f"batch {bid} is in the output log (entry {plan.seq}) and published; this attempt stops here")
         return entry
     store.clean_staging(bid)  # leftovers of crashed attempts of this batch
     progress(
