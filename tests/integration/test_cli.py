@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kafka_batch_provider.broker.embedded import free_port
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
+from kafka_batch_provider.local_servers import free_port
 from kafka_batch_provider.offsets import TopicPartition
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.integration.helpers import assert_exactly_once

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import s3fs
 
-from kafka_batch_provider.broker.embedded import HOST, free_port, pid_alive
 from kafka_batch_provider.errors import ConfigError, StorageError
+from kafka_batch_provider.local_servers import HOST, free_port, pid_alive
 from kafka_batch_provider.objectstore import embedded
 from kafka_batch_provider.objectstore.embedded import EmbeddedS3, S3Endpoint, buckets_ready, is_s3_server
 

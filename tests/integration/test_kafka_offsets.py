@@ -7,9 +7,9 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from kafka_batch_provider.broker.embedded import free_port
 from kafka_batch_provider.errors import CommitConflictError, ConfigError, KafkaUnavailableError, PlanError
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
+from kafka_batch_provider.local_servers import free_port
 from kafka_batch_provider.offsets import TopicPartition
 from kafka_batch_provider.testing.producers import Record, broker_supports_offsets_for_times, produce
 

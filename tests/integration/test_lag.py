@@ -110,7 +110,7 @@ def test_deferrable_sensor_hands_the_wait_to_a_trigger_that_round_trips_and_fire
 
 
 def test_trigger_reports_an_unreachable_broker_as_an_error_event(monkeypatch):
-    from kafka_batch_provider.broker.embedded import free_port
+    from kafka_batch_provider.local_servers import free_port
     from kafka_batch_provider.triggers.lag import KafkaLagTrigger
 
     monkeypatch.setenv(

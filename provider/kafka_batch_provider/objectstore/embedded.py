@@ -11,8 +11,6 @@ their default request/response checksums (no ``AWS_REQUEST_CHECKSUM_CALCULATION`
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 import time
 import urllib.error
@@ -20,10 +18,10 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from typing import ClassVar
 
-from kafka_batch_provider.broker.embedded import HOST, free_port, pid_alive, port_open, state_dir, stop_pid
-from kafka_batch_provider.errors import ConfigError, StorageError
+from kafka_batch_provider.errors import StorageError
+from kafka_batch_provider.local_servers import HOST, Detached, LocalServer, runs
 
 DEFAULT_PORT = 9000
 DEFAULT_BUCKET = "lake"
@@ -106,8 +104,8 @@ def buckets_ready(endpoint_url: str, buckets: Sequence[str]) -> bool:
 
 
 @dataclass
-class EmbeddedS3:
-    """A moto S3 process on 127.0.0.1.
+class EmbeddedS3(LocalServer):
+    """A moto S3 process on 127.0.0.1 (memory storage).
 
     Use as a context manager, or ``start()`` / ``stop()``. With ``detach=True`` the process
     outlives this Python process (the ``kafka-batch s3 start`` command).
@@ -117,15 +115,12 @@ class EmbeddedS3:
     :param buckets: buckets that exist once ``start()`` returns; the first is :attr:`bucket`.
     """
 
-    port: int = 0
-    log_path: Path | None = None
-    detach: bool = False
     buckets: tuple[str, ...] = (DEFAULT_BUCKET,)
-    pid: int | None = None
+
+    label: ClassVar[str] = "embedded S3 server"
 
     def __post_init__(self) -> None:
-        if self.port == 0:
-            self.port = free_port()
+        super().__post_init__()
         self.buckets = tuple(self.buckets)
 
     @property
@@ -158,37 +153,17 @@ class EmbeddedS3:
     def env(self) -> dict[str, str]:
         return self.endpoint.env()
 
-    def start(self, timeout: float = 30.0) -> EmbeddedS3:
-        if port_open(self.port):
-            raise ConfigError(f"port {self.port} on {HOST} is already in use; choose another with --port")
+    def command(self) -> list[str]:
         command = [sys.executable, "-m", SERVER_MODULE, "--port", str(self.port)]
         for bucket in self.buckets:
             command += ["--bucket", bucket]
-        output = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        try:
-            self._process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=self.detach,  # a detached server must not die with our terminal
-            )
-        finally:
-            if self.log_path:
-                output.close()
-        self.pid = self._process.pid
-        try:
-            self._wait_until_ready(timeout)
-        except StorageError:
-            self.stop()
-            raise
-        return self
+        return command
 
-    def _wait_until_ready(self, timeout: float) -> None:
+    def wait_until_ready(self, timeout: float) -> None:
         """Ready means its buckets answer an S3 request, not just an open port."""
         deadline = time.monotonic() + timeout
         while not buckets_ready(self.endpoint_url, self.buckets):
-            code = self._process.poll()
+            code = self.exit_code()
             if code is not None:
                 where = f"; see {self.log_path}" if self.log_path else ""
                 raise StorageError(f"embedded S3 server on port {self.port} exited with code {code} at start{where}")
@@ -196,79 +171,32 @@ class EmbeddedS3:
                 raise StorageError(f"embedded S3 server at {self.endpoint_url} did not answer within {timeout:g}s")
             time.sleep(0.2)
 
-    def stop(self, timeout: float = 10.0) -> None:
-        if self.pid is None:
-            return
-        stop_pid(self.pid, timeout)
-        process = getattr(self, "_process", None)
-        if process is not None:
-            process.wait(timeout)  # reap it, so no zombie is left
-        self.pid = None
-
-    def __enter__(self) -> EmbeddedS3:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
 
 def is_s3_server(pid: int) -> bool:
     """Guard against a recycled pid: only ever signal a process that runs this server."""
-    try:
-        return SERVER_MODULE.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
+    return runs(pid, SERVER_MODULE)
 
 
 # -- the detached server of the command line ------------------------------------------------
 
-
-def _state_file() -> Path:
-    return state_dir() / "s3.json"
-
-
-def _log_file() -> Path:
-    return state_dir() / "s3.log"
+DETACHED = Detached("s3", EmbeddedS3.label, marker=SERVER_MODULE, address="endpoint_url")
 
 
 def start_detached(port: int = DEFAULT_PORT, buckets: Sequence[str] = (DEFAULT_BUCKET,), timeout: float = 30.0) -> dict:
     """Start a server that keeps running after this process exits; remember it in a state file."""
-    running = status()
-    if running["running"]:
-        raise ConfigError(
-            f"an embedded S3 server is already running at {running['endpoint_url']} (pid {running['pid']}); "
-            "stop it first with: kafka-batch s3 stop"
-        )
-    state_dir().mkdir(parents=True, exist_ok=True)
-    server = EmbeddedS3(port=port, log_path=_log_file(), detach=True, buckets=tuple(buckets)).start(timeout)
-    info = {
-        "pid": server.pid,
-        "port": server.port,
-        "endpoint_url": server.endpoint_url,
-        "buckets": list(server.buckets),
-        "env": server.env(),  # fixed test credentials, not secrets
-    }
-    _state_file().write_text(json.dumps(info))
-    return {"running": True, **info, "log": str(_log_file())}
+    return DETACHED.start(
+        lambda log: EmbeddedS3(port=port, log_path=log, detach=True, buckets=tuple(buckets)).start(timeout),
+        lambda server: {
+            "endpoint_url": server.endpoint_url,
+            "buckets": list(server.buckets),
+            "env": server.env(),  # fixed test credentials, not secrets
+        },
+    )
 
 
 def status() -> dict:
-    try:
-        info = json.loads(_state_file().read_text())
-    except (OSError, ValueError):
-        return {"running": False}
-    pid = int(info["pid"])
-    alive = pid_alive(pid) and is_s3_server(pid) and port_open(int(info["port"]))
-    return {"running": alive, **info}
+    return DETACHED.status()
 
 
 def stop_detached(timeout: float = 10.0) -> dict:
-    info = status()
-    if info["running"]:
-        stop_pid(int(info["pid"]), timeout)
-    _state_file().unlink(missing_ok=True)
-    return {
-        "running": False,
-        "stopped": bool(info.get("running")),
-        **{k: info[k] for k in ("pid", "port") if k in info},
-    }
+    return DETACHED.stop(timeout)

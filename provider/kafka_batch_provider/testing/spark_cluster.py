@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from kafka_batch_provider.broker.embedded import HOST, free_port, port_open, stop_pid
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
+from kafka_batch_provider.local_servers import HOST, free_port, port_open, stop_pid
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
