@@ -95,9 +95,6 @@ class BatchStore:
         """The plans for entries after ``seq`` (candidates for the next entry), oldest first."""
         return [self.load_plan(s, b) for s, b in self.plan_files() if s > seq]
 
-    def remove_plan(self, plan: OffsetPlan) -> None:
-        self.location.delete([numbered_name(PLANS, plan.seq, plan.batch_id)])
-
     # -- the offset log ----------------------------------------------------------------------
 
     def entry_of(self, plan: OffsetPlan) -> dict[str, Any] | None:

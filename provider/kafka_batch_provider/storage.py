@@ -49,16 +49,6 @@ SCHEMES: dict[str, tuple[str, str, str]] = {
     "webhdfs": ("hdfs", "fsspec", ""),
 }
 
-#: Object stores whose ``pipe_file(mode="create")`` is a server-side create-if-absent.
-CONDITIONAL_CREATE = {
-    "s3": "conditional PUT (If-None-Match: *)",
-    "gcs": "generation precondition (ifGenerationMatch=0)",
-    "abfs": "conditional upload (If-None-Match: *)",
-}
-
-#: How each filesystem makes a log entry exclusive (shown by the README and error messages).
-EXCLUSIVE_CREATE = {"file": "hard link of a complete temporary file (fails if the name exists)", **CONDITIONAL_CREATE}
-
 HDFS_REFUSED = (
     "hdfs:// outputs are not supported: the HDFS clients reachable from Python (pyarrow's libhdfs, "
     "fsspec's WebHDFS) cannot create a file only if it is absent, so two runs could both publish "
@@ -175,9 +165,6 @@ class Location:
             raise
         except OSError as exc:
             raise self._error(f"read {name}", exc) from None
-
-    def read_json(self, name: str) -> Any:
-        return json.loads(self.read_bytes(name))
 
     def list_names(self, folder: str) -> list[str]:
         """Names directly inside ``folder`` (files and folders), sorted; empty when it does not exist."""

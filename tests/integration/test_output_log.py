@@ -48,6 +48,21 @@ def delete_group(kafka_config: dict, group_id: str) -> None:
     admin.delete_consumer_groups([group_id], request_timeout=10)[group_id].result()
 
 
+def recreate_topic(kafka_config: dict, topic: str, partitions: int = 1) -> None:
+    """Delete ``topic`` and create it again under the same name (a new topic id, offsets from 0)."""
+    admin = AdminClient(kafka_config)  # kept in a variable: the future needs its client alive
+    admin.delete_topics([topic], operation_timeout=10)[topic].result()
+    deadline = time.monotonic() + 30
+    while True:  # deletion is asynchronous: "topic already exists" until it lands
+        try:
+            create_topics(kafka_config, {topic: partitions})
+            return
+        except Exception:  # noqa: BLE001
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def snapshot(output) -> dict[str, int]:
     """Every file of the output (log, plans, data, commit records) with its size."""
     fs, root = output.location.fs, output.location.root
@@ -260,15 +275,7 @@ def test_a_recreated_topic_is_ingested_and_committed_under_new_batch_ids(spark, 
     create_topics(kafka_config, {topic: 1})
     produce(kafka_config, topic, [Record(0, b"old-%d" % i) for i in range(4)])
     first, _ = run_batch(spark, kafka_config, output, group_id, [topic])
-    admin = AdminClient(kafka_config)
-    admin.delete_topics([topic], operation_timeout=10)[topic].result()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # deletion is asynchronous
-        try:
-            create_topics(kafka_config, {topic: 1})
-            break
-        except Exception:  # noqa: BLE001 - "topic already exists" until the deletion lands
-            time.sleep(0.5)
+    recreate_topic(kafka_config, topic)
     produce(kafka_config, topic, [Record(0, b"new-%d" % i) for i in range(4)])
 
     second, committed = run_batch(spark, kafka_config, output, group_id, [topic])
@@ -312,15 +319,7 @@ def test_a_topic_recreated_between_plan_and_write_is_never_published(spark, kafk
     kafka = KafkaOffsets(kafka_config)
     store = output.store()
     plan = plan_batch(kafka, store, group_id, [topic], PlanPolicy()).plan
-    admin = AdminClient(kafka_config)
-    admin.delete_topics([topic], operation_timeout=10)[topic].result()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            create_topics(kafka_config, {topic: 1})
-            break
-        except Exception:  # noqa: BLE001 - "topic already exists" until the deletion lands
-            time.sleep(0.5)
+    recreate_topic(kafka_config, topic)
     produce(kafka_config, topic, [Record(0, b"new-%d" % i) for i in range(4)])
 
     with pytest.raises(PlanError, match="deleted and recreated since batch"):
