@@ -251,3 +251,35 @@ def test_discard_removes_an_unpublished_batch_and_refuses_a_logged_one(
     refused = cli("discard", "--plan", ran["plan_path"])
     assert_one_line_error(refused, "logged batches are never removed")
     assert Path(ran["plan_path"]).exists() and (tmp_path / f"batch_id={ran['batch_id']}").is_dir()
+
+
+STORAGE_SECRET = "storage-secret-not-for-logs"
+
+
+def test_storage_credentials_stay_out_of_output_files_and_logs(
+    kafka_config, kafka_bootstrap_servers, new_topic, group_id, s3_server, new_s3_output, tmp_path
+):
+    import s3fs
+
+    from kafka_batch_provider.spark.task_writer import TaskWriter
+    from kafka_batch_provider.storage import Location
+
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, sample_records(1, 5))
+    output = new_s3_output()
+    options = {**s3_server.storage_options(), "secret": STORAGE_SECRET}  # the S3 server accepts any secret
+    options_file = tmp_path / "storage.json"
+    options_file.write_text(json.dumps(options))
+    run = cli(
+        "run", "--bootstrap-servers", kafka_bootstrap_servers, "--topic", topic, "--group", group_id,
+        "--output", output, "--storage-options-file", str(options_file), "--spark-master", "local[1]",
+    )  # fmt: skip
+    assert last_json(run)["records"] == 5
+    assert STORAGE_SECRET not in run.stdout + run.stderr, "the storage secret leaked into the command's output"
+    fs = s3fs.S3FileSystem(**options, skip_instance_cache=True)
+    files = fs.find(output.removeprefix("s3://"))
+    assert any("/_log/" in f for f in files) and any("/_plans/" in f for f in files), files
+    for path in files:
+        assert STORAGE_SECRET.encode() not in fs.cat_file(path), f"the storage secret leaked into {path}"
+    for shown in (repr(Location(output, options)), repr(TaskWriter(output, "_staging/x", options))):
+        assert STORAGE_SECRET not in shown, f"the storage secret is in a repr: {shown}"
