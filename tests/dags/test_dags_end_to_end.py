@@ -301,3 +301,57 @@ def test_airflow_backfill_run_of_the_ingest_dag_replays_its_interval_without_com
     else:
         # tansu answers every timestamp lookup with offset 0: the interval maps to an empty range.
         assert states["ingest.spark_write"] == "skipped" and dataset_keys(replay_out) == {}
+
+
+STORAGE_SECRET = "lake-secret-in-the-aws-connection"
+
+
+def test_ingest_dag_on_s3_with_an_aws_connection_resumes_a_deleted_group(
+    airflow_env, kafka_config, new_topic, group_id, s3_server, new_s3_output, monkeypatch, capfd
+):
+    from confluent_kafka.admin import AdminClient
+
+    from tests.integration.helpers import Output
+
+    topic = new_topic(partitions=2)
+    lake = new_s3_output()
+    monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_TOPICS", topic)
+    monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_OUTPUT", lake)
+    # The lake's credentials live in an Airflow `aws` connection (the S3 server accepts any secret).
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_LAKE",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": s3_server.access_key,
+                "password": STORAGE_SECRET,
+                "extra": {"endpoint_url": s3_server.endpoint_url, "region_name": s3_server.region},
+            }
+        ),
+    )
+    monkeypatch.setenv("KAFKA_BATCH_STORAGE_CONN_ID", "lake")  # read when the DAG file is parsed
+    launched = record_spark_submits(monkeypatch)
+    produce(kafka_config, topic, sample_records(2, 20))
+    assert set(run("kafka_batch_ingest").values()) == {"success"}
+
+    admin = AdminClient(kafka_config)  # the group's offsets expire, or someone deletes the group
+    admin.delete_consumer_groups([group_id], request_timeout=10)[group_id].result()
+    produce(kafka_config, topic, sample_records(2, 6, first_id=20))
+    assert set(run("kafka_batch_ingest").values()) == {"success"}
+
+    output = Output(lake, {**s3_server.storage_options(), "secret": STORAGE_SECRET})
+    assert_exactly_once(output, {(topic, p, o) for p in (0, 1) for o in range(13)})
+    entries = list(output.store().log.entries())
+    assert [e["rows"] for e in entries] == [20, 6], "the second batch resumed from the output: only new records"
+    assert committed(kafka_config, group_id, topic, [0, 1]) == {0: 13, 1: 13}, "the commit restored the group"
+    assert len(launched) == 2, f"expected two spark-submit runs, saw {len(launched)}"
+    for argv, env in launched:
+        # What the operator adds (the connection itself is an inherited AIRFLOW_CONN_* variable here).
+        added = {k: v for k, v in env.items() if os.environ.get(k) != v}
+        assert "KAFKA_BATCH_STORAGE_OPTIONS_FILE" in added, f"the storage options must go in a private file: {added}"
+        assert STORAGE_SECRET not in json.dumps([argv, added]), "the storage secret reached spark-submit's argv or env"
+    stored = metadata_db_text("xcom", "value") + metadata_db_text("rendered_task_instance_fields", "rendered_fields")
+    assert STORAGE_SECRET not in stored, "the storage secret leaked into XCom or rendered template fields"
+    task_logs = capfd.readouterr()
+    assert "spark-submit" in task_logs.out + task_logs.err, "the task logs must have been captured"
+    assert STORAGE_SECRET not in task_logs.out + task_logs.err, "the storage secret leaked into the task logs"
