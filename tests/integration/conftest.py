@@ -10,10 +10,11 @@ from tests.integration.helpers import Output
 @pytest.fixture(params=["local", "s3"])
 def output(request: pytest.FixtureRequest, tmp_path) -> Output:
     """Each protocol test runs twice: output on a local disk, and on the S3 server (moto, or $AWS_ENDPOINT_URL)."""
+    # Names with a space and non-ASCII characters: what users' paths and keys contain.
     if request.param == "local":
-        return Output(str(tmp_path / "lake dir"))
+        return Output(str(tmp_path / "lake dir ü"))
     new_s3_output = request.getfixturevalue("new_s3_output")
-    return Output(new_s3_output(), request.getfixturevalue("s3_storage_options"))
+    return Output(new_s3_output(f"lake dir ü {request.node.name[:30]}"), request.getfixturevalue("s3_storage_options"))
 
 
 @pytest.fixture
