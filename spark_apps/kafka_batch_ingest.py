@@ -7,7 +7,8 @@ Submit it with spark-submit (the CLI and KafkaSparkBatchOperator do)::
 
 The driver needs ``airflow-provider-kafka-batch`` installed; executors need only its
 third-party dependencies (pyarrow, confluent-kafka, fsspec and the output's filesystem package)
-when the package travels with ``--py-files``, as the CLI and the operator arrange on a cluster. The logic lives in :mod:`kafka_batch_provider.spark.app` so that
+when the package travels with ``--py-files``, as the CLI and the operator arrange on a cluster.
+The logic lives in :mod:`kafka_batch_provider.spark.app` so that
 tests and the CLI run the same code; this file only makes it submittable as a file.
 """
 

@@ -25,7 +25,14 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from kafka_batch_provider.errors import CommitConflictError, ConfigError, LogConflictError, ManifestError
+from kafka_batch_provider.errors import (
+    CommitConflictError,
+    ConfigError,
+    LogConflictError,
+    ManifestError,
+    StorageError,
+    WriteCheckError,
+)
 from kafka_batch_provider.manifest import build_manifest, data_dir_name, entry_files
 from kafka_batch_provider.offset_log import OffsetLog
 from kafka_batch_provider.plan import OffsetPlan
@@ -138,9 +145,13 @@ class BatchStore:
             # The entry may be this very attempt's: a conditional write whose answer was lost
             # is retried by the client and then refused (412) for the entry it created.
             # Only another attempt's entry makes this attempt's staged files redundant.
-            if winner is not None and winner.get("staging") != manifest.get("staging") and manifest.get("staging"):
+            if winner is None:
+                raise ManifestError(
+                    f"{self.root} refused output log entry {plan.seq} as existing, yet it cannot be read back"
+                )
+            if winner.get("staging") != manifest.get("staging") and manifest.get("staging"):
                 self.location.delete_tree(manifest["staging"])
-            manifest = winner or manifest
+            manifest = winner
         self.publish(manifest)
         return manifest
 
@@ -175,11 +186,17 @@ class BatchStore:
         ``staging`` can never be renamed into place. Object stores copy file by file and need
         nothing of this.
         """
-        if not self.location.is_local:
+        if not self.location.is_local or not names:  # no files (e.g. only transaction markers read)
             return staging
         sealed = f"{staging}.sealed"
-        self.location.move_files(staging, sealed, names)
-        self.location.delete_tree(staging)
+        try:
+            self.location.move_files(staging, sealed, names)
+        except FileNotFoundError as exc:
+            raise WriteCheckError(f"a file of {staging} vanished before it was published ({exc.filename})") from None
+        try:
+            self.location.delete_tree(staging)  # what is left: files no successful task reported
+        except StorageError:
+            pass  # a late writer still at it: invisible under _staging, removed with the batch's leftovers
         return sealed
 
     def publish(self, entry: dict[str, Any]) -> None:
@@ -198,6 +215,9 @@ class BatchStore:
                     f"batch {entry['batch_id']} (output log entry {entry['seq']}): its staged files disappeared "
                     "while it was being published, and it is not published"
                 ) from None
+        except ManifestError:
+            if not self.is_published(entry):  # else another publisher finished between our two listings
+                raise
 
     def _publish(self, entry: dict[str, Any]) -> None:
         files = entry_files(entry)

@@ -255,9 +255,7 @@ def cmd_write(args: argparse.Namespace) -> dict[str, Any]:
     plan, store = load_plan_and_store(args)
     kafka = offsets_client(args)
     if not plan.has_data:
-        if store.entry_of(plan) is None:
-            store.commit_without_data(plan)
-        progress(f"batch {plan.batch_id} has nothing to read: recorded in the output log without starting Spark")
+        progress(f"batch {plan.batch_id} has nothing to read: Spark is not started; the commit step records it")
         return {"batch_id": plan.batch_id, "seq": plan.seq, "records": 0, "location": None, "skipped": True}
     plan_path = args.plan if "://" in args.plan else os.path.abspath(args.plan)
     submit_write(args, options, plan_path, store, kafka)

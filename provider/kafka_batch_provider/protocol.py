@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kafka_batch_provider.batch_store import BatchStore, utc_now
@@ -117,7 +117,11 @@ def plan_batch(
     progress: Progress = log.info,
     on_group_mismatch: GroupMismatchPolicy = GroupMismatchPolicy.FAIL,
 ) -> PlanOutcome:
-    """Plan step: reconcile the group with the output, repair, then plan and persist the next batch."""
+    """Plan step: reconcile the group with the output, repair, then plan and persist the next batch.
+
+    Everything that can refuse the request (bad topics, a mismatched group, data loss, a
+    pending plan that can no longer be read) is checked before anything changes.
+    """
     if not topics:
         raise ConfigError("at least one topic is required (--topic)")
     if not group_id:
@@ -125,9 +129,29 @@ def plan_batch(
     tail = store.log.tail()
     pending = store.plans_after(tail["seq"] if tail else 0)
     refuse_foreign_output(store, INCREMENTAL, group_id, tail, pending)
-    states = kafka.partition_offsets(group_id, topics)  # unknown topics and an absent broker fail here
-    topic_ids = kafka.topic_ids(topics)
-    decision = reconcile_group(store, group_id, states, partitions, tail, topic_ids, on_group_mismatch)
+
+    def decide() -> tuple[Reconciliation, OffsetPlan, OffsetPlan | None]:
+        states = kafka.partition_offsets(group_id, topics)  # unknown topics and an absent broker fail here
+        slot = LogSlot((tail["seq"] if tail else 0) + 1, tail["batch_id"] if tail else None, kafka.topic_ids(topics))
+        decision = reconcile_group(kafka, store, group_id, states, partitions, tail, slot.topic_ids, on_group_mismatch)
+        fresh = plan_incremental(
+            group_id,
+            topics,
+            states,
+            policy,
+            kafka.isolation_level,
+            utc_now(),
+            partitions,
+            slot=slot,
+            checkpoints=decision.checkpoints,
+            accepted_gaps=decision.gaps,
+        )
+        reusable = next((p for p in pending if same_start(p, fresh, topics, partitions)), None)
+        if reusable is not None:
+            check_readable(kafka, store, reusable)
+        return decision, fresh, reusable
+
+    decision, fresh, reusable = decide()
     # Only now, with the request accepted, does anything change.
     if tail is not None:
         store.publish(tail)  # finishes a publish cut short
@@ -137,27 +161,15 @@ def plan_batch(
         progress(note)
     repaired = []
     if decision.repair:
+        progress(
+            f"batch {tail['batch_id']} (output log entry {tail['seq']}) was written but its Kafka commit did not "
+            "finish: committing it without reading again"
+        )
         commit_batch(kafka, store, plan_for_entry(store, tail), progress)
         repaired.append(tail["batch_id"])
-        states = kafka.partition_offsets(group_id, topics)
-        decision = reconcile_group(store, group_id, states, partitions, tail, topic_ids, on_group_mismatch)
+        decision, fresh, reusable = decide()
 
-    slot = LogSlot((tail["seq"] if tail else 0) + 1, tail["batch_id"] if tail else None, topic_ids)
-    fresh = plan_incremental(
-        group_id,
-        topics,
-        states,
-        policy,
-        kafka.isolation_level,
-        utc_now(),
-        partitions,
-        slot=slot,
-        checkpoints=decision.checkpoints,
-        accepted_gaps=decision.gaps,
-    )
-    reusable = next((p for p in pending if same_start(p, fresh, topics, partitions)), None)
     if reusable is not None:
-        check_readable(kafka, store, reusable)
         progress(f"batch {reusable.batch_id} was planned but not written: running the same plan again")
         return PlanOutcome(reusable, True, repaired, store.plan_uri(reusable), notes)
     for other in pending:
@@ -178,6 +190,7 @@ def plan_batch(
 
 
 def reconcile_group(
+    kafka: KafkaOffsets,
     store: BatchStore,
     group_id: str,
     states: list[PartitionOffsets],
@@ -188,17 +201,28 @@ def reconcile_group(
 ) -> Reconciliation:
     """The reconciliation of the chosen partitions' group offsets with the log's newest entry.
 
-    The newest batch's own partitions are always included while its Kafka commit is not
-    recorded, whatever this run chose: a run over other partitions must not leave that commit
-    behind a later entry, where it could no longer be finished on its own.
+    While the newest batch's Kafka commit is not recorded, its partitions outside this run's
+    choice (another partition subset, another topic) decide too whether that commit can be
+    finished now: a later entry would leave it unfinishable on its own. They change nothing
+    else of this run's plan.
     """
     position = None
     if tail is not None:
         position = log_position(tail, store.commit_record(tail["seq"], tail["batch_id"]) is not None)
     chosen = select_partitions(states, partitions)
-    if position is not None:
-        chosen += [s for s in states if s.tp in position.unfinished and s not in chosen]
-    return reconcile(group_id, chosen, position, topic_ids, on_group_mismatch)
+    decision = reconcile(group_id, chosen, position, topic_ids, on_group_mismatch)
+    missing = [tp for tp in (position.unfinished if position else {}) if tp not in {s.tp for s in chosen}]
+    if not missing:
+        return decision
+    other_topics = sorted({tp.topic for tp in missing} - {s.topic for s in states})
+    try:
+        others = kafka.partition_offsets(group_id, other_topics) if other_topics else []
+        other_ids = kafka.topic_ids(other_topics) if other_topics else {}
+    except PlanError:  # a topic of that batch is gone: its commit cannot be finished
+        return replace(decision, repair=False)
+    extra = [s for s in [*states, *others] if s.tp in missing]
+    whole = reconcile(group_id, chosen + extra, position, {**topic_ids, **other_ids}, on_group_mismatch)
+    return replace(decision, repair=whole.repair)
 
 
 def check_same_topics(kafka: KafkaOffsets, plan: OffsetPlan) -> None:
@@ -236,7 +260,7 @@ def plan_for_entry(store: BatchStore, entry: dict[str, Any]) -> OffsetPlan:
     """The plan of a logged batch: its file, or (when the file is gone) rebuilt from the entry."""
     try:
         return store.load_plan(int(entry["seq"]), str(entry["batch_id"]))
-    except ManifestError:
+    except (ManifestError, ConfigError):  # gone or damaged: the entry says all a commit needs
         return plan_of_entry(entry)
 
 
@@ -278,7 +302,7 @@ def drop_stale_plans(store: BatchStore, progress: Progress = log.info) -> None:
         winner = entry["batch_id"] if entry else None
         for batch_id in batch_ids:
             if batch_id != winner:
-                store.remove_unpublished(store.load_plan(seq, batch_id))
+                store.remove_unpublished_plan_file(seq, batch_id)
                 progress(
                     f"batch {batch_id} lost output log entry {seq} to batch {winner}: "
                     "its plan and staged files are removed"

@@ -157,11 +157,6 @@ def reconcile(
     # policy, or a group deleted since) the next batch's commit moves them all instead.
     unfinished = [tp for tp in (log.unfinished if log else {}) if tp in verdicts]
     repair = bool(unfinished) and all(verdicts[tp] is Verdict.REPAIR for tp in unfinished)
-    if repair:
-        notes.append(
-            f"batch {log.batch_id} (output log entry {log.seq}) was written but its Kafka commit did not finish: "
-            "committing it without reading again"
-        )
     return Reconciliation(verdicts, checkpoints, tuple(gaps), repair, tuple(notes))
 
 

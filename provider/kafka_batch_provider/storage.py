@@ -255,9 +255,12 @@ class Location:
         return self._io(f"create {name}", lambda: self.fs.open(self.path(name), "wb"))
 
     def delete(self, names: Iterable[str]) -> None:
-        paths = [self.path(n) for n in names]
-        if paths:
-            self._io("delete files", lambda: self.fs.rm(paths))
+        """Remove files; one that is already gone (a concurrent cleaner) is fine."""
+        for name in names:
+            try:
+                self._io(f"delete {name}", lambda name=name: self.fs.rm_file(self.path(name)))
+            except FileNotFoundError:
+                pass
 
     def delete_tree(self, folder: str) -> None:
         """Remove ``folder`` and everything below it; nothing happens when it does not exist."""

@@ -379,3 +379,38 @@ def test_a_damaged_plan_file_names_itself_and_discard_removes_it(kafka_config, n
         "--output", local_output.uri,
     )  # fmt: skip
     assert planned.returncode == 0, planned.stderr
+
+
+def test_a_batch_of_only_transaction_markers_is_logged_without_files(spark, kafka_config, new_topic, group_id, output):
+    from confluent_kafka import Producer
+
+    topic = new_topic(partitions=1)
+    producer = Producer({**kafka_config, "transactional.id": f"tx-{topic}"})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"only", partition=0)
+    producer.commit_transaction(10)  # offset 0 and its commit marker at 1
+    run_batch(spark, kafka_config, output, group_id, [topic], PlanPolicy(max_records=1))  # reads [0, 1)
+
+    outcome, committed = run_batch(spark, kafka_config, output, group_id, [topic])  # [1, 2): the marker alone
+
+    assert [(r.start, r.end) for r in outcome.plan.readable_ranges] == [(1, 2)]
+    assert committed == {f"{topic}:0": 2}
+    entry = output.store().log.tail()
+    assert (entry["rows"], entry["files"], entry["location"]) == (0, [], None)
+    assert_exactly_once(output, {(topic, 0, 0)})
+
+
+def test_a_logged_batch_whose_plan_file_is_damaged_is_still_repaired(spark, kafka_config, new_topic, group_id, output):
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, sample_records(1, 10))
+    kafka = KafkaOffsets(kafka_config)
+    store = output.store()
+    plan = plan_batch(kafka, store, group_id, [topic], PlanPolicy()).plan
+    write_batch(spark, plan, store, kafka_config)  # ... its commit never runs, and its plan file is damaged
+    store.location.put_atomic(f"_plans/{plan.seq:020d}-{plan.batch_id}.json", b"{")
+
+    outcome = plan_batch(kafka, store, group_id, [topic], PlanPolicy())
+
+    assert outcome.repaired == [plan.batch_id], "the log entry says all the commit needs"
+    assert group_offsets(kafka_config, group_id, topic, 1) == {0: 10}

@@ -242,3 +242,24 @@ def test_a_store_that_ignores_conditional_writes_is_refused_before_the_first_ent
     with pytest.raises(StorageError, match="accepts a second create of the same name"):
         log.append(entry(plan_at(1, None)))
     assert not (tmp_path / entry_name(1)).exists()
+
+
+def test_a_publisher_that_loses_the_race_to_another_stops_quietly(tmp_path):
+    class SlowObserver(BatchStore):
+        """Sees the batch folder empty once, as a publisher does when another is just finishing."""
+
+        stale = True
+
+        def published_files(self, batch_id):
+            if self.stale:
+                self.stale = False
+                BatchStore(self.location.output).publish(manifest)  # the other publisher finishes now
+                return {}
+            return super().published_files(batch_id)
+
+    plan = plan_at(1, None)
+    manifest = staged_batch(tmp_path, plan)
+    store = SlowObserver(tmp_path)
+    store.log.append(manifest)
+    store.publish(manifest)  # found nothing published, then nothing staged: the other one won
+    assert store.is_published(manifest)

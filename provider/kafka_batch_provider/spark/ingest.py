@@ -31,7 +31,7 @@ from kafka_batch_provider.batch_store import BatchStore, utc_now
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
 from kafka_batch_provider.manifest import build_manifest
 from kafka_batch_provider.plan import OffsetPlan
-from kafka_batch_provider.protocol import check_same_topics
+from kafka_batch_provider.protocol import check_group_unmoved, check_same_topics
 from kafka_batch_provider.spark.jvm_options import jvm_reader_options
 from kafka_batch_provider.spark.options import WriteOptions
 from kafka_batch_provider.spark.source import KafkaBatchDataSource, ranges_json
@@ -191,6 +191,8 @@ def write_batch(
     try:
         if not plan.has_data:
             check_same_topics(kafka, plan)
+            if plan.commits_group:
+                check_group_unmoved(kafka, plan)  # before the entry: a refused commit must not move the log
             entry = store.commit_without_data(plan)
             progress(f"batch {bid} has nothing to read: recorded in the output log as entry {plan.seq}")
             return entry
