@@ -67,6 +67,21 @@ def assert_exactly_once(output: Output | str, expected: set[tuple[str, int, int]
     )
 
 
+def write_without_commit(
+    spark,
+    kafka_config: dict[str, Any],
+    output: Output,
+    group_id: str,
+    topics: list[str],
+    partitions: list[int] | None = None,
+):
+    """Plan and write a batch, then stop as a crash before the commit would: returns its plan."""
+    store = output.store()
+    plan = plan_batch(KafkaOffsets(kafka_config, timeout=10), store, group_id, topics, PlanPolicy(), partitions).plan
+    write_batch(spark, plan, store, kafka_config)
+    return plan
+
+
 def run_batch(
     spark,
     kafka_config: dict[str, Any],

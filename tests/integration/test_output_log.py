@@ -24,7 +24,7 @@ from kafka_batch_provider.reconcile import GroupMismatchPolicy
 from kafka_batch_provider.spark.ingest import publish_staged, stage_batch, write_batch
 from kafka_batch_provider.spark.options import WriteOptions
 from kafka_batch_provider.testing.producers import Record, create_topics, produce, sample_records
-from tests.integration.helpers import assert_exactly_once, dataset_keys, run_batch
+from tests.integration.helpers import assert_exactly_once, dataset_keys, run_batch, write_without_commit
 from tests.integration.test_cli import assert_one_line_error, cli
 
 pytestmark = pytest.mark.integration
@@ -259,8 +259,7 @@ def test_a_logged_batch_whose_files_are_gone_is_never_committed(spark, kafka_con
     produce(kafka_config, topic, sample_records(1, 10))
     kafka = KafkaOffsets(kafka_config)
     store = output.store()
-    plan = plan_batch(kafka, store, group_id, [topic], PlanPolicy()).plan
-    write_batch(spark, plan, store, kafka_config)
+    plan = write_without_commit(spark, kafka_config, output, group_id, [topic])
     store.location.delete_tree(data_dir_name(plan.batch_id))  # someone deletes the data before the commit
 
     with pytest.raises(ManifestError, match="missing or changed|neither published nor staged"):
@@ -297,10 +296,7 @@ def test_a_run_over_other_partitions_still_finishes_the_newest_batchs_commit(
 ):
     topic = new_topic(partitions=2)
     produce(kafka_config, topic, sample_records(2, 20))
-    kafka = KafkaOffsets(kafka_config)
-    store = output.store()
-    first = plan_batch(kafka, store, group_id, [topic], PlanPolicy(), partitions=[1]).plan
-    write_batch(spark, first, store, kafka_config)  # ... and its commit never runs
+    first = write_without_commit(spark, kafka_config, output, group_id, [topic], partitions=[1])
 
     outcome, _ = run_batch(spark, kafka_config, output, group_id, [topic], partitions=[0])
 
@@ -406,8 +402,7 @@ def test_a_logged_batch_whose_plan_file_is_damaged_is_still_repaired(spark, kafk
     produce(kafka_config, topic, sample_records(1, 10))
     kafka = KafkaOffsets(kafka_config)
     store = output.store()
-    plan = plan_batch(kafka, store, group_id, [topic], PlanPolicy()).plan
-    write_batch(spark, plan, store, kafka_config)  # ... its commit never runs, and its plan file is damaged
+    plan = write_without_commit(spark, kafka_config, output, group_id, [topic])  # ... and its plan file is damaged
     store.location.put_atomic(f"_plans/{plan.seq:020d}-{plan.batch_id}.json", b"{")
 
     outcome = plan_batch(kafka, store, group_id, [topic], PlanPolicy())

@@ -21,7 +21,13 @@ from kafka_batch_provider.protocol import commit_batch, plan_batch
 from kafka_batch_provider.spark.ingest import stage_batch, write_batch
 from kafka_batch_provider.spark.options import WriteOptions
 from kafka_batch_provider.testing.producers import Record, produce, sample_records
-from tests.integration.helpers import assert_exactly_once, dataset_keys, read_dataset, run_batch
+from tests.integration.helpers import (
+    assert_exactly_once,
+    dataset_keys,
+    read_dataset,
+    run_batch,
+    write_without_commit,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -138,8 +144,7 @@ def test_crash_after_write_commits_without_rereading(spark, kafka_config, new_to
     produce(kafka_config, topic, sample_records(2, 10))
     kafka = KafkaOffsets(kafka_config)
     store = output.store()
-    crashed = plan_batch(kafka, store, group_id, [topic], PlanPolicy()).plan
-    write_batch(spark, crashed, store, kafka_config)
+    crashed = write_without_commit(spark, kafka_config, output, group_id, [topic])
     # ... the process dies here: data and log entry are written, the group is not committed.
     files = published_files(store, crashed.batch_id)
     entry = store.log.entry(1)
