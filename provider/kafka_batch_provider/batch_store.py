@@ -1,46 +1,32 @@
-"""The output: data, offset log, plans, Kafka commit records and staging, on any filesystem.
+"""The output: its sink (data and offset log), plus plans and Kafka commit records.
 
-Layout (every name starting with ``_`` is invisible to Parquet readers)::
+The sink (:mod:`kafka_batch_provider.sinks`) holds the data and the offset log. Beside it,
+in the output's control folder (the output itself for the Parquet layout, ``_kafka_batch/``
+inside a Delta or Iceberg table's location)::
 
-    <output>/
-      batch_id=<id>/part-*.parquet     published data, one folder per batch
-      _log/<seq>.json                  the offset log: one manifest per batch, the commit point
-      _plans/<seq>-<id>.json           the plan, written before anything is read
-      _commits/<seq>-<id>.json         the batch's Kafka commit, once it succeeded
-      _staging/<id>.<attempt>/         what the Spark tasks wrote, until it is published
+    _plans/<seq>-<id>.json           the plan, written before anything is read
+    _commits/<seq>-<id>.json         the batch's Kafka commit, once it succeeded
 
-A batch becomes part of the output when its log entry is created (exclusively). Publishing
-its files follows the entry and is rolled forward by whoever finds it unfinished: on a
-local disk one atomic rename of the staging folder (readers see all of the batch or none of
-it); on an object store a server-side copy of each file into ``batch_id=<id>/`` (a reader
-listing the folder meanwhile may see part of the batch, never a file of a batch that is not
-in the log, and never a file twice).
+A batch becomes part of the output when the sink appends its log entry (exclusively);
+what remains to make its files readable is rolled forward by whoever finds it unfinished.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from kafka_batch_provider.errors import (
-    CommitConflictError,
-    ConfigError,
-    LogConflictError,
-    ManifestError,
-    StorageError,
-    WriteCheckError,
-)
-from kafka_batch_provider.manifest import build_manifest, data_dir_name, entry_files
-from kafka_batch_provider.offset_log import OffsetLog
+from kafka_batch_provider.errors import CommitConflictError, ConfigError, LogConflictError, ManifestError
+from kafka_batch_provider.manifest import build_manifest
 from kafka_batch_provider.plan import OffsetPlan
+from kafka_batch_provider.sinks.base import Sink
+from kafka_batch_provider.sinks.parquet_layout import ParquetLayout
 from kafka_batch_provider.storage import Location, json_bytes
 
 PLANS = "_plans"
 COMMITS = "_commits"
-STAGING = "_staging"
 
 
 def utc_now() -> str:
@@ -60,18 +46,30 @@ def parse_numbered(name: str) -> tuple[int, str] | None:
 class BatchStore:
     """Plans, the offset log, commit records and published data of one output.
 
-    :param output: a local path or a URI (``s3://``, ``gs://``, ``abfs://``, ``file://``).
+    :param output: the control folder: a local path or a URI (``s3://``, ``gs://``,
+        ``abfs://``, ``file://``); for the Parquet layout, the output itself.
     :param storage_options: fsspec options for that filesystem (credentials, endpoint).
+    :param sink: where the data and the offset log live (default: the Parquet layout in ``output``).
     """
 
-    def __init__(self, output: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        output: str | os.PathLike[str],
+        storage_options: dict[str, Any] | None = None,
+        sink: Sink | None = None,
+    ) -> None:
         self.location = Location(str(output), storage_options or {})
-        self.log = OffsetLog(self.location)
+        self.sink: Sink = sink if sink is not None else ParquetLayout(self.location)
+        self.log: Sink = self.sink  # the sink is the offset log
 
     @property
     def root(self) -> str:
-        """The output as users name it (a path for local disks, else the URI)."""
-        return str(self.location)
+        """The output as users name it (a path for local disks, else the URI; a table's name)."""
+        return getattr(self.sink, "name", None) or str(self.location)
+
+    @property
+    def format(self) -> str:
+        return self.sink.format
 
     # -- plans -------------------------------------------------------------------------------
 
@@ -150,7 +148,7 @@ class BatchStore:
                     f"{self.root} refused output log entry {plan.seq} as existing, yet it cannot be read back"
                 )
             if winner.get("staging") != manifest.get("staging") and manifest.get("staging"):
-                self.location.delete_tree(manifest["staging"])
+                self.sink.data.delete_tree(manifest["staging"])
             manifest = winner
         self.publish(manifest)
         return manifest
@@ -159,103 +157,22 @@ class BatchStore:
         """A plan with nothing to read becomes an entry without files: its offsets still move the log."""
         return self.commit_entry(plan, build_manifest(plan, self.previous_entry(plan), written_at=utc_now()))
 
-    # -- staging and publishing --------------------------------------------------------------
+    # -- staging and publishing (the sink's) -------------------------------------------------
 
     def new_staging(self, batch_id: str) -> str:
-        """A fresh folder per attempt, so a retry never writes into a crashed attempt's files."""
-        return f"{STAGING}/{batch_id}.{uuid.uuid4().hex[:8]}"
+        return self.sink.staging_folder(batch_id)
 
     def clean_staging(self, batch_id: str, keep: str | None = None) -> None:
-        """Remove what earlier attempts of ``batch_id`` left (never another batch's)."""
-        for name in self.location.list_names(STAGING):
-            if name.startswith(f"{batch_id}.") and f"{STAGING}/{name}" != keep:
-                self.location.delete_tree(f"{STAGING}/{name}")
-
-    def published_files(self, batch_id: str) -> dict[str, int]:
-        return self.location.file_sizes(data_dir_name(batch_id))
-
-    def is_published(self, entry: dict[str, Any]) -> bool:
-        found = self.published_files(entry["batch_id"])
-        return all(found.get(name) == size for name, size in entry_files(entry).items())
+        self.sink.clean_staging(batch_id, keep)
 
     def seal(self, staging: str, names: list[str]) -> str:
-        """The folder to publish: exactly ``names`` of ``staging``.
-
-        Local disks publish a whole folder with one rename, so the reported files move into a
-        fresh folder no Spark task knows: a file that a lingering task attempt creates late in
-        ``staging`` can never be renamed into place. Object stores copy file by file and need
-        nothing of this.
-        """
-        if not self.location.is_local or not names:  # no files (e.g. only transaction markers read)
-            return staging
-        sealed = f"{staging}.sealed"
-        try:
-            self.location.move_files(staging, sealed, names)
-        except FileNotFoundError as exc:
-            raise WriteCheckError(f"a file of {staging} vanished before it was published ({exc.filename})") from None
-        try:
-            self.location.delete_tree(staging)  # what is left: files no successful task reported
-        except StorageError:
-            pass  # a late writer still at it: invisible under _staging, removed with the batch's leftovers
-        return sealed
+        return self.sink.seal(staging, names)
 
     def publish(self, entry: dict[str, Any]) -> None:
-        """Make a logged batch's files visible; idempotent, so it also finishes a publish cut short.
-
-        Two publishers of one entry (a plan step rolling it forward while its writer publishes)
-        are fine: whoever finds the work done stops.
-
-        :raises ManifestError: when files the entry lists are neither published nor staged.
-        """
-        try:
-            self._publish(entry)
-        except FileNotFoundError:
-            if not self.is_published(entry):
-                raise ManifestError(
-                    f"batch {entry['batch_id']} (output log entry {entry['seq']}): its staged files disappeared "
-                    "while it was being published, and it is not published"
-                ) from None
-        except ManifestError:
-            if not self.is_published(entry):  # else another publisher finished between our two listings
-                raise
-
-    def _publish(self, entry: dict[str, Any]) -> None:
-        files = entry_files(entry)
-        if not files:
-            return
-        final, staging = data_dir_name(entry["batch_id"]), entry["staging"]
-        found = self.published_files(entry["batch_id"])
-        if all(found.get(n) == size for n, size in files.items()):
-            if self.location.exists(staging):
-                self.location.delete_tree(staging)
-            return
-        staged = self.location.file_sizes(staging)
-        lost = sorted(n for n, size in files.items() if found.get(n) != size and staged.get(n) != size)
-        if lost:
-            raise ManifestError(
-                f"batch {entry['batch_id']} (output log entry {entry['seq']}) lists {len(lost)} file(s) that are "
-                f"neither published nor staged, e.g. {data_dir_name(entry['batch_id'])}/{lost[0]}: the output lost data"
-            )
-        if self.location.is_local:
-            if found:  # never merge: set aside whatever a foreign hand left there
-                self.location.rename_folder(final, f"{STAGING}/{entry['batch_id']}.displaced.{uuid.uuid4().hex[:8]}")
-            self.location.rename_folder(staging, final)  # one rename: all of the batch or none of it
-            return
-        for name, size in files.items():
-            if found.get(name) != size:
-                self.location.copy(f"{staging}/{name}", f"{final}/{name}")
-        self.location.delete_tree(staging)
+        self.sink.publish(entry)
 
     def check_published(self, entry: dict[str, Any]) -> None:
-        """Raise :class:`ManifestError` unless every file the entry lists is in place with its size."""
-        found = self.published_files(entry["batch_id"])
-        wrong = sorted(n for n, size in entry_files(entry).items() if found.get(n) != size)
-        if wrong:
-            raise ManifestError(
-                f"batch {entry['batch_id']}: {len(wrong)} of its {len(entry_files(entry))} file(s) are missing or "
-                f"changed in {self.location.uri_of(data_dir_name(entry['batch_id']))} (e.g. {wrong[0]}); "
-                "its offsets are not committed"
-            )
+        self.sink.check_published(entry)
 
     def remove_unpublished(self, plan: OffsetPlan) -> None:
         """Remove a batch that is not in the log: its staged files, then its plan."""

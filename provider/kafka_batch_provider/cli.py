@@ -115,14 +115,38 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_storage_args(p: argparse.ArgumentParser, output_required: bool = False, output_help: str = "") -> None:
+def add_storage_args(p: argparse.ArgumentParser, output_help: str = "") -> None:
+    from kafka_batch_provider.sinks.base import FORMATS
+    from kafka_batch_provider.spark.options import add_partition_by_argument
+
     g = p.add_argument_group("output")
     g.add_argument(
-        "--output",
-        required=output_required,
-        help=output_help
-        or "where the data and its offset log live: a local path or a URI (s3://, gs://, abfs://, file://)",
+        "--format",
+        choices=FORMATS,
+        default=os.environ.get("KAFKA_BATCH_FORMAT", "parquet"),
+        help="parquet (a folder per batch, default), delta (a Delta Lake table) or iceberg (an Iceberg table)",
     )
+    g.add_argument(
+        "--output",
+        help=output_help
+        or "where the data and its offset log live: a local path or a URI (s3://, gs://, abfs://, file://); "
+        "for --format delta, the table's location",
+    )
+    g.add_argument("--table", help="--format iceberg: the table, NAMESPACE.NAME (created on first use)")
+    g.add_argument(
+        "--catalog-property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="pyiceberg catalog property, repeatable (type=sql, uri=sqlite:///..., warehouse=..., s3.endpoint=...); "
+        "secrets belong in --catalog-properties-file",
+    )
+    g.add_argument(
+        "--catalog-properties-file",
+        default=os.environ.get("KAFKA_BATCH_CATALOG_PROPERTIES_FILE"),
+        help="JSON object of catalog properties, for secrets (default: $KAFKA_BATCH_CATALOG_PROPERTIES_FILE)",
+    )
+    add_partition_by_argument(g)
     g.add_argument(
         "--storage-option",
         action="append",
@@ -142,7 +166,7 @@ def add_spark_args(p: argparse.ArgumentParser) -> None:
     from kafka_batch_provider.spark.options import WriteOptions
 
     g = p.add_argument_group("Spark")
-    WriteOptions.add_arguments(g)
+    WriteOptions.add_arguments(g, partition_by=False)
     g.add_argument("--spark-master", default="local[*]", help="Spark master URL (default local[*])")
     g.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting, repeatable")
 
@@ -185,10 +209,39 @@ def storage_options_from(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def store_from(args: argparse.Namespace, output: str | None = None):
-    from kafka_batch_provider.batch_store import BatchStore
+def catalog_properties_from(args: argparse.Namespace) -> dict[str, str]:
+    """The file's catalog properties, then ``--catalog-property`` pairs (never secrets: argv is public)."""
+    from kafka_batch_provider.kafka_config import SECRET_KEY_PATTERN
+    from kafka_batch_provider.storage import read_storage_options_file
 
-    return BatchStore(output or args.output, storage_options_from(args))
+    pairs = parse_key_values(args.catalog_property, flag="--catalog-property")
+    secret = sorted(k for k in pairs if SECRET_KEY_PATTERN.search(k))
+    if secret:
+        raise ConfigError(
+            f"--catalog-property {secret[0]}=... would show the secret in ps and shell history: "
+            "put it in --catalog-properties-file (or an Airflow connection)"
+        )
+    properties = read_storage_options_file(args.catalog_properties_file) if args.catalog_properties_file else {}
+    return {str(k): str(v) for k, v in {**properties, **pairs}.items()}
+
+
+def output_spec_from(args: argparse.Namespace, output: str | None = None):
+    from kafka_batch_provider.outputs import OutputSpec
+
+    return OutputSpec(
+        format=args.format,
+        output=output or args.output,
+        table=args.table,
+        catalog_properties=catalog_properties_from(args),
+        storage_options=storage_options_from(args),
+        partition_by=args.partition_by,
+    )
+
+
+def store_from(args: argparse.Namespace, output: str | None = None):
+    from kafka_batch_provider.outputs import open_store
+
+    return open_store(output_spec_from(args, output))
 
 
 def policy_from(args: argparse.Namespace) -> PlanPolicy:
@@ -233,21 +286,43 @@ def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
 def submit_write(args: argparse.Namespace, options: Any, plan_path: str, store: Any, kafka: Any) -> dict[str, Any]:
     from kafka_batch_provider.spark.submit import application_args, run_submit, submit_command
 
-    app_args = application_args(plan_path, store.location.output, options)
+    spec = output_spec_from(args, None if args.format == "iceberg" else (args.output or store_output(store)))
+    app_args = application_args(plan_path, spec, options)
     command = submit_command(app_args, args.spark_master, parse_key_values(args.spark_conf, flag="--spark-conf"))
-    progress(f"spark-submit --master {args.spark_master} ({args.reader} reader)")
-    return run_submit(command, kafka.kafka_config, progress, store.location.storage_options)
+    progress(f"spark-submit --master {args.spark_master} ({args.reader} reader, {spec.format} output)")
+    return run_submit(command, kafka.kafka_config, progress, spec.storage_options, spec.catalog_properties)
+
+
+def store_output(store: Any) -> str:
+    """The ``--output`` that opens ``store`` again (the table's location for Delta)."""
+    return store.sink.data.output
 
 
 def load_plan_and_store(args: argparse.Namespace):
-    from kafka_batch_provider.batch_store import load_plan_file, output_of_plan_file
+    from kafka_batch_provider.batch_store import load_plan_file
 
-    store = store_from(args, args.output or output_of_plan_file(args.plan))
+    store = store_from(args, plan_output(args))
     return load_plan_file(args.plan, store.location.storage_options), store
 
 
+def plan_output(args: argparse.Namespace) -> str | None:
+    """The output holding ``--plan`` when ``--output`` does not say (a table's: above ``_kafka_batch/``)."""
+    from kafka_batch_provider.batch_store import output_of_plan_file
+    from kafka_batch_provider.sinks.table_support import CONTROL
+
+    if args.output or args.format == "iceberg":
+        return args.output
+    output = output_of_plan_file(args.plan)
+    if args.format == "delta":
+        parent, _, folder = output.rstrip("/").rpartition("/")
+        if folder != CONTROL:
+            raise ConfigError(f"{args.plan} is not a plan of a Delta table (<table>/{CONTROL}/_plans/...)")
+        return parent
+    return output
+
+
 def location_of(store: Any, entry: dict[str, Any]) -> str | None:
-    return store.location.uri_of(entry["location"]) if entry.get("location") else None
+    return store.sink.data.uri_of(entry["location"]) if entry.get("location") else None
 
 
 def cmd_write(args: argparse.Namespace) -> dict[str, Any]:
@@ -359,7 +434,7 @@ def cmd_lag(args: argparse.Namespace) -> dict[str, Any]:
         retention_risk=args.retention_risk,
     )
     now = datetime.now(timezone.utc)
-    store = store_from(args) if args.output else None
+    store = store_from(args) if args.output or args.table else None
     report = lag_report(offsets_client(args), args.group, args.topic, store, policy, now)
     if not args.json:
         print(format_lag_table(report, now), flush=True)
@@ -377,10 +452,10 @@ class LagCheckFailed(KafkaBatchError):
 
 
 def cmd_discard(args: argparse.Namespace) -> dict[str, Any]:
-    from kafka_batch_provider.batch_store import load_plan_file, output_of_plan_file, parse_numbered, split_plan_path
+    from kafka_batch_provider.batch_store import load_plan_file, parse_numbered, split_plan_path
     from kafka_batch_provider.protocol import discard_batch
 
-    store = store_from(args, args.output or output_of_plan_file(args.plan))
+    store = store_from(args, plan_output(args))
     try:
         plan = load_plan_file(args.plan, store.location.storage_options)
     except ConfigError as exc:
@@ -446,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_kafka_args(p)
     add_plan_args(p)
-    add_storage_args(p, output_required=True)
+    add_storage_args(p)
     p.set_defaults(func=cmd_plan)
 
     def plan_file_args(p: argparse.ArgumentParser) -> None:
@@ -467,7 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="plan, write and commit one batch")
     add_kafka_args(p)
     add_plan_args(p)
-    add_storage_args(p, output_required=True)
+    add_storage_args(p)
     add_spark_args(p)
     p.set_defaults(func=cmd_run)
 

@@ -53,6 +53,7 @@ def build_manifest(
     partition_stats: Iterable[Mapping[str, Any]] = (),
     files: Iterable[Mapping[str, Any]] = (),
     staging: str | None = None,
+    location: str | None = None,
     schema: str | None = None,
     written_at: str = "",
     options: Mapping[str, Any] | None = None,
@@ -65,6 +66,7 @@ def build_manifest(
         ``min_offset``, ``max_offset``, ``min_timestamp``, ``max_timestamp``.
     :param files: ``{"name", "bytes", "rows"}`` of each data file (names inside the batch's folder).
     :param staging: where the files wait until they are published (relative to the output).
+    :param location: where the files are read once published (default ``batch_id=<id>``).
     """
     stats = {(s["topic"], int(s["partition"])): s for s in partition_stats}
     unplanned = sorted(set(stats) - {(r.topic, r.partition) for r in plan.readable_ranges})
@@ -97,7 +99,7 @@ def build_manifest(
         "ranges": ranges,
         "gaps": [g.to_dict() for g in plan.gaps],
         "rows": sum(r["rows"] for r in ranges),
-        "location": data_dir_name(plan.batch_id) if files else None,
+        "location": (location or data_dir_name(plan.batch_id)) if files else None,
         "files": files,
         "staging": staging if files else None,
         "schema": schema,

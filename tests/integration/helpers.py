@@ -11,6 +11,7 @@ from pyarrow.fs import FSSpecHandler, PyFileSystem
 
 from kafka_batch_provider.batch_store import BatchStore
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
+from kafka_batch_provider.outputs import OutputSpec, open_store
 from kafka_batch_provider.planning import PlanPolicy
 from kafka_batch_provider.protocol import PlanOutcome, commit_batch, plan_batch
 from kafka_batch_provider.reconcile import GroupMismatchPolicy
@@ -34,6 +35,49 @@ class Output:
         return Location(self.uri, self.storage_options)
 
 
+@dataclass
+class TableOutput(Output):
+    """A Delta table (``uri`` is its location) or an Iceberg table (``table`` in ``catalog``)."""
+
+    format: str = "delta"
+    table: str | None = None
+    catalog: dict[str, str] = field(default_factory=dict)
+    partition_by: str | None = None
+
+    def spec(self) -> OutputSpec:
+        return OutputSpec(
+            format=self.format,
+            output=None if self.format == "iceberg" else self.uri,
+            table=self.table,
+            catalog_properties=self.catalog,
+            storage_options=self.storage_options,
+            partition_by=self.partition_by,
+        )
+
+    def store(self) -> BatchStore:
+        return open_store(self.spec())
+
+    def read(self, columns: list[str] | None = None):
+        """The table as its own reader (deltalake, pyiceberg) sees it."""
+        if self.format == "delta":
+            from deltalake import DeltaTable
+
+            from kafka_batch_provider.sinks.delta import delta_storage_options
+
+            try:
+                table = DeltaTable(
+                    self.location.root if self.location.is_local else self.uri,
+                    storage_options=delta_storage_options(self.location),
+                )
+            except Exception:  # noqa: BLE001 - no table yet
+                return None
+            return table.to_pyarrow_table(columns=columns)
+        from kafka_batch_provider.sinks.iceberg import load_catalog
+
+        table = load_catalog(self.catalog).load_table(self.table)
+        return table.scan(selected_fields=tuple(columns) if columns else ("*",)).to_arrow()
+
+
 def read_dataset(output: Output | str, columns: list[str] | None = None):
     """The output as a plain Parquet reader sees it (a pyarrow Table, ``None`` when empty).
 
@@ -41,6 +85,8 @@ def read_dataset(output: Output | str, columns: list[str] | None = None):
     names starting with ``_`` or ``.``.
     """
     output = output if isinstance(output, Output) else Output(str(output))
+    if isinstance(output, TableOutput):
+        return output.read(columns)
     location = output.location
     if not location.exists(""):
         return None

@@ -39,7 +39,7 @@ def offsets_of(topic: str, counts: dict[int, tuple[int, int]]) -> set[tuple[str,
 
 def published_files(store, batch_id: str) -> dict[str, int]:
     """File names (unique per attempt) and sizes: unchanged names prove nothing was rewritten."""
-    return store.published_files(batch_id)
+    return store.sink.published_files(batch_id)
 
 
 def test_first_run_ingests_every_partition_including_empty_and_never_committed_ones(
@@ -286,7 +286,7 @@ def test_a_range_that_cannot_be_completed_fails_naming_it_and_publishes_nothing(
     with pytest.raises(Exception) as err:
         write_batch(spark, plan, store, kafka_config, WriteOptions(stall_timeout=2))
     assert isinstance(err.value, ReadError) or f"{topic}[0]: reading [0, 8) stopped at offset 5" in str(err.value)
-    assert store.published_files(plan.batch_id) == {} and store.log.entry(1) is None
+    assert store.sink.published_files(plan.batch_id) == {} and store.log.entry(1) is None
 
 
 def test_readers_never_see_a_batch_twice_or_in_part(spark, kafka_config, new_topic, group_id, local_output):

@@ -14,6 +14,7 @@ from kafka_batch_provider.manifest import build_manifest
 from kafka_batch_provider.offset_log import TAIL_HINT, entry_name
 from kafka_batch_provider.offsets import PartitionOffsets
 from kafka_batch_provider.planning import LogSlot, PlanPolicy, plan_incremental
+from kafka_batch_provider.sinks.parquet_layout import ParquetLayout
 from kafka_batch_provider.storage import Location, split_output
 
 
@@ -142,10 +143,10 @@ def test_publish_is_one_rename_and_is_rolled_forward_after_a_crash(tmp_path):
     (staged / "part-0.parquet").write_bytes(b"x" * 10)
     manifest = entry(plan, files=[{"name": "part-0.parquet", "bytes": 10, "rows": 5}])
     assert store.log.append(manifest)  # ... the process dies before publishing
-    assert not store.is_published(manifest)
+    assert not store.sink.is_published(manifest)
     store.publish(manifest)
     assert (tmp_path / f"batch_id={plan.batch_id}" / "part-0.parquet").read_bytes() == b"x" * 10
-    assert not staged.exists() and store.is_published(manifest)
+    assert not staged.exists() and store.sink.is_published(manifest)
     store.publish(manifest)  # idempotent
     store.check_published(manifest)
 
@@ -189,7 +190,7 @@ def test_an_append_answered_as_refused_for_its_own_entry_keeps_its_files(tmp_pat
     manifest = staged_batch(tmp_path, plan)
     assert store.log.append(manifest)
     assert store.commit_entry(plan, manifest) == manifest
-    assert store.is_published(manifest), "the batch's own staged files must be published, not deleted"
+    assert store.sink.is_published(manifest), "the batch's own staged files must be published, not deleted"
 
 
 def test_sealing_publishes_exactly_the_reported_files_never_a_late_one(tmp_path):
@@ -245,7 +246,7 @@ def test_a_store_that_ignores_conditional_writes_is_refused_before_the_first_ent
 
 
 def test_a_publisher_that_loses_the_race_to_another_stops_quietly(tmp_path):
-    class SlowObserver(BatchStore):
+    class SlowObserver(ParquetLayout):
         """Sees the batch folder empty once, as a publisher does when another is just finishing."""
 
         stale = True
@@ -253,13 +254,13 @@ def test_a_publisher_that_loses_the_race_to_another_stops_quietly(tmp_path):
         def published_files(self, batch_id):
             if self.stale:
                 self.stale = False
-                BatchStore(self.location.output).publish(manifest)  # the other publisher finishes now
+                BatchStore(self.data.output).publish(manifest)  # the other publisher finishes now
                 return {}
             return super().published_files(batch_id)
 
     plan = plan_at(1, None)
     manifest = staged_batch(tmp_path, plan)
-    store = SlowObserver(tmp_path)
+    store = BatchStore(tmp_path, sink=SlowObserver(Location(str(tmp_path))))
     store.log.append(manifest)
     store.publish(manifest)  # found nothing published, then nothing staged: the other one won
-    assert store.is_published(manifest)
+    assert store.sink.is_published(manifest)

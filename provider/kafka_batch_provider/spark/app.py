@@ -23,15 +23,17 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from kafka_batch_provider.batch_store import BatchStore, load_plan_file, output_of_plan_file
+from kafka_batch_provider.batch_store import load_plan_file, output_of_plan_file
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.kafka_config import SECRET_KEY_PATTERN, check_config, config_object, read_config_file
+from kafka_batch_provider.outputs import OutputSpec, open_store
 from kafka_batch_provider.spark.options import WriteOptions
 from kafka_batch_provider.storage import read_storage_options_file
 
 CONFIG_FILE_ENV = "KAFKA_BATCH_KAFKA_CONFIG_FILE"
 CONFIG_JSON_ENV = "KAFKA_BATCH_KAFKA_CONFIG"
 STORAGE_OPTIONS_FILE_ENV = "KAFKA_BATCH_STORAGE_OPTIONS_FILE"
+CATALOG_PROPERTIES_FILE_ENV = "KAFKA_BATCH_CATALOG_PROPERTIES_FILE"
 
 
 def load_kafka_config(path: str | None) -> dict[str, Any]:
@@ -49,6 +51,11 @@ def load_kafka_config(path: str | None) -> dict[str, Any]:
 def load_storage_options(path: str | None) -> dict[str, Any]:
     path = path or os.environ.get(STORAGE_OPTIONS_FILE_ENV)
     return read_storage_options_file(path) if path else {}
+
+
+def load_catalog_properties(path: str | None) -> dict[str, str]:
+    path = path or os.environ.get(CATALOG_PROPERTIES_FILE_ENV)
+    return {str(k): str(v) for k, v in read_storage_options_file(path).items()} if path else {}
 
 
 _TASK_ERROR = re.compile(r"kafka_batch_provider\.errors\.(\w+Error): (.+)")
@@ -76,6 +83,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="kafka_batch_ingest", description=__doc__.splitlines()[0])
     parser.add_argument("--plan", required=True, help="plan file (<output>/_plans/<seq>-<batch_id>.json)")
     parser.add_argument("--output", help="output path or URI (default: the one holding the plan)")
+    parser.add_argument("--format", default="parquet", help="parquet, delta or iceberg")
+    parser.add_argument("--table", help="the Iceberg table, NAMESPACE.NAME")
+    parser.add_argument("--catalog-properties-file", help="JSON file of Iceberg catalog properties")
     parser.add_argument("--kafka-config-file", help="JSON file of librdkafka settings")
     parser.add_argument("--storage-options-file", help="JSON file of fsspec storage options (credentials)")
     WriteOptions.add_arguments(parser)
@@ -86,10 +96,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         storage_options = load_storage_options(args.storage_options_file)
-        plan = load_plan_file(args.plan, storage_options)
-        store = BatchStore(args.output or output_of_plan_file(args.plan), storage_options)
-        kafka_config = load_kafka_config(args.kafka_config_file)
         options = WriteOptions.from_namespace(args)
+        spec = OutputSpec(
+            format=args.format,
+            output=None if args.table else (args.output or output_of_plan_file(args.plan)),
+            table=args.table,
+            catalog_properties=load_catalog_properties(args.catalog_properties_file),
+            storage_options=storage_options,
+            partition_by=options.partition_by,
+        )
+        store = open_store(spec)
+        plan = load_plan_file(args.plan, store.location.storage_options)
+        kafka_config = load_kafka_config(args.kafka_config_file)
     except KafkaBatchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

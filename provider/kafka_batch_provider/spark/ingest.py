@@ -99,7 +99,8 @@ def stage_batch(
     staging = store.new_staging(plan.batch_id)
     receipts = options.reader == "python"
     df = decode_values(read_plan(spark, plan, kafka_config, options, receipts=receipts), options)
-    writer = TaskWriter(store.location.output, staging, store.location.storage_options)
+    data = store.sink.data
+    writer = TaskWriter(data.output, staging, data.storage_options, partition_by=options.partition_by)
     rows = df.mapInArrow(writer, REPORT_SCHEMA).collect()
     reports = TaskReports.merge(json.loads(row["report"]) for row in rows)
     schema = (df.drop(RECEIPT_COLUMN) if receipts else df).schema.simpleString()
@@ -109,7 +110,7 @@ def stage_batch(
 def footer_rows(store: BatchStore, name: str) -> int | None:
     """Rows in a staged file's Parquet footer; ``None`` when it is gone or unreadable (the check says so)."""
     try:
-        with store.location.open_input(name) as f:
+        with store.sink.data.open_input(name) as f:
             return pq.ParquetFile(f).metadata.num_rows
     except (OSError, pa.ArrowException):
         return None
@@ -135,12 +136,13 @@ def publish_staged(
         is published, the plan stays pending).
     :raises LogConflictError: when another batch took the plan's entry of the log first.
     """
-    found = store.location.file_sizes(staged.staging)
+    data = store.sink.data
+    found = data.file_sizes(staged.staging)
     reported = {f["name"] for f in staged.reports.files}
     footers = {name: footer_rows(store, f"{staged.staging}/{name}") for name in sorted(reported & set(found))}
     stats = check_write(plan, staged.reports, found, footers, staged.counted_at_source)
     # Files of task attempts that failed or were superseded are never part of the batch.
-    store.location.delete(f"{staged.staging}/{name}" for name in sorted(set(found) - reported))
+    data.delete(f"{staged.staging}/{name}" for name in sorted(set(found) - reported))
     staging = store.seal(staged.staging, sorted(reported))
     for s in stats:
         s["min_timestamp"], s["max_timestamp"] = (
@@ -153,9 +155,15 @@ def publish_staged(
         stats,
         staged.reports.files,
         staging=staging,
+        location=store.sink.batch_location(plan.batch_id, staging),
         schema=staged.schema,
         written_at=utc_now(),
-        options={"reader": options.reader, "value_format": options.value_format, "value_schema": options.value_schema},
+        options={
+            "reader": options.reader,
+            "value_format": options.value_format,
+            "value_schema": options.value_schema,
+            "partition_by": options.partition_by,
+        },
         timings=timings,
     )
     return store.commit_entry(plan, manifest)
@@ -231,9 +239,10 @@ def read_check_publish(
         store.publish(entry)
         progress(f"batch {bid} is in the output log (entry {plan.seq}) and published; this attempt stops here")
         return entry
-    store.clean_staging(bid)  # leftovers of crashed attempts of this batch
+    store.clean_staging(bid, keep=entry.get("staging"))  # leftovers of crashed attempts of this batch
     progress(
         f"batch {bid}: wrote {entry['rows']} rows in {len(entry['files'])} file(s) to "
-        f"{store.location.uri_of(entry['location']) if entry['location'] else store.root} (output log entry {plan.seq})"
+        f"{store.sink.data.uri_of(entry['location']) if entry['location'] else store.root} "
+        f"(output log entry {plan.seq}, {store.format})"
     )
     return entry

@@ -60,8 +60,14 @@ def private_config_file(kafka_config: Mapping[str, Any]) -> Iterator[str]:
     return private_json_file(kafka_config)
 
 
-def application_args(plan_path: str, output: str, options: WriteOptions) -> list[str]:
-    return ["--plan", plan_path, "--output", output, *options.to_args()]
+def application_args(plan_path: str, output: Any, options: WriteOptions) -> list[str]:
+    """The Spark application's arguments: the plan, the output (a path/URI or an
+    :class:`~kafka_batch_provider.outputs.OutputSpec`) and the options; never a secret."""
+    if isinstance(output, str):
+        return ["--plan", plan_path, "--output", output, *options.to_args()]
+    where = ["--table", output.table] if output.table else ["--output", output.output]
+    partition = [] if options.partition_by or not output.partition_by else ["--partition-by", output.partition_by]
+    return ["--plan", plan_path, "--format", output.format, *where, *options.to_args(), *partition]
 
 
 def submit_command(
@@ -83,6 +89,7 @@ def run_submit(
     kafka_config: Mapping[str, Any],
     progress: Callable[[str], None],
     storage_options: Mapping[str, Any] | None = None,
+    catalog_properties: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run spark-submit, relay its progress lines, return the application's JSON result line."""
     env = dict(os.environ)
@@ -96,10 +103,12 @@ def run_submit(
     with (
         private_config_file(kafka_config) as config_path,
         private_json_file(storage_options or {}, "kafka-batch-storage-") as storage_path,
+        private_json_file(catalog_properties or {}, "kafka-batch-catalog-") as catalog_path,
         tempfile.TemporaryFile("w+") as jvm_log,
     ):
         env[spark_app.CONFIG_FILE_ENV] = config_path
         env[spark_app.STORAGE_OPTIONS_FILE_ENV] = storage_path
+        env[spark_app.CATALOG_PROPERTIES_FILE_ENV] = catalog_path
         process = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=jvm_log, text=True, env=env)
         assert process.stdout is not None
         for line in process.stdout:  # relay progress while Spark runs

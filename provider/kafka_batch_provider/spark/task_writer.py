@@ -1,7 +1,8 @@
 """The write step inside each Spark task: Arrow batches in, one Parquet file and a report out.
 
 Used as ``df.mapInArrow(TaskWriter(...), REPORT_SCHEMA).collect()``: every task writes the
-rows of its input partition with pyarrow to one file in the batch's staging folder, on any
+rows of its input partition with pyarrow to one file (one per date with ``partition_by="date"``)
+in the batch's staging folder, on any
 filesystem fsspec reaches (so a cluster needs no Hadoop connector for S3, GCS or Azure), and
 yields one JSON report: the file, its rows and bytes, per Kafka partition the rows and offset
 and timestamp bounds it wrote, and the reader's receipts (what the reading task read, see
@@ -44,6 +45,8 @@ class TaskWriter:
     staging: str
     storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)
     compression: str = "snappy"
+    #: ``"date"``: one file per UTC date of the Kafka timestamp (tables partition by it)
+    partition_by: str | None = None
 
     # mapInArrow names the function after __name__ in plans and the UI: keep it plain.
     __name__ = "kafka_batch_write_parquet"
@@ -55,38 +58,74 @@ class TaskWriter:
 
         context = TaskContext.get()
         task = f"{context.partitionId():05d}-{context.attemptNumber()}" if context else "00000-0"
-        name = f"part-{task}-{uuid.uuid4().hex[:8]}.parquet"
         location = Location(self.output, self.storage_options)
         receipts: list[dict[str, Any]] = []
+        files = PartFiles(location, self.staging, f"part-{task}-{uuid.uuid4().hex[:8]}", self.compression)
         written = WrittenStats()
-        writer = stream = None
         try:
             for batch in batches:
                 batch, batch_receipts = split_receipts(batch)
                 receipts.extend(batch_receipts)
                 if batch.num_rows == 0:
                     continue
-                if writer is None:
-                    stream = location.write_stream(f"{self.staging}/{name}")
-                    writer = pq.ParquetWriter(stream, batch.schema, compression=self.compression)
-                writer.write_batch(batch)
+                for date, part in split_by_date(batch) if self.partition_by == "date" else [(None, batch)]:
+                    files.write(date, part)
                 written.add(batch)
         finally:
-            if writer is not None:
-                writer.close()
-            if stream is not None:
-                if location.is_local:  # the Kafka commit will rely on these bytes being on disk
-                    stream.flush()
-                    os.fsync(stream.fileno())
-                stream.close()
-        files = []
-        if writer is not None:
-            if location.is_local:
-                fsync_dir(location.path(self.staging))
-            size = location.file_sizes(self.staging).get(name, -1)
-            files.append({"name": name, "bytes": size, "rows": written.rows})
-        report = {"files": files, "written": written.to_list(), "receipts": receipts}
+            files.close()
+        if files.names and location.is_local:
+            fsync_dir(location.path(self.staging))
+        report = {"files": files.report(), "written": written.to_list(), "receipts": receipts}
         yield pa.RecordBatch.from_pylist([{"report": json.dumps(report)}])
+
+
+class PartFiles:
+    """The Parquet files one task writes: one, or one per date when partitioned by date."""
+
+    def __init__(self, location: Any, staging: str, stem: str, compression: str) -> None:
+        self.location, self.staging, self.stem, self.compression = location, staging, stem, compression
+        self.open: dict[str | None, tuple[Any, Any]] = {}
+        self.rows: dict[str | None, int] = {}
+        self.names: dict[str | None, str] = {}
+
+    def write(self, date: str | None, batch: pa.RecordBatch) -> None:
+        if date not in self.open:
+            # The date is in the name only to tell files apart: tables keep partition values in
+            # their own metadata, never in paths.
+            name = f"{self.stem}.{date}.parquet" if date else f"{self.stem}.parquet"
+            stream = self.location.write_stream(f"{self.staging}/{name}")
+            self.open[date] = (stream, pq.ParquetWriter(stream, batch.schema, compression=self.compression))
+            self.names[date], self.rows[date] = name, 0
+        self.open[date][1].write_batch(batch)
+        self.rows[date] += batch.num_rows
+
+    def close(self) -> None:
+        for stream, writer in self.open.values():
+            writer.close()
+            if self.location.is_local:  # the Kafka commit will rely on these bytes being on disk
+                stream.flush()
+                os.fsync(stream.fileno())
+            stream.close()
+        self.open.clear()
+
+    def report(self) -> list[dict[str, Any]]:
+        if not self.names:
+            return []
+        sizes = self.location.file_sizes(self.staging)
+        return [
+            {"name": name, "bytes": sizes.get(name, -1), "rows": self.rows[date]}
+            | ({"partition": {"date": date}} if date else {})
+            for date, name in sorted(self.names.items(), key=lambda item: item[1])
+        ]
+
+
+def split_by_date(batch: pa.RecordBatch) -> list[tuple[str, pa.RecordBatch]]:
+    """The batch's rows grouped by the UTC date of their Kafka timestamp (``YYYY-MM-DD``)."""
+    days = pc.strftime(pc.cast(batch.column("timestamp"), pa.timestamp("us", tz="UTC")), format="%Y-%m-%d")
+    values = pc.unique(days).to_pylist()
+    if len(values) == 1:
+        return [(values[0], batch)]
+    return [(day, batch.filter(pc.is_null(days) if day is None else pc.equal(days, day))) for day in values]
 
 
 def split_receipts(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, list[dict[str, Any]]]:

@@ -1,0 +1,291 @@
+"""Delta Lake tables as the output (``--format delta``), with delta-rs (no JVM).
+
+Each batch is one Delta commit that adds the batch's files and carries its offsets, the way
+kafka-delta-ingest does: one ``txn`` action per topic-partition (app id
+``kafka-batch/<group>/<topic>:<partition>``, version = the batch's end offset) and the batch's
+manifest in the commit info (``kafka_batch.manifest``). The table is the offset log: the plan
+step reads the newest batch back from the table's history and its offsets from the ``txn``
+actions (``DeltaTable.transaction_version``).
+
+Exactly one writer gets a batch in: the commit is made from the snapshot in which the
+previous batch was found to be the newest, with ``max_commit_retries=0``, so delta-rs never
+rebases it over a concurrent commit (it would: appends do not conflict, and delta-rs does
+not check ``txn`` app ids of concurrent commits). A lost race is re-checked from the new
+snapshot: another batch took the slot (refused), or a commit that is not a batch (e.g. an
+``optimize``) came between (committed again from the new snapshot).
+
+Object stores: local disks, GCS and Azure make Delta commits atomic by themselves; on S3 a
+Delta commit needs conditional writes (``conditional_put=etag``, set by default here: AWS S3,
+MinIO and R2 support it) or delta-rs's DynamoDB locking provider
+(``AWS_S3_LOCKING_PROVIDER=dynamodb`` in ``delta_options``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
+from kafka_batch_provider.sinks.base import DELTA
+from kafka_batch_provider.sinks.table_support import (
+    MANIFEST_KEY,
+    check_files_present,
+    clean_attempts,
+    files_schema,
+    manifest_text,
+    parse_manifest,
+    s3_settings,
+    staging_folder,
+)
+from kafka_batch_provider.storage import Location
+
+#: Commits that are not batches (optimize, vacuum) moving the table while we commit: retry this often.
+COMMIT_ATTEMPTS = 5
+#: History read per step when looking for batches (most lookups need the newest one or two).
+HISTORY_STEP = 20
+DATE_COLUMN = "date"
+
+
+def app_id(group_id: str | None, key: str) -> str:
+    """The ``txn`` app id of one topic-partition (``key`` is ``topic:partition``)."""
+    return f"kafka-batch/{group_id or '-'}/{key}"
+
+
+def delta_storage_options(location: Location) -> dict[str, str]:
+    """delta-rs (object_store) options from our fsspec storage options.
+
+    ``delta_options`` inside the storage options passes delta-rs settings through as they are.
+    """
+    options = dict(location.storage_options)
+    extra = {str(k): str(v) for k, v in dict(options.pop("delta_options", None) or {}).items()}
+    if location.protocol != "s3":
+        return extra
+    s3 = s3_settings(options)
+    result = {"conditional_put": "etag"}
+    for ours, theirs in (
+        ("key", "AWS_ACCESS_KEY_ID"),
+        ("secret", "AWS_SECRET_ACCESS_KEY"),
+        ("token", "AWS_SESSION_TOKEN"),
+        ("endpoint_url", "AWS_ENDPOINT_URL"),
+        ("region", "AWS_REGION"),
+    ):
+        if s3[ours]:
+            result[theirs] = str(s3[ours])
+    if str(s3["endpoint_url"] or "").startswith("http://"):
+        result["AWS_ALLOW_HTTP"] = "true"
+    return {**result, **extra}
+
+
+class DeltaSink:
+    """A Delta table as output and offset log.
+
+    :param location: the table's location (its root folder, holding ``_delta_log/``).
+    :param partition_by: ``"date"``: partition by the UTC date of the Kafka timestamp.
+    """
+
+    format = DELTA
+
+    def __init__(self, location: Location, partition_by: str | None = None) -> None:
+        self.data = location
+        self.partition_by = partition_by
+        self.name = location.uri
+        self._table_uri = location.root if location.is_local else location.uri
+        self._options = delta_storage_options(location)
+        self._by_seq: dict[int, dict[str, Any]] = {}  # batches never change once committed
+
+    # -- reading the table -------------------------------------------------------------------
+
+    def table(self):
+        """The Delta table, or ``None`` while it does not exist."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            return DeltaTable(self._table_uri, storage_options=self._options)
+        except TableNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot read the Delta table {self.name}: {exc}") from None
+
+    def batches(self, table: Any) -> Iterator[dict[str, Any]]:
+        """The batches' manifests in the table's history, newest first."""
+        limit = HISTORY_STEP
+        seen = 0
+        while True:
+            history = table.history(limit)
+            for info in history[seen:]:
+                if MANIFEST_KEY in info:
+                    where = f"Delta table {self.name} version {info['version']}"
+                    manifest = parse_manifest(str(info[MANIFEST_KEY]), where)
+                    manifest["table_version"] = int(info["version"])
+                    manifest["committed_at"] = info.get("timestamp")
+                    self._by_seq[int(manifest["seq"])] = manifest
+                    yield manifest
+            if len(history) < limit:
+                return
+            seen, limit = len(history), limit * 4
+
+    def newest(self, table: Any) -> dict[str, Any] | None:
+        return next(self.batches(table), None) if table is not None else None
+
+    def entry(self, seq: int) -> dict[str, Any] | None:
+        if seq < 1:
+            return None
+        if seq in self._by_seq:
+            return self._by_seq[seq]
+        table = self.table()
+        if table is None:
+            return None
+        for manifest in self.batches(table):
+            if int(manifest["seq"]) <= seq:
+                return manifest if int(manifest["seq"]) == seq else None
+        return None
+
+    def tail_seq(self) -> int:
+        newest = self.newest(self.table())
+        return int(newest["seq"]) if newest else 0
+
+    def tail(self) -> dict[str, Any] | None:
+        """The newest batch, its offsets as the table's ``txn`` actions hold them."""
+        table = self.table()
+        newest = self.newest(table)
+        if newest is None:
+            return None
+        offsets = {}
+        for key, offset in newest.get("offsets", {}).items():
+            version = table.transaction_version(app_id(newest.get("group_id"), key))
+            if version is not None and int(version) != int(offset):
+                raise ManifestError(
+                    f"Delta table {self.name}: the txn of {key} says {version}, batch {newest['batch_id']} ended at "
+                    f"{offset}; was the table written by another tool with our app ids?"
+                )
+            offsets[key] = int(offset if version is None else version)
+        return {**newest, "offsets": offsets}
+
+    def entries(self) -> Iterator[dict[str, Any]]:
+        table = self.table()
+        return iter(sorted(self.batches(table), key=lambda m: m["seq"])) if table is not None else iter(())
+
+    # -- committing a batch ------------------------------------------------------------------
+
+    def append(self, manifest: dict[str, Any]) -> bool:
+        """One Delta commit: the batch's files, a ``txn`` per partition and the manifest."""
+        from deltalake.exceptions import CommitFailedError, DeltaError
+
+        seq = int(manifest["seq"])
+        for _ in range(COMMIT_ATTEMPTS):
+            table = self.table()
+            newest = self.newest(table)
+            newest_seq = int(newest["seq"]) if newest else 0
+            if newest_seq >= seq:
+                return False
+            if newest_seq != seq - 1:
+                raise ManifestError(f"Delta table {self.name} holds batch {newest_seq} as its newest: cannot add {seq}")
+            try:
+                self._commit(table, manifest)
+                self._by_seq.pop(seq, None)
+                return True
+            except CommitFailedError:
+                continue  # the table moved: look again
+            except DeltaError as exc:
+                if "already exists" in str(exc):
+                    continue  # another writer created the table first
+                raise StorageError(f"Delta commit to {self.name} failed: {exc}") from None
+        raise StorageError(f"Delta table {self.name} kept changing during {COMMIT_ATTEMPTS} commit attempts")
+
+    def _commit(self, table: Any, manifest: dict[str, Any]) -> None:
+        from deltalake import CommitProperties, Schema, Transaction
+        from deltalake.transaction import create_table_with_add_actions
+
+        now = int(time.time() * 1000)
+        properties = CommitProperties(
+            custom_metadata={MANIFEST_KEY: manifest_text(manifest)},
+            max_commit_retries=0,
+            app_transactions=[
+                Transaction(app_id(manifest.get("group_id"), f"{r['topic']}:{r['partition']}"), int(r["end"]), now)
+                for r in manifest["ranges"]
+            ],
+        )
+        schema = self.table_schema(files_schema(self.data, manifest))
+        actions = self.add_actions(manifest, now)
+        partition_by = [DATE_COLUMN] if self.partition_by else None
+        if table is None:
+            create_table_with_add_actions(
+                self._table_uri,
+                Schema.from_arrow(schema),
+                actions,
+                mode="error",
+                partition_by=partition_by,
+                storage_options=self._options,
+                commit_properties=properties,
+            )
+            return
+        current = table.schema().to_arrow()
+        self.check_partitioning(table)
+        missing = [f for f in schema if f.name not in current.names]
+        if missing:  # e.g. the decoded value asked for after the first batch: its own metadata commit
+            from deltalake.schema import Field
+
+            table.alter.add_columns([Field.from_arrow(f) for f in missing])
+            raise_commit_retry()
+        table.create_write_transaction(
+            actions, "append", schema=current, partition_by=partition_by, commit_properties=properties
+        )
+
+    def table_schema(self, files: pa.Schema) -> pa.Schema:
+        return files.append(pa.field(DATE_COLUMN, pa.date32())) if self.partition_by else files
+
+    def check_partitioning(self, table: Any) -> None:
+        found = list(table.metadata().partition_columns)
+        wanted = [DATE_COLUMN] if self.partition_by else []
+        if found != wanted:
+            raise ConfigError(
+                f"Delta table {self.name} is partitioned by {found or 'nothing'}, this run asks for "
+                f"{wanted or 'no partitioning'} (--partition-by): use the table's partitioning"
+            )
+
+    def add_actions(self, manifest: Mapping[str, Any], now: int) -> list[Any]:
+        from deltalake.transaction import AddAction
+
+        return [
+            AddAction(
+                f"{manifest['location']}/{f['name']}",
+                int(f["bytes"]),
+                {DATE_COLUMN: (f.get("partition") or {}).get("date")} if self.partition_by else {},
+                now,
+                True,
+                json.dumps({"numRecords": int(f["rows"])}),
+            )
+            for f in manifest.get("files", [])
+        ]
+
+    # -- files ---------------------------------------------------------------------------------
+
+    def staging_folder(self, batch_id: str) -> str:
+        return staging_folder(batch_id)
+
+    def seal(self, staging: str, names: list[str]) -> str:
+        return staging  # the commit names exactly the reported files: late files are never referenced
+
+    def batch_location(self, batch_id: str, sealed: str) -> str:
+        return sealed
+
+    def publish(self, entry: dict[str, Any]) -> None:
+        """Nothing to do: the Delta commit made the batch visible."""
+
+    def check_published(self, entry: dict[str, Any]) -> None:
+        check_files_present(self.data, entry)
+
+    def clean_staging(self, batch_id: str, keep: str | None = None) -> None:
+        clean_attempts(self.data, batch_id, keep)
+
+
+def raise_commit_retry() -> None:
+    """After a schema change the table has a new version: commit the batch from it."""
+    from deltalake.exceptions import CommitFailedError
+
+    raise CommitFailedError("the table's schema changed; committing from the new version")
