@@ -238,10 +238,10 @@ def output_spec_from(args: argparse.Namespace, output: str | None = None):
     )
 
 
-def store_from(args: argparse.Namespace, output: str | None = None):
+def store_from(args: argparse.Namespace, output: str | None = None, create: bool = True):
     from kafka_batch_provider.outputs import open_store
 
-    return open_store(output_spec_from(args, output))
+    return open_store(output_spec_from(args, output), create)
 
 
 def policy_from(args: argparse.Namespace) -> PlanPolicy:
@@ -434,7 +434,7 @@ def cmd_lag(args: argparse.Namespace) -> dict[str, Any]:
         retention_risk=args.retention_risk,
     )
     now = datetime.now(timezone.utc)
-    store = store_from(args) if args.output or args.table else None
+    store = store_from(args, create=False) if args.output or args.table else None
     report = lag_report(offsets_client(args), args.group, args.topic, store, policy, now)
     if not args.json:
         print(format_lag_table(report, now), flush=True)
@@ -469,6 +469,58 @@ def cmd_discard(args: argparse.Namespace) -> dict[str, Any]:
         return {"batch_id": numbered[1], "discarded": True}
     discard_batch(store, plan, progress)
     return {"batch_id": plan.batch_id, "discarded": True}
+
+
+def batch_rows(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per batch of the output: what ``kafka-batch table`` prints."""
+    from datetime import datetime, timezone
+
+    rows = []
+    for e in entries:
+        moment = e.get("committed_at") or e.get("written_at")
+        if isinstance(moment, (int, float)):  # table commits keep epoch milliseconds
+            moment = datetime.fromtimestamp(moment / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+        rows.append(
+            {
+                "seq": e["seq"],
+                "batch_id": e["batch_id"],
+                "committed_at": moment,
+                "rows": e["rows"],
+                "end_offsets": {f"{r['topic']}:{r['partition']}": r["end"] for r in e["ranges"]},
+            }
+        )
+    return rows
+
+
+def format_batch_table(rows: list[dict[str, Any]]) -> str:
+    table = [("seq", "batch id", "committed at", "rows", "end offsets")]
+    table += [
+        (
+            str(r["seq"]),
+            r["batch_id"],
+            str(r["committed_at"] or "-"),
+            f"{r['rows']:,}",
+            " ".join(f"{k}={v}" for k, v in sorted(r["end_offsets"].items())) or "-",
+        )
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(4)]
+    return "\n".join(
+        "  ".join(
+            [*(cell.rjust(w) if i == 3 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))), row[4]]
+        )
+        for row in table
+    )
+
+
+def cmd_table(args: argparse.Namespace) -> dict[str, Any]:
+    store = store_from(args, create=False)
+    rows = batch_rows(list(store.log.entries()))
+    if args.last:
+        rows = rows[-args.last :]
+    if not args.json:
+        print(format_batch_table(rows), flush=True)
+    return {"format": store.format, "output": store.root, "batches": rows}
 
 
 def cmd_broker(args: argparse.Namespace) -> dict[str, Any]:
@@ -572,6 +624,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--retention-risk", type=float, default=0.8, help="fraction of retention.ms that is at risk (default 0.8)"
     )
     p.set_defaults(func=cmd_lag)
+
+    p = sub.add_parser("table", help="the output's batches: batch id, commit time, rows, end offsets per partition")
+    add_storage_args(p)
+    p.add_argument("--json", action="store_true", help="print only the JSON line")
+    p.add_argument("--last", type=positive_int, help="only the newest N batches")
+    p.set_defaults(func=cmd_table)
 
     p = sub.add_parser("broker", help="the embedded Kafka-protocol broker (tansu) for demos and tests")
     p.add_argument("broker_command", choices=["start", "stop", "status"])

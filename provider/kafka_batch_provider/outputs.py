@@ -68,8 +68,11 @@ class OutputSpec:
         return {"format": self.format, "output": self.output, "table": self.table, "partition_by": self.partition_by}
 
 
-def open_store(spec: OutputSpec) -> BatchStore:
-    """The store of the output ``spec`` names (an Iceberg table is created on first use)."""
+def open_store(spec: OutputSpec, create: bool = True) -> BatchStore:
+    """The store of the output ``spec`` names.
+
+    :param create: create a missing Iceberg table (with the Kafka schema); readers pass ``False``.
+    """
     if spec.format == PARQUET:
         return BatchStore(spec.output, dict(spec.storage_options))
     if spec.format == DELTA:
@@ -77,7 +80,11 @@ def open_store(spec: OutputSpec) -> BatchStore:
         from kafka_batch_provider.sinks.table_support import CONTROL
 
         data = Location(str(spec.output), dict(spec.storage_options))
-        return BatchStore(data.uri_of(CONTROL), dict(spec.storage_options), DeltaSink(data, spec.partition_by))
+        sink = DeltaSink(data, spec.partition_by)
+        existing = sink.table()
+        if existing is not None:
+            sink.check_partitioning(existing)
+        return BatchStore(data.uri_of(CONTROL), dict(spec.storage_options), sink)
     from kafka_batch_provider.sinks.iceberg import open_iceberg_store
 
-    return open_iceberg_store(spec)
+    return open_iceberg_store(spec, create)

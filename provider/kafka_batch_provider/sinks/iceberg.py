@@ -66,14 +66,21 @@ def load_catalog(properties: Mapping[str, str]):
         raise ConfigError(f"the Iceberg catalog cannot be opened: {exc}") from None
 
 
-def open_iceberg_store(spec: Any):
+def open_iceberg_store(spec: Any, create: bool = True):
     """The store of ``spec.table``: the table is loaded, or created with the Kafka schema."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
     from kafka_batch_provider.batch_store import BatchStore
 
     catalog = load_catalog(spec.catalog_properties)
     identifier = spec.table.strip()
     namespace = identifier.rsplit(".", 1)[0]
     try:
+        if not create:
+            try:
+                catalog.load_table(identifier)
+            except (NoSuchTableError, NoSuchNamespaceError):
+                raise ConfigError(f"the catalog has no Iceberg table {identifier}") from None
         catalog.create_namespace_if_not_exists(namespace)
         table = catalog.create_table_if_not_exists(identifier, schema=KAFKA_SCHEMA)
         if spec.partition_by and not table.spec().fields and table.current_snapshot() is None:

@@ -1,0 +1,349 @@
+"""Delta Lake and Iceberg tables as the output, with the offsets in the table's own commit.
+
+Real broker, real Spark ``local[2]``, real tables (delta-rs, pyiceberg with a SQLite catalog),
+on a local disk and on the S3-protocol server; read back with each format's own reader and
+with DuckDB.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import pytest
+
+from kafka_batch_provider.errors import LogConflictError
+from kafka_batch_provider.kafka_offsets import KafkaOffsets
+from kafka_batch_provider.planning import PlanPolicy
+from kafka_batch_provider.protocol import commit_batch, plan_batch
+from kafka_batch_provider.spark.ingest import write_batch
+from kafka_batch_provider.testing.producers import Record, produce, sample_records
+from tests.integration.helpers import TableOutput, assert_exactly_once, run_batch, write_without_commit
+from tests.integration.test_cli import assert_one_line_error, cli, last_json
+from tests.integration.test_output_log import delete_group, group_offsets, offsets_of
+
+pytestmark = pytest.mark.integration
+
+
+def make_table(request: pytest.FixtureRequest, tmp_path, fmt: str, where: str, partition_by: str | None = None):
+    if where == "local":
+        if fmt == "delta":
+            return TableOutput(str(tmp_path / "events table ü"), partition_by=partition_by)
+        catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}
+        return TableOutput("", format="iceberg", table="lake.events", catalog=catalog, partition_by=partition_by)
+    uri = request.getfixturevalue("new_s3_output")(f"tables {fmt}")
+    options = request.getfixturevalue("s3_storage_options")
+    if fmt == "delta":
+        return TableOutput(uri, options, partition_by=partition_by)
+    s3 = {
+        "s3.endpoint": options["client_kwargs"]["endpoint_url"],
+        "s3.access-key-id": options["key"],
+        "s3.secret-access-key": options["secret"],
+        "s3.region": options["client_kwargs"]["region_name"],
+    }
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": uri, **s3}
+    return TableOutput("", format="iceberg", table="lake.events", catalog=catalog, partition_by=partition_by)
+
+
+@pytest.fixture(params=["delta-local", "iceberg-local", "delta-s3", "iceberg-s3"])
+def table(request, tmp_path) -> TableOutput:
+    fmt, where = request.param.split("-")
+    return make_table(request, tmp_path, fmt, where)
+
+
+@pytest.fixture(params=["delta", "iceberg"])
+def local_table(request, tmp_path) -> TableOutput:
+    return make_table(request, tmp_path, request.param, "local")
+
+
+def is_local(output: TableOutput) -> bool:
+    return output.uri.startswith("/") if output.format == "delta" else output.catalog["warehouse"].startswith("file:")
+
+
+def table_commits(output: TableOutput) -> int:
+    """How many commits (Delta versions, Iceberg snapshots) the table has."""
+    store = output.store()
+    table = store.sink.table()
+    if output.format == "delta":
+        return 0 if table is None else table.version() + 1
+    return len(table.snapshots())
+
+
+def duckdb_keys(output: TableOutput) -> list[tuple[str, int, int]]:
+    """(topic, partition, offset) of every row, as DuckDB's delta/iceberg extensions read the table."""
+    import duckdb
+    import duckdb_ext
+
+    extensions = os.path.join(list(duckdb_ext.__path__)[0], "extensions")
+    con = duckdb.connect(
+        config={
+            "extension_directory": extensions,
+            "autoinstall_known_extensions": False,
+            "autoload_known_extensions": False,
+        }
+    )
+    for name in ("avro", "delta", "iceberg"):
+        con.execute(f"LOAD {name}")
+    if output.format == "delta":
+        source = f"delta_scan('{output.location.uri}')"  # a file:// URI: DuckDB drops non-ASCII in plain paths
+    else:
+        metadata = output.store().sink.table().metadata_location.removeprefix("file://")
+        source = f"iceberg_scan('{metadata}')"
+    return con.execute(f'SELECT topic, "partition", "offset" FROM {source}').fetchall()
+
+
+def test_two_incremental_runs_land_each_offset_once_for_the_tables_own_reader(
+    spark, kafka_config, new_topic, group_id, table
+):
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 20))
+    _, committed = run_batch(spark, kafka_config, table, group_id, [topic])
+    assert committed == {f"{topic}:0": 10, f"{topic}:1": 10}
+    produce(kafka_config, topic, sample_records(2, 6, first_id=20))
+    _, committed = run_batch(spark, kafka_config, table, group_id, [topic], value_format="string")
+    assert committed == {f"{topic}:0": 13, f"{topic}:1": 13}
+
+    assert_exactly_once(table, offsets_of(topic, {0: 13, 1: 13}))
+    rows = table.read(["offset", "value", "value_string"]).to_pylist()
+    decoded = [r for r in rows if r["value_string"] is not None]
+    assert len(decoded) == 6 and all(r["value_string"].encode() == r["value"] for r in decoded), (
+        "the second batch brings the decoded value (schema evolution); the first batch's rows have none"
+    )
+    store = table.store()
+    entries = list(store.log.entries())
+    assert [(e["seq"], e["rows"]) for e in entries] == [(1, 20), (2, 6)]
+    assert store.log.tail()["offsets"] == {f"{topic}:0": 13, f"{topic}:1": 13}
+    if table.format == "delta":
+        delta = store.sink.table()
+        from kafka_batch_provider.sinks.delta import app_id
+
+        versions = {p: delta.transaction_version(app_id(group_id, f"{topic}:{p}")) for p in (0, 1)}
+        assert versions == {0: 13, 1: 13}, f"the txn actions must hold the end offsets, found {versions}"
+    else:
+        summary = store.sink.table().current_snapshot().summary.additional_properties
+        assert json.loads(summary["kafka_batch.offsets"]) == {f"{topic}:0": 13, f"{topic}:1": 13}
+        assert summary["kafka_batch.batch_id"] == entries[-1]["batch_id"]
+    if is_local(table):  # DuckDB's S3 access needs its httpfs extension and credentials: local only
+        keys = duckdb_keys(table)
+        assert sorted(keys) == sorted(offsets_of(topic, {0: 13, 1: 13})), f"DuckDB read {len(keys)} rows"
+
+
+def test_a_write_whose_kafka_commit_never_happened_is_repaired_without_a_new_table_commit(
+    spark, kafka_config, new_topic, group_id, local_table
+):
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 10))
+    crashed = write_without_commit(spark, kafka_config, local_table, group_id, [topic])
+    commits = table_commits(local_table)
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: None, 1: None}
+
+    outcome, _ = run_batch(spark, kafka_config, local_table, group_id, [topic])
+
+    assert outcome.repaired == [crashed.batch_id] and outcome.plan.ranges == ()
+    assert table_commits(local_table) == commits, "the repair must not add a table commit"
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: 5, 1: 5}
+    assert_exactly_once(local_table, offsets_of(topic, {0: 5, 1: 5}))
+
+
+def test_a_deleted_group_resumes_from_the_table(spark, kafka_config, new_topic, group_id, local_table):
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 20))
+    run_batch(spark, kafka_config, local_table, group_id, [topic])
+    delete_group(kafka_config, group_id)
+    produce(kafka_config, topic, sample_records(2, 6, first_id=20))
+
+    outcome, committed = run_batch(spark, kafka_config, local_table, group_id, [topic])
+
+    assert [(r.start, r.end) for r in outcome.plan.readable_ranges] == [(10, 13), (10, 13)]
+    assert any("resuming from the output's log at 10" in note for note in outcome.notes), outcome.notes
+    assert committed == {f"{topic}:0": 13, f"{topic}:1": 13}
+    assert_exactly_once(local_table, offsets_of(topic, {0: 13, 1: 13}))
+
+
+def test_two_writers_at_once_one_wins_and_readers_never_see_duplicates(spark, kafka_config, new_topic, group_id, table):
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 40))
+    store = table.store()
+    dag = plan_batch(KafkaOffsets(kafka_config), store, group_id, [topic], PlanPolicy()).plan
+    by_hand = plan_batch(KafkaOffsets(kafka_config), store, group_id, [topic], PlanPolicy(), partitions=[0]).plan
+    assert dag.seq == by_hand.seq and dag.batch_id != by_hand.batch_id
+    results: dict[str, object] = {}
+
+    def write(name, plan):
+        try:
+            results[name] = write_batch(spark, plan, table.store(), kafka_config)["batch_id"]
+        except Exception as exc:  # noqa: BLE001 - the loser's error is the point
+            results[name] = exc
+
+    threads = [threading.Thread(target=write, args=a) for a in (("dag", dag), ("by_hand", by_hand))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    winners = [name for name, r in results.items() if isinstance(r, str)]
+    losers = [r for r in results.values() if not isinstance(r, str)]
+    assert len(winners) == 1 and len(losers) == 1, f"expected one winner and one loser, got {results}"
+    assert isinstance(losers[0], LogConflictError), f"the loser must fail with a log conflict, got {losers[0]!r}"
+    won, lost = (dag, by_hand) if winners == ["dag"] else (by_hand, dag)
+    with pytest.raises(LogConflictError):
+        commit_batch(KafkaOffsets(kafka_config), store, lost)
+    commit_batch(KafkaOffsets(kafka_config), store, won)
+    assert_exactly_once(table, offsets_of(topic, {0: 20, 1: 20} if won is dag else {0: 20}))
+    assert [e["batch_id"] for e in table.store().log.entries()] == [won.batch_id]
+    run_batch(spark, kafka_config, table, group_id, [topic])
+    assert_exactly_once(table, offsets_of(topic, {0: 20, 1: 20}))
+
+
+def test_a_stale_table_commit_is_refused_not_rebased(spark, kafka_config, new_topic, group_id, local_table):
+    # Both libraries rebase an append over a concurrent one by default; the sink must not.
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, sample_records(1, 10))
+    plan = write_without_commit(spark, kafka_config, local_table, group_id, [topic])
+    sink = local_table.store().sink
+    entry = sink.entry(plan.seq)
+    forged = {**entry, "batch_id": "b-forged", "files": [], "rows": 0, "location": None}
+    assert sink.append(forged) is False, "a second batch for a taken sequence number must be refused"
+    assert [e["batch_id"] for e in sink.entries()] == [plan.batch_id]
+
+
+def test_the_transactional_topic_gaps_and_a_trailing_marker(spark, kafka_config, new_topic, group_id, local_table):
+    from confluent_kafka import Producer
+
+    topic = new_topic(partitions=1)
+    producer = Producer({**kafka_config, "transactional.id": f"tx-{topic}"})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(topic, value=b"committed-%d" % i, partition=0)
+    producer.commit_transaction(10)  # offsets 0-2 and a commit marker at 3
+    producer.begin_transaction()
+    producer.produce(topic, value=b"aborted", partition=0)
+    producer.flush()
+    producer.abort_transaction(10)  # offset 4 and an abort marker at 5
+    producer.begin_transaction()
+    producer.produce(topic, value=b"committed-3", partition=0)
+    producer.commit_transaction(10)  # offset 6, and a control record as the last offset (7)
+
+    _, committed = run_batch(spark, kafka_config, local_table, group_id, [topic])
+
+    assert committed == {f"{topic}:0": 8}, "the batch ends after the trailing control record"
+    rows = local_table.read(["offset", "value"]).to_pylist()
+    assert {b"committed-0", b"committed-1", b"committed-2", b"committed-3"} <= {r["value"] for r in rows}
+    # tansu delivers aborted records to read_committed readers (design.md); real Kafka does
+    # not. Either way control records (3, 5, 7) are never rows, and nothing is doubled.
+    offsets = [r["offset"] for r in rows]
+    assert not set(offsets) & {3, 5, 7} and len(offsets) == len(set(offsets)), sorted(offsets)
+    assert local_table.store().log.tail()["rows"] == len(offsets)
+    commits = table_commits(local_table)
+    _, committed = run_batch(spark, kafka_config, local_table, group_id, [topic])
+    assert committed == {} and table_commits(local_table) == commits, "nothing new: no table commit"
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_partitioned_by_the_records_date(spark, kafka_config, new_topic, group_id, tmp_path, request, fmt):
+    topic = new_topic(partitions=1)
+    day = 86_400_000
+    base = 1_790_000_000_000 - 1_790_000_000_000 % day  # a midnight, UTC
+    produce(kafka_config, topic, [Record(0, f"r{i}".encode(), timestamp_ms=base + (i % 2) * day) for i in range(6)])
+    output = make_table(request, tmp_path, fmt, "local", partition_by="date")
+    run_batch(spark, kafka_config, output, group_id, [topic], partition_by="date")
+
+    assert_exactly_once(output, {(topic, 0, o) for o in range(6)})
+    entry = output.store().log.tail()
+    dates = sorted((f.get("partition") or {}).get("date") for f in entry["files"])
+    assert len(set(dates)) == 2, f"one file per date per task, found partitions {dates}"
+    if fmt == "delta":
+        assert output.store().sink.table().metadata().partition_columns == ["date"]
+        assert sorted({str(d) for d in output.read(["date"]).column("date").to_pylist()}) == sorted(set(dates))
+    else:
+        assert [f.name for f in output.store().sink.table().spec().fields] == ["timestamp_day"]
+    other = make_table(request, tmp_path, fmt, "local")  # the same table, asked without partitioning
+    with pytest.raises(Exception, match="partitioned by"):
+        run_batch(spark, kafka_config, other, group_id, [topic])
+
+
+def test_cli_runs_iceberg_with_catalog_secrets_in_a_file_and_prints_the_tables_batches(
+    kafka_config, kafka_bootstrap_servers, new_topic, group_id, tmp_path, s3_server, new_s3_output
+):
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 20))
+    options = s3_server.storage_options()
+    secret = options["secret"]
+    catalog_file = tmp_path / "catalog.json"
+    catalog_file.write_text(json.dumps({"s3.secret-access-key": secret, "s3.access-key-id": options["key"]}))
+    table_args = [
+        "--format",
+        "iceberg",
+        "--table",
+        "lake.cli_events",
+        "--catalog-property",
+        "type=sql",
+        "--catalog-property",
+        f"uri=sqlite:///{tmp_path}/catalog.db",
+        "--catalog-property",
+        f"warehouse={new_s3_output('iceberg cli')}",
+        "--catalog-property",
+        f"s3.endpoint={options['client_kwargs']['endpoint_url']}",
+        "--catalog-property",
+        f"s3.region={options['client_kwargs']['region_name']}",
+        "--catalog-properties-file",
+        str(catalog_file),
+    ]
+    common = ["--bootstrap-servers", kafka_bootstrap_servers, "--topic", topic, "--group", group_id]
+
+    result = cli("run", *common, *table_args, "--spark-master", "local[2]")
+    ran = last_json(result)
+    assert ran["records"] == 20 and ran["committed"] == {f"{topic}:0": 10, f"{topic}:1": 10}
+    assert secret not in result.stdout + result.stderr
+
+    listed = cli("table", *table_args)
+    assert listed.returncode == 0, listed.stderr
+    batches = last_json(listed)["batches"]
+    assert [(b["seq"], b["rows"], b["end_offsets"]) for b in batches] == [(1, 20, {f"{topic}:0": 10, f"{topic}:1": 10})]
+    assert batches[0]["batch_id"] in listed.stdout.splitlines()[1], "the human table lists the batch"
+    assert secret not in listed.stdout + listed.stderr
+
+    from kafka_batch_provider.sinks.iceberg import load_catalog
+
+    catalog = {
+        "type": "sql",
+        "uri": f"sqlite:///{tmp_path}/catalog.db",
+        "s3.endpoint": options["client_kwargs"]["endpoint_url"],
+        "s3.access-key-id": options["key"],
+        "s3.secret-access-key": secret,
+        "s3.region": options["client_kwargs"]["region_name"],
+    }
+    table = load_catalog(catalog).load_table("lake.cli_events")
+    stored = json.dumps(table.metadata.model_dump(mode="json")) + json.dumps(
+        [s.summary.additional_properties for s in table.snapshots()]
+    )
+    assert secret not in stored, "the catalog secret must not reach the table's metadata or snapshot summaries"
+
+    refused = cli("table", *table_args[:-2], "--catalog-property", f"s3.secret-access-key={secret}")
+    assert_one_line_error(refused, "would show the secret in ps and shell history")
+
+
+def test_cli_delta_refuses_bad_input_with_one_line_and_changes_nothing(kafka_bootstrap_servers, group_id, tmp_path):
+    out = tmp_path / "delta"
+    result = cli(
+        "plan",
+        "--bootstrap-servers",
+        kafka_bootstrap_servers,
+        "--topic",
+        "no-such-topic-xyz",
+        "--group",
+        group_id,
+        "--format",
+        "delta",
+        "--output",
+        str(out),
+    )
+    assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not out.exists(), f"a refused plan must leave nothing behind, found {list(out.rglob('*'))}"
+    assert_one_line_error(cli("table", "--format", "iceberg", "--table", "x"), "--format iceberg needs --table")
+    assert_one_line_error(
+        cli("table", "--format", "parquet", "--output", str(out), "--partition-by", "date"),
+        "--partition-by applies to --format delta or iceberg",
+    )
