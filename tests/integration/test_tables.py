@@ -30,7 +30,7 @@ def make_table(request: pytest.FixtureRequest, tmp_path, fmt: str, where: str, p
     if where == "local":
         if fmt == "delta":
             return TableOutput(str(tmp_path / "events table ü"), partition_by=partition_by)
-        catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}
+        catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh ü"}
         return TableOutput("", format="iceberg", table="lake.events", catalog=catalog, partition_by=partition_by)
     uri = request.getfixturevalue("new_s3_output")(f"tables {fmt}")
     options = request.getfixturevalue("s3_storage_options")

@@ -92,7 +92,7 @@ def open_iceberg_store(spec: Any, create: bool = True):
         raise StorageError(f"Iceberg table {identifier}: {exc}") from None
     storage = dict(spec.storage_options) or storage_options_from_catalog(spec.catalog_properties)
     data = Location(table.location(), storage)
-    sink = IcebergSink(catalog, identifier, data, spec.partition_by)
+    sink = IcebergSink(catalog, identifier, data, spec.partition_by, table.location())
     sink.check_partitioning(catalog.load_table(identifier))
     return BatchStore(data.uri_of(CONTROL), storage, sink)
 
@@ -107,8 +107,17 @@ class IcebergSink:
 
     format = ICEBERG
 
-    def __init__(self, catalog: Any, identifier: str, data: Location, partition_by: str | None = None) -> None:
+    def __init__(
+        self,
+        catalog: Any,
+        identifier: str,
+        data: Location,
+        partition_by: str | None = None,
+        table_location: str | None = None,
+    ) -> None:
         self.catalog = catalog
+        # The location exactly as the catalog spells it (pyiceberg does not percent-decode URIs).
+        self.table_location = (table_location or data.uri).rstrip("/")
         self.identifier = identifier
         self.data = data
         self.partition_by = partition_by
@@ -208,7 +217,7 @@ class IcebergSink:
             f"{SUMMARY_PREFIX}offsets": json.dumps(manifest.get("offsets", {}), sort_keys=True),
         }
         transaction = without_retries(table).transaction()
-        paths = [f"{self.data.uri}/{manifest['location']}/{f['name']}" for f in manifest.get("files", [])]
+        paths = [f"{self.table_location}/{manifest['location']}/{f['name']}" for f in manifest.get("files", [])]
         if paths:
             transaction.add_files(paths, snapshot_properties=properties, check_duplicate_files=False)
         else:  # an offsets-only batch: an empty append still records where the output stands
