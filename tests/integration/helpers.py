@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,6 +11,7 @@ import pyarrow.dataset as ds
 from pyarrow.fs import FSSpecHandler, PyFileSystem
 
 from kafka_batch_provider.batch_store import BatchStore
+from kafka_batch_provider.errors import LogConflictError
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
 from kafka_batch_provider.outputs import OutputSpec, open_store
 from kafka_batch_provider.planning import PlanPolicy
@@ -148,3 +150,47 @@ def run_batch(
         return outcome, {}
     write_batch(spark, outcome.plan, store, kafka.kafka_config, WriteOptions(**write_options))
     return outcome, commit_batch(kafka, store, outcome.plan)
+
+
+def race_two_writes(spark, kafka_config: dict[str, Any], output: Output, first, second):
+    """Write two plans for the same log entry at once: returns ``(won, lost)``.
+
+    Exactly one must be published; the other must fail with :class:`LogConflictError`.
+    """
+    results: dict[int, object] = {}
+
+    def write(index: int, plan) -> None:
+        try:
+            results[index] = write_batch(spark, plan, output.store(), kafka_config)["batch_id"]
+        except Exception as exc:  # noqa: BLE001 - the loser's error is the point
+            results[index] = exc
+
+    threads = [threading.Thread(target=write, args=(i, plan)) for i, plan in enumerate((first, second))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [i for i, r in results.items() if isinstance(r, str)]
+    losers = [r for r in results.values() if not isinstance(r, str)]
+    assert len(winners) == 1 and len(losers) == 1, f"expected one winner and one loser, got {results}"
+    assert isinstance(losers[0], LogConflictError), f"the loser must fail with a log conflict, got {losers[0]!r}"
+    return (first, second) if winners == [0] else (second, first)
+
+
+def produce_committed_aborted_committed(kafka_config: dict[str, Any], topic: str) -> None:
+    """Partition 0 of ``topic``: committed 0-2, marker 3, aborted 4, marker 5, committed 6, marker 7 (the last)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({**kafka_config, "transactional.id": f"tx-{topic}"})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(topic, value=b"committed-%d" % i, partition=0)
+    producer.commit_transaction(10)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"aborted", partition=0)
+    producer.flush()
+    producer.abort_transaction(10)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"committed-3", partition=0)
+    producer.commit_transaction(10)

@@ -24,7 +24,13 @@ from kafka_batch_provider.reconcile import GroupMismatchPolicy
 from kafka_batch_provider.spark.ingest import publish_staged, stage_batch, write_batch
 from kafka_batch_provider.spark.options import WriteOptions
 from kafka_batch_provider.testing.producers import Record, create_topics, produce, sample_records
-from tests.integration.helpers import assert_exactly_once, dataset_keys, run_batch, write_without_commit
+from tests.integration.helpers import (
+    assert_exactly_once,
+    dataset_keys,
+    race_two_writes,
+    run_batch,
+    write_without_commit,
+)
 from tests.integration.test_cli import assert_one_line_error, cli
 
 pytestmark = pytest.mark.integration
@@ -169,25 +175,7 @@ def test_two_plan_steps_at_once_publish_exactly_one_batch(spark, kafka_config, n
     by_hand = plan_batch(KafkaOffsets(kafka_config), store, group_id, [topic], PlanPolicy(), partitions=[0]).plan
     assert dag.seq == by_hand.seq and dag.batch_id != by_hand.batch_id
 
-    results: dict[str, object] = {}
-
-    def write(name, plan):
-        try:
-            results[name] = write_batch(spark, plan, output.store(), kafka_config)["batch_id"]
-        except Exception as exc:  # noqa: BLE001 - the loser's error is the point
-            results[name] = exc
-
-    threads = [threading.Thread(target=write, args=a) for a in (("dag", dag), ("by_hand", by_hand))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-
-    winners = [name for name, r in results.items() if isinstance(r, str)]
-    losers = [r for r in results.values() if not isinstance(r, str)]
-    assert len(winners) == 1 and len(losers) == 1, f"expected one winner and one loser, got {results}"
-    assert isinstance(losers[0], LogConflictError), f"the loser must fail with a log conflict, got {losers[0]!r}"
-    won, lost = (dag, by_hand) if winners == ["dag"] else (by_hand, dag)
+    won, lost = race_two_writes(spark, kafka_config, output, dag, by_hand)
     with pytest.raises(LogConflictError, match="another run published first"):
         commit_batch(KafkaOffsets(kafka_config), store, lost)
     assert group_offsets(kafka_config, group_id, topic, 2) == {0: None, 1: None}, "the loser commits nothing"

@@ -10,7 +10,6 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Producer
 
 from kafka_batch_provider.errors import CommitConflictError, GroupMismatchError, PlanError, ReadError
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
@@ -24,6 +23,7 @@ from kafka_batch_provider.testing.producers import Record, produce, sample_recor
 from tests.integration.helpers import (
     assert_exactly_once,
     dataset_keys,
+    produce_committed_aborted_committed,
     read_dataset,
     run_batch,
     write_without_commit,
@@ -210,19 +210,7 @@ def test_committed_offset_beyond_the_end_fails_planning_and_writes_nothing(kafka
 
 def test_transaction_markers_are_skipped_and_lag_ends_at_zero(spark, kafka_config, new_topic, group_id, output):
     topic = new_topic(partitions=1)
-    producer = Producer({**kafka_config, "transactional.id": f"tx-{topic}"})
-    producer.init_transactions(10)
-    producer.begin_transaction()
-    for i in range(3):
-        producer.produce(topic, value=b"committed-%d" % i, partition=0)
-    producer.commit_transaction(10)  # offsets 0-2 and a commit marker at 3
-    producer.begin_transaction()
-    producer.produce(topic, value=b"aborted", partition=0)
-    producer.flush()
-    producer.abort_transaction(10)  # offset 4 and an abort marker at 5
-    producer.begin_transaction()
-    producer.produce(topic, value=b"committed-3", partition=0)
-    producer.commit_transaction(10)  # offset 6, and a control record as the last offset (7)
+    produce_committed_aborted_committed(kafka_config, topic)
 
     outcome, committed = run_batch(spark, kafka_config, output, group_id, [topic])
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 
 import pytest
 
@@ -17,9 +16,15 @@ from kafka_batch_provider.errors import LogConflictError
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
 from kafka_batch_provider.planning import PlanPolicy
 from kafka_batch_provider.protocol import commit_batch, plan_batch
-from kafka_batch_provider.spark.ingest import write_batch
 from kafka_batch_provider.testing.producers import Record, produce, sample_records
-from tests.integration.helpers import TableOutput, assert_exactly_once, run_batch, write_without_commit
+from tests.integration.helpers import (
+    TableOutput,
+    assert_exactly_once,
+    produce_committed_aborted_committed,
+    race_two_writes,
+    run_batch,
+    write_without_commit,
+)
 from tests.integration.test_cli import assert_one_line_error, cli, last_json
 from tests.integration.test_output_log import delete_group, group_offsets, offsets_of
 
@@ -168,25 +173,7 @@ def test_two_writers_at_once_one_wins_and_readers_never_see_duplicates(spark, ka
     dag = plan_batch(KafkaOffsets(kafka_config), store, group_id, [topic], PlanPolicy()).plan
     by_hand = plan_batch(KafkaOffsets(kafka_config), store, group_id, [topic], PlanPolicy(), partitions=[0]).plan
     assert dag.seq == by_hand.seq and dag.batch_id != by_hand.batch_id
-    results: dict[str, object] = {}
-
-    def write(name, plan):
-        try:
-            results[name] = write_batch(spark, plan, table.store(), kafka_config)["batch_id"]
-        except Exception as exc:  # noqa: BLE001 - the loser's error is the point
-            results[name] = exc
-
-    threads = [threading.Thread(target=write, args=a) for a in (("dag", dag), ("by_hand", by_hand))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-
-    winners = [name for name, r in results.items() if isinstance(r, str)]
-    losers = [r for r in results.values() if not isinstance(r, str)]
-    assert len(winners) == 1 and len(losers) == 1, f"expected one winner and one loser, got {results}"
-    assert isinstance(losers[0], LogConflictError), f"the loser must fail with a log conflict, got {losers[0]!r}"
-    won, lost = (dag, by_hand) if winners == ["dag"] else (by_hand, dag)
+    won, lost = race_two_writes(spark, kafka_config, table, dag, by_hand)
     with pytest.raises(LogConflictError):
         commit_batch(KafkaOffsets(kafka_config), store, lost)
     commit_batch(KafkaOffsets(kafka_config), store, won)
@@ -209,22 +196,8 @@ def test_a_stale_table_commit_is_refused_not_rebased(spark, kafka_config, new_to
 
 
 def test_the_transactional_topic_gaps_and_a_trailing_marker(spark, kafka_config, new_topic, group_id, local_table):
-    from confluent_kafka import Producer
-
     topic = new_topic(partitions=1)
-    producer = Producer({**kafka_config, "transactional.id": f"tx-{topic}"})
-    producer.init_transactions(10)
-    producer.begin_transaction()
-    for i in range(3):
-        producer.produce(topic, value=b"committed-%d" % i, partition=0)
-    producer.commit_transaction(10)  # offsets 0-2 and a commit marker at 3
-    producer.begin_transaction()
-    producer.produce(topic, value=b"aborted", partition=0)
-    producer.flush()
-    producer.abort_transaction(10)  # offset 4 and an abort marker at 5
-    producer.begin_transaction()
-    producer.produce(topic, value=b"committed-3", partition=0)
-    producer.commit_transaction(10)  # offset 6, and a control record as the last offset (7)
+    produce_committed_aborted_committed(kafka_config, topic)
 
     _, committed = run_batch(spark, kafka_config, local_table, group_id, [topic])
 

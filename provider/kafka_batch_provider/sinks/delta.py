@@ -33,13 +33,11 @@ from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
 from kafka_batch_provider.sinks.base import DELTA
 from kafka_batch_provider.sinks.table_support import (
     MANIFEST_KEY,
-    check_files_present,
-    clean_attempts,
+    TableFiles,
     files_schema,
     manifest_text,
     parse_manifest,
     s3_settings,
-    staging_folder,
 )
 from kafka_batch_provider.storage import Location
 
@@ -80,7 +78,7 @@ def delta_storage_options(location: Location) -> dict[str, str]:
     return {**result, **extra}
 
 
-class DeltaSink:
+class DeltaSink(TableFiles):
     """A Delta table as output and offset log.
 
     :param location: the table's location (its root folder, holding ``_delta_log/``).
@@ -262,26 +260,6 @@ class DeltaSink:
             )
             for f in manifest.get("files", [])
         ]
-
-    # -- files ---------------------------------------------------------------------------------
-
-    def staging_folder(self, batch_id: str) -> str:
-        return staging_folder(batch_id)
-
-    def seal(self, staging: str, names: list[str]) -> str:
-        return staging  # the commit names exactly the reported files: late files are never referenced
-
-    def batch_location(self, batch_id: str, sealed: str) -> str:
-        return sealed
-
-    def publish(self, entry: dict[str, Any]) -> None:
-        """Nothing to do: the Delta commit made the batch visible."""
-
-    def check_published(self, entry: dict[str, Any]) -> None:
-        check_files_present(self.data, entry)
-
-    def clean_staging(self, batch_id: str, keep: str | None = None) -> None:
-        clean_attempts(self.data, batch_id, keep)
 
 
 def raise_commit_retry() -> None:

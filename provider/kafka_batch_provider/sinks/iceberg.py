@@ -26,12 +26,10 @@ from kafka_batch_provider.sinks.table_support import (
     CONTROL,
     KAFKA_SCHEMA,
     MANIFEST_KEY,
-    check_files_present,
-    clean_attempts,
+    TableFiles,
     files_schema,
     manifest_text,
     parse_manifest,
-    staging_folder,
 )
 from kafka_batch_provider.storage import Location
 
@@ -97,7 +95,7 @@ def open_iceberg_store(spec: Any, create: bool = True):
     return BatchStore(data.uri_of(CONTROL), storage, sink)
 
 
-class IcebergSink:
+class IcebergSink(TableFiles):
     """An Iceberg table as output and offset log.
 
     :param catalog: the pyiceberg catalog.
@@ -233,26 +231,6 @@ class IcebergSink:
                 f"{self.name} is partitioned by {found or 'nothing'}, this run asks for {wanted or 'no partitioning'} "
                 "(--partition-by): use the table's partitioning"
             )
-
-    # -- files ---------------------------------------------------------------------------------
-
-    def staging_folder(self, batch_id: str) -> str:
-        return staging_folder(batch_id)
-
-    def seal(self, staging: str, names: list[str]) -> str:
-        return staging
-
-    def batch_location(self, batch_id: str, sealed: str) -> str:
-        return sealed
-
-    def publish(self, entry: dict[str, Any]) -> None:
-        """Nothing to do: the snapshot made the batch visible."""
-
-    def check_published(self, entry: dict[str, Any]) -> None:
-        check_files_present(self.data, entry)
-
-    def clean_staging(self, batch_id: str, keep: str | None = None) -> None:
-        clean_attempts(self.data, batch_id, keep)
 
 
 def without_retries(table: Any):

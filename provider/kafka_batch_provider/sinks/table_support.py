@@ -42,28 +42,44 @@ KAFKA_SCHEMA = pa.schema(
 )
 
 
-def staging_folder(batch_id: str) -> str:
-    return f"{DATA}/{batch_id}.{uuid.uuid4().hex[:8]}"
+class TableFiles:
+    """The file side of the sink interface, the same for Delta and Iceberg.
 
+    Files stay where the tasks wrote them: the table commit names exactly the reported ones,
+    so a file a lingering task writes late is never referenced, and nothing is moved.
+    """
 
-def clean_attempts(data: Location, batch_id: str, keep: str | None) -> None:
-    """Remove the folders of ``batch_id``'s attempts other than ``keep`` (never another batch's)."""
-    for name in data.list_names(DATA):
-        if name.startswith(f"{batch_id}.") and f"{DATA}/{name}" != keep:
-            data.delete_tree(f"{DATA}/{name}")
+    data: Location
 
+    def staging_folder(self, batch_id: str) -> str:
+        return f"{DATA}/{batch_id}.{uuid.uuid4().hex[:8]}"
 
-def check_files_present(data: Location, entry: Mapping[str, Any]) -> None:
-    """Every file the batch's commit references is in place with its size."""
-    if not entry.get("files"):
-        return
-    found = data.file_sizes(entry["location"])
-    wrong = sorted(f["name"] for f in entry["files"] if found.get(f["name"]) != int(f["bytes"]))
-    if wrong:
-        raise ManifestError(
-            f"batch {entry['batch_id']}: {len(wrong)} of its {len(entry['files'])} file(s) are missing or changed "
-            f"in {data.uri_of(entry['location'])} (e.g. {wrong[0]}); its offsets are not committed"
-        )
+    def seal(self, staging: str, names: list[str]) -> str:
+        return staging
+
+    def batch_location(self, batch_id: str, sealed: str) -> str:
+        return sealed
+
+    def publish(self, entry: dict[str, Any]) -> None:
+        """Nothing to do: the table commit made the batch visible."""
+
+    def check_published(self, entry: Mapping[str, Any]) -> None:
+        """Every file the batch's commit references is in place with its size."""
+        if not entry.get("files"):
+            return
+        found = self.data.file_sizes(entry["location"])
+        wrong = sorted(f["name"] for f in entry["files"] if found.get(f["name"]) != int(f["bytes"]))
+        if wrong:
+            raise ManifestError(
+                f"batch {entry['batch_id']}: {len(wrong)} of its {len(entry['files'])} file(s) are missing or "
+                f"changed in {self.data.uri_of(entry['location'])} (e.g. {wrong[0]}); its offsets are not committed"
+            )
+
+    def clean_staging(self, batch_id: str, keep: str | None = None) -> None:
+        """Remove the folders of ``batch_id``'s attempts other than ``keep`` (never another batch's)."""
+        for name in self.data.list_names(DATA):
+            if name.startswith(f"{batch_id}.") and f"{DATA}/{name}" != keep:
+                self.data.delete_tree(f"{DATA}/{name}")
 
 
 def files_schema(data: Location, entry: Mapping[str, Any]) -> pa.Schema:

@@ -66,8 +66,7 @@ def application_args(plan_path: str, output: Any, options: WriteOptions) -> list
     if isinstance(output, str):
         return ["--plan", plan_path, "--output", output, *options.to_args()]
     where = ["--table", output.table] if output.table else ["--output", output.output]
-    partition = [] if options.partition_by or not output.partition_by else ["--partition-by", output.partition_by]
-    return ["--plan", plan_path, "--format", output.format, *where, *options.to_args(), *partition]
+    return ["--plan", plan_path, "--format", output.format, *where, *options.to_args()]
 
 
 def submit_command(
