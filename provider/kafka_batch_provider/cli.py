@@ -116,8 +116,8 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_storage_args(p: argparse.ArgumentParser, output_help: str = "") -> None:
+    from kafka_batch_provider.outputs import add_partition_by_argument
     from kafka_batch_provider.sinks.base import FORMATS
-    from kafka_batch_provider.spark.options import add_partition_by_argument
 
     g = p.add_argument_group("output")
     g.add_argument(
@@ -166,7 +166,7 @@ def add_spark_args(p: argparse.ArgumentParser) -> None:
     from kafka_batch_provider.spark.options import WriteOptions
 
     g = p.add_argument_group("Spark")
-    WriteOptions.add_arguments(g, partition_by=False)
+    WriteOptions.add_arguments(g)
     g.add_argument("--spark-master", default="local[*]", help="Spark master URL (default local[*])")
     g.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting, repeatable")
 
@@ -211,11 +211,11 @@ def storage_options_from(args: argparse.Namespace) -> dict[str, Any]:
 
 def catalog_properties_from(args: argparse.Namespace) -> dict[str, str]:
     """The file's catalog properties, then ``--catalog-property`` pairs (never secrets: argv is public)."""
-    from kafka_batch_provider.kafka_config import SECRET_KEY_PATTERN
+    from kafka_batch_provider.kafka_config import is_secret
     from kafka_batch_provider.storage import read_storage_options_file
 
     pairs = parse_key_values(args.catalog_property, flag="--catalog-property")
-    secret = sorted(k for k in pairs if SECRET_KEY_PATTERN.search(k))
+    secret = sorted(k for k, v in pairs.items() if is_secret(k, v))
     if secret:
         raise ConfigError(
             f"--catalog-property {secret[0]}=... would show the secret in ps and shell history: "
@@ -307,18 +307,11 @@ def load_plan_and_store(args: argparse.Namespace):
 
 def plan_output(args: argparse.Namespace) -> str | None:
     """The output holding ``--plan`` when ``--output`` does not say (a table's: above ``_kafka_batch/``)."""
-    from kafka_batch_provider.batch_store import output_of_plan_file
-    from kafka_batch_provider.sinks.table_support import CONTROL
+    from kafka_batch_provider.outputs import output_of_plan
 
     if args.output or args.format == "iceberg":
         return args.output
-    output = output_of_plan_file(args.plan)
-    if args.format == "delta":
-        parent, _, folder = output.rstrip("/").rpartition("/")
-        if folder != CONTROL:
-            raise ConfigError(f"{args.plan} is not a plan of a Delta table (<table>/{CONTROL}/_plans/...)")
-        return parent
-    return output
+    return output_of_plan(args.format, args.plan)
 
 
 def location_of(store: Any, entry: dict[str, Any]) -> str | None:

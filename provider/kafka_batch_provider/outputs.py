@@ -11,12 +11,18 @@ the protocol works with:
   (pyiceberg's properties: ``type``, ``uri``, ``warehouse``, ``s3.*``, ...); the table is
   created on first use; plans and commit records in ``_kafka_batch/`` of its location.
 
+Partitioning: ``partition_by="date"`` partitions a *new* table by the UTC date of the Kafka
+timestamp. An existing table keeps its own partitioning, whatever the run says
+(``partition_by=None`` follows it; a different explicit choice is refused), so steps that
+do not write files (commit, lag, ``kafka-batch table``) need not repeat it.
+
 Storage options and catalog properties hold secrets: they are never part of a repr, a log
 line or a file this package writes.
 """
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +31,8 @@ from kafka_batch_provider.batch_store import BatchStore
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.sinks.base import DELTA, FORMATS, ICEBERG, PARQUET
 from kafka_batch_provider.storage import Location
+
+PARTITION_BY = ("date",)
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,8 @@ class OutputSpec:
                 raise ConfigError(f"--format {self.format} needs --output (a path or URI)")
             if self.table:
                 raise ConfigError(f"--table is for --format iceberg; --format {self.format} takes --output")
+        if self.partition_by not in (None, *PARTITION_BY):
+            raise ConfigError(f"unknown partitioning {self.partition_by!r}; choose {', '.join(PARTITION_BY)}")
         if self.partition_by and self.format == PARQUET:
             raise ConfigError("--partition-by applies to --format delta or iceberg (the Parquet layout is by batch)")
 
@@ -72,6 +82,7 @@ def open_store(spec: OutputSpec, create: bool = True) -> BatchStore:
     """The store of the output ``spec`` names.
 
     :param create: create a missing Iceberg table (with the Kafka schema); readers pass ``False``.
+    :raises ConfigError: when an existing table is partitioned otherwise than ``spec.partition_by`` asks.
     """
     if spec.format == PARQUET:
         return BatchStore(spec.output, dict(spec.storage_options))
@@ -83,8 +94,31 @@ def open_store(spec: OutputSpec, create: bool = True) -> BatchStore:
         sink = DeltaSink(data, spec.partition_by)
         existing = sink.table()
         if existing is not None:
-            sink.check_partitioning(existing)
+            sink.adopt_partitioning(existing)
         return BatchStore(data.uri_of(CONTROL), dict(spec.storage_options), sink)
     from kafka_batch_provider.sinks.iceberg import open_iceberg_store
 
     return open_iceberg_store(spec, create)
+
+
+def add_partition_by_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--partition-by",
+        choices=PARTITION_BY,
+        help="partition a new table by the UTC date of the Kafka timestamp (delta and iceberg; "
+        "an existing table keeps its partitioning)",
+    )
+
+
+def output_of_plan(output_format: str, plan_path: str) -> str:
+    """The ``--output`` holding the plan file ``plan_path`` (a Delta table's: above ``_kafka_batch/``)."""
+    from kafka_batch_provider.batch_store import output_of_plan_file
+    from kafka_batch_provider.sinks.table_support import CONTROL
+
+    output = output_of_plan_file(plan_path)
+    if output_format != DELTA:
+        return output
+    parent, _, folder = output.rstrip("/").rpartition("/")
+    if folder != CONTROL or not parent:
+        raise ConfigError(f"{plan_path} is not a plan of a Delta table (<table>/{CONTROL}/_plans/...)")
+    return parent

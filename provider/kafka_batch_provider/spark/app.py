@@ -23,10 +23,10 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from kafka_batch_provider.batch_store import load_plan_file, output_of_plan_file
+from kafka_batch_provider.batch_store import load_plan_file
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.kafka_config import SECRET_KEY_PATTERN, check_config, config_object, read_config_file
-from kafka_batch_provider.outputs import OutputSpec, open_store
+from kafka_batch_provider.outputs import OutputSpec, add_partition_by_argument, open_store, output_of_plan
 from kafka_batch_provider.spark.options import WriteOptions
 from kafka_batch_provider.storage import read_storage_options_file
 
@@ -88,6 +88,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--catalog-properties-file", help="JSON file of Iceberg catalog properties")
     parser.add_argument("--kafka-config-file", help="JSON file of librdkafka settings")
     parser.add_argument("--storage-options-file", help="JSON file of fsspec storage options (credentials)")
+    add_partition_by_argument(parser)
     WriteOptions.add_arguments(parser)
     return parser.parse_args(argv)
 
@@ -99,11 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = WriteOptions.from_namespace(args)
         spec = OutputSpec(
             format=args.format,
-            output=None if args.table else (args.output or output_of_plan_file(args.plan)),
+            output=None if args.table else (args.output or output_of_plan(args.format, args.plan)),
             table=args.table,
             catalog_properties=load_catalog_properties(args.catalog_properties_file),
             storage_options=storage_options,
-            partition_by=options.partition_by,
+            partition_by=args.partition_by,
         )
         store = open_store(spec)
         plan = load_plan_file(args.plan, store.location.storage_options)

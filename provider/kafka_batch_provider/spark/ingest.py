@@ -100,11 +100,16 @@ def stage_batch(
     receipts = options.reader == "python"
     df = decode_values(read_plan(spark, plan, kafka_config, options, receipts=receipts), options)
     data = store.sink.data
-    writer = TaskWriter(data.output, staging, data.storage_options, partition_by=options.partition_by)
+    # An existing table's partitioning, not the run's flags, decides how files are split.
+    writer = TaskWriter(data.output, staging, data.storage_options, partition_by=partition_of(store))
     rows = df.mapInArrow(writer, REPORT_SCHEMA).collect()
     reports = TaskReports.merge(json.loads(row["report"]) for row in rows)
     schema = (df.drop(RECEIPT_COLUMN) if receipts else df).schema.simpleString()
     return StagedBatch(staging, reports, schema, counted_at_source=receipts)
+
+
+def partition_of(store: BatchStore) -> str | None:
+    return getattr(store.sink, "partition_by", None)
 
 
 def footer_rows(store: BatchStore, name: str) -> int | None:
@@ -162,7 +167,7 @@ def publish_staged(
             "reader": options.reader,
             "value_format": options.value_format,
             "value_schema": options.value_schema,
-            "partition_by": options.partition_by,
+            "partition_by": partition_of(store),
         },
         timings=timings,
     )

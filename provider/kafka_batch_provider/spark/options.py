@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from kafka_batch_provider.errors import ConfigError
 
 READERS = ("python", "jvm")
-PARTITION_BY = ("date",)
 VALUE_FORMATS = ("bytes", "string", "json")
 DEFAULT_MAX_OFFSETS_PER_TASK = 250_000
 DEFAULT_STALL_TIMEOUT = 120.0
@@ -26,8 +25,8 @@ class WriteOptions:
     :param value_schema: DDL schema of the JSON values (``json`` only).
     :param max_offsets_per_task: ranges are split into Spark tasks of at most this many offsets.
     :param stall_timeout: seconds a read may make no progress before it fails.
-    :param partition_by: ``"date"``: partition by the UTC date of the Kafka timestamp
-        (Delta and Iceberg tables only).
+
+    How a table is partitioned belongs to the output (:class:`~kafka_batch_provider.outputs.OutputSpec`).
     """
 
     reader: str = "python"
@@ -35,7 +34,6 @@ class WriteOptions:
     value_schema: str | None = None
     max_offsets_per_task: int = DEFAULT_MAX_OFFSETS_PER_TASK
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
-    partition_by: str | None = None
 
     def __post_init__(self) -> None:
         if self.reader not in READERS:
@@ -50,12 +48,9 @@ class WriteOptions:
             raise ConfigError(f"max offsets per task must be positive, got {self.max_offsets_per_task}")
         if self.stall_timeout <= 0:
             raise ConfigError(f"stall timeout must be positive, got {self.stall_timeout:g}")
-        if self.partition_by not in (None, *PARTITION_BY):
-            raise ConfigError(f"unknown partitioning {self.partition_by!r}; choose {', '.join(PARTITION_BY)}")
 
     @staticmethod
-    def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, partition_by: bool = True) -> None:
-        """The flags; ``partition_by=False`` where the output's flags already hold ``--partition-by``."""
+    def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
         parser.add_argument("--reader", choices=READERS, default="python", help="Kafka reader (default python)")
         parser.add_argument("--value-format", choices=VALUE_FORMATS, default="bytes")
         parser.add_argument("--value-schema", help="DDL schema of the JSON values, for --value-format json")
@@ -71,8 +66,6 @@ class WriteOptions:
             default=DEFAULT_STALL_TIMEOUT,
             help=f"seconds a read may make no progress before it fails (default {DEFAULT_STALL_TIMEOUT:g})",
         )
-        if partition_by:
-            add_partition_by_argument(parser)
 
     @classmethod
     def from_namespace(cls, args: argparse.Namespace) -> WriteOptions:
@@ -82,7 +75,6 @@ class WriteOptions:
             args.value_schema,
             args.max_offsets_per_task,
             args.stall_timeout,
-            getattr(args, "partition_by", None),
         )
 
     def to_args(self) -> list[str]:
@@ -91,12 +83,4 @@ class WriteOptions:
         if self.value_schema:
             args += ["--value-schema", self.value_schema]
         args += ["--max-offsets-per-task", str(self.max_offsets_per_task), "--stall-timeout", str(self.stall_timeout)]
-        return args + (["--partition-by", self.partition_by] if self.partition_by else [])
-
-
-def add_partition_by_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    parser.add_argument(
-        "--partition-by",
-        choices=PARTITION_BY,
-        help="partition the table by the UTC date of the Kafka timestamp (delta and iceberg)",
-    )
+        return args

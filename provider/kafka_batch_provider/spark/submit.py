@@ -66,7 +66,8 @@ def application_args(plan_path: str, output: Any, options: WriteOptions) -> list
     if isinstance(output, str):
         return ["--plan", plan_path, "--output", output, *options.to_args()]
     where = ["--table", output.table] if output.table else ["--output", output.output]
-    return ["--plan", plan_path, "--format", output.format, *where, *options.to_args()]
+    partitioning = ["--partition-by", output.partition_by] if output.partition_by else []
+    return ["--plan", plan_path, "--format", output.format, *where, *partitioning, *options.to_args()]
 
 
 def submit_command(
