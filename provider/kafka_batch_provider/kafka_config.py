@@ -21,9 +21,20 @@ READ_UNCOMMITTED = "read_uncommitted"
 #: Keys whose values are secrets (librdkafka names: sasl.password, ssl.key.password,
 #: sasl.oauthbearer.client.secret, sasl.oauthbearer.config, sasl.jaas.config, ...). A superset
 #: of Spark's default ``spark.redaction.regex``, which the Spark application replaces with it.
+#: Also the storage and catalog names: ``account_key``, ``connection_string``, ``sas_token``,
+#: ``s3.access-key-id``, ``credential``.
 SECRET_KEY_PATTERN = re.compile(
-    r"(?i)secret|password|token|access[.]?key|credential|jaas|oauthbearer\.config|ssl\.key\.pem|private"
+    r"(?i)secret|password|token|access[._-]?key|account[._-]?key|connection[._-]?string|sas[._-]?key|credential"
+    r"|jaas|oauthbearer\.config|ssl\.key\.pem|private"
 )
+#: A URI with a password in it (``postgresql://user:pw@host/db``), whatever its key is called.
+SECRET_VALUE_PATTERN = re.compile(r"://[^/@\s:]*:[^/@\s]+@")
+
+
+def is_secret(key: str, value: Any = None) -> bool:
+    """Whether a setting must not be shown: a secret-looking name, or a URI with a password."""
+    return bool(SECRET_KEY_PATTERN.search(key) or SECRET_VALUE_PATTERN.search(str(value or "")))
+
 
 #: Consumer-only keys that the admin client would only warn about.
 _CONSUMER_ONLY_KEYS = {
@@ -103,7 +114,7 @@ def check_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def redact(config: Mapping[str, Any]) -> dict[str, Any]:
     """A copy fit for logs, XCom and manifests: secret values replaced by ``***``."""
-    return {k: ("***" if SECRET_KEY_PATTERN.search(k) else v) for k, v in config.items()}
+    return {k: ("***" if is_secret(k, v) else v) for k, v in config.items()}
 
 
 def admin_config(config: Mapping[str, Any]) -> dict[str, Any]:

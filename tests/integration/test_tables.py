@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from kafka_batch_provider.errors import LogConflictError
+from kafka_batch_provider.errors import ConfigError, LogConflictError
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
 from kafka_batch_provider.planning import PlanPolicy
 from kafka_batch_provider.protocol import commit_batch, plan_batch
@@ -195,6 +195,28 @@ def test_a_stale_table_commit_is_refused_not_rebased(spark, kafka_config, new_to
     assert [e["batch_id"] for e in sink.entries()] == [plan.batch_id]
 
 
+def test_a_commit_from_a_table_state_another_batch_moved_on_from_fails_rather_than_rebases(
+    spark, kafka_config, new_topic, group_id, local_table
+):
+    from deltalake.exceptions import CommitFailedError
+    from pyiceberg.exceptions import CommitFailedException
+
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, sample_records(1, 5))
+    run_batch(spark, kafka_config, local_table, group_id, [topic])
+    slow_writer = local_table.store().sink
+    stale = slow_writer.table()  # what a slow writer saw: batch 1 as the newest
+    produce(kafka_config, topic, sample_records(1, 5, first_id=5))
+    run_batch(spark, kafka_config, local_table, group_id, [topic])  # batch 2 lands meanwhile
+    second = local_table.store().log.tail()
+    forged = {**second, "batch_id": "b-slow-writer", "files": [], "rows": 0, "location": None}
+
+    with pytest.raises((CommitFailedError, CommitFailedException)):
+        slow_writer._commit(stale, forged)  # the libraries' own retries would rebase it onto batch 2
+    assert [e["batch_id"] for e in local_table.store().log.entries()][-1] == second["batch_id"]
+    assert_exactly_once(local_table, offsets_of(topic, {0: 10}))
+
+
 def test_the_transactional_topic_gaps_and_a_trailing_marker(spark, kafka_config, new_topic, group_id, local_table):
     topic = new_topic(partitions=1)
     produce_committed_aborted_committed(kafka_config, topic)
@@ -219,9 +241,14 @@ def test_partitioned_by_the_records_date(spark, kafka_config, new_topic, group_i
     topic = new_topic(partitions=1)
     day = 86_400_000
     base = 1_790_000_000_000 - 1_790_000_000_000 % day  # a midnight, UTC
-    produce(kafka_config, topic, [Record(0, f"r{i}".encode(), timestamp_ms=base + (i % 2) * day) for i in range(6)])
+
+    def produce_days(first: int, count: int) -> None:
+        records = [Record(0, f"r{i}".encode(), timestamp_ms=base + (i % 2) * day) for i in range(first, first + count)]
+        produce(kafka_config, topic, records)
+
+    produce_days(0, 6)
     output = make_table(request, tmp_path, fmt, "local", partition_by="date")
-    run_batch(spark, kafka_config, output, group_id, [topic], partition_by="date")
+    run_batch(spark, kafka_config, output, group_id, [topic])
 
     assert_exactly_once(output, {(topic, 0, o) for o in range(6)})
     entry = output.store().log.tail()
@@ -232,9 +259,22 @@ def test_partitioned_by_the_records_date(spark, kafka_config, new_topic, group_i
         assert sorted({str(d) for d in output.read(["date"]).column("date").to_pylist()}) == sorted(set(dates))
     else:
         assert [f.name for f in output.store().sink.table().spec().fields] == ["timestamp_day"]
-    other = make_table(request, tmp_path, fmt, "local")  # the same table, asked without partitioning
-    with pytest.raises(Exception, match="partitioned by"):
-        run_batch(spark, kafka_config, other, group_id, [topic])
+
+    # A run that does not repeat --partition-by follows the table's partitioning.
+    produce_days(6, 4)
+    same_table = make_table(request, tmp_path, fmt, "local")
+    run_batch(spark, kafka_config, same_table, group_id, [topic])
+    assert_exactly_once(same_table, {(topic, 0, o) for o in range(10)})
+    dates = sorted((f.get("partition") or {}).get("date") for f in same_table.store().log.tail()["files"])
+    assert len(set(dates)) == 2, f"the second batch is split by date like the table, found {dates}"
+
+    # An unpartitioned table asked for date partitioning is refused, before anything changes.
+    (tmp_path / "plain").mkdir()
+    plain = make_table(request, tmp_path / "plain", fmt, "local")
+    run_batch(spark, kafka_config, plain, f"{group_id}-plain", [topic])
+    asked = make_table(request, tmp_path / "plain", fmt, "local", partition_by="date")
+    with pytest.raises(ConfigError, match="partitioned by nothing, this run asks for"):
+        asked.store()
 
 
 def test_cli_runs_iceberg_with_catalog_secrets_in_a_file_and_prints_the_tables_batches(
@@ -320,3 +360,74 @@ def test_cli_delta_refuses_bad_input_with_one_line_and_changes_nothing(kafka_boo
         cli("table", "--format", "parquet", "--output", str(out), "--partition-by", "date"),
         "--partition-by applies to --format delta or iceberg",
     )
+
+
+def forget_batch_commits(output: TableOutput) -> None:
+    """What table upkeep does to old commits: Delta log cleanup after a checkpoint, Iceberg snapshot expiry."""
+    sink = output.store().sink
+    table = sink.table()
+    if output.format == "delta":
+        # A commit that is not a batch (here: the retention setting itself), a checkpoint, then cleanup.
+        table.alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds"})
+        table.create_checkpoint()
+        table.cleanup_metadata()
+        assert not [h for h in table.history() if "kafka_batch.manifest" in h], "no batch commit is left"
+        return
+    with table.transaction() as transaction:  # a commit by another tool becomes the current snapshot
+        with transaction.update_snapshot().fast_append():
+            pass
+    table = sink.table()
+    batches = [s.snapshot_id for s in table.snapshots() if "kafka_batch.seq" in s.summary.additional_properties]
+    table.maintenance.expire_snapshots().by_ids(batches).commit()
+
+
+def test_a_table_that_forgot_its_batch_commits_still_knows_its_offsets_and_next_entry(
+    spark, kafka_config, new_topic, group_id, local_table
+):
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 10))
+    run_batch(spark, kafka_config, local_table, group_id, [topic])
+    produce(kafka_config, topic, sample_records(2, 4, first_id=10))
+    run_batch(spark, kafka_config, local_table, group_id, [topic])
+    forget_batch_commits(local_table)
+
+    tail = local_table.store().log.tail()
+    assert (tail["seq"], tail.get("forgotten_by_table")) == (2, True), (
+        f"the newest batch must be found from its saved manifest, found {tail and (tail['seq'], tail.keys())}"
+    )
+    assert tail["offsets"] == {f"{topic}:0": 7, f"{topic}:1": 7}
+    # The worst case: the group is gone as well. The table's offsets decide, and entry 3 is new.
+    delete_group(kafka_config, group_id)
+    produce(kafka_config, topic, sample_records(2, 2, first_id=14))
+    _, committed = run_batch(spark, kafka_config, local_table, group_id, [topic])
+    assert committed == {f"{topic}:0": 8, f"{topic}:1": 8}
+    assert local_table.store().log.tail()["seq"] == 3, "an entry number is never given twice"
+    assert_exactly_once(local_table, offsets_of(topic, {0: 8, 1: 8}))
+
+
+def json_records(ids: range, partition: int = 0) -> list[Record]:
+    return [Record(partition, json.dumps({"id": i, "name": f"n{i}"}).encode()) for i in ids]
+
+
+def test_nested_columns_are_added_and_a_changed_column_type_is_refused(
+    spark, kafka_config, new_topic, group_id, local_table
+):
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, json_records(range(0, 3)))
+    run_batch(spark, kafka_config, local_table, group_id, [topic], value_format="json", value_schema="id long")
+    produce(kafka_config, topic, json_records(range(3, 5)))
+    run_batch(
+        spark, kafka_config, local_table, group_id, [topic], value_format="json", value_schema="id long, name string"
+    )
+    rows = sorted(local_table.read(["offset", "value_json"]).to_pylist(), key=lambda r: r["offset"])
+    names = [(r["value_json"] or {}).get("name") for r in rows]
+    assert names == [None, None, None, "n3", "n4"], f"value_json.name is a new nested column, found {names}"
+
+    produce(kafka_config, topic, json_records(range(5, 7)))
+    commits = table_commits(local_table)
+    with pytest.raises(ConfigError) as refused:
+        run_batch(spark, kafka_config, local_table, group_id, [topic], value_format="json", value_schema="id string")
+    message = str(refused.value)
+    assert "\n" not in message and "column value_json.id is int64 in the table but string" in message, message
+    assert table_commits(local_table) == commits, "a refused batch adds no table commit"
+    assert group_offsets(kafka_config, group_id, topic, 1) == {0: 5}, "the group did not move"

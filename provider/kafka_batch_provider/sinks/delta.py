@@ -2,10 +2,14 @@
 
 Each batch is one Delta commit that adds the batch's files and carries its offsets, the way
 kafka-delta-ingest does: one ``txn`` action per topic-partition (app id
-``kafka-batch/<group>/<topic>:<partition>``, version = the batch's end offset) and the batch's
-manifest in the commit info (``kafka_batch.manifest``). The table is the offset log: the plan
-step reads the newest batch back from the table's history and its offsets from the ``txn``
-actions (``DeltaTable.transaction_version``).
+``kafka-batch/<group>/<topic>:<partition>``, version = the batch's end offset), one more
+for the batch's entry number (app id ``kafka-batch/seq``) and the batch's manifest in the
+commit info (``kafka_batch.manifest``).
+The table is the offset log: the plan step reads the newest batch back from the table's
+history and its offsets from the ``txn`` actions (``DeltaTable.transaction_version``).
+``txn`` actions outlive log cleanup (checkpoints keep them); when the history no longer
+holds the newest batch's commit, its saved manifest (``_kafka_batch/_batches/``) stands in,
+so an entry number is never given twice.
 
 Exactly one writer gets a batch in: the commit is made from the snapshot in which the
 previous batch was found to be the newest, with ``max_commit_retries=0``, so delta-rs never
@@ -36,6 +40,7 @@ from kafka_batch_provider.sinks.table_support import (
     TableFiles,
     files_schema,
     manifest_text,
+    new_columns,
     parse_manifest,
     s3_settings,
 )
@@ -46,6 +51,8 @@ COMMIT_ATTEMPTS = 5
 #: History read per step when looking for batches (most lookups need the newest one or two).
 HISTORY_STEP = 20
 DATE_COLUMN = "date"
+#: The ``txn`` app id whose version is the newest batch's entry number.
+SEQ_APP_ID = "kafka-batch/seq"
 
 
 def app_id(group_id: str | None, key: str) -> str:
@@ -54,14 +61,22 @@ def app_id(group_id: str | None, key: str) -> str:
 
 
 def delta_storage_options(location: Location) -> dict[str, str]:
-    """delta-rs (object_store) options from our fsspec storage options.
+    """delta-rs (object_store) options from our fsspec storage options (s3fs, gcsfs, adlfs).
 
     ``delta_options`` inside the storage options passes delta-rs settings through as they are.
     """
     options = dict(location.storage_options)
     extra = {str(k): str(v) for k, v in dict(options.pop("delta_options", None) or {}).items()}
-    if location.protocol != "s3":
-        return extra
+    if location.protocol == "s3":
+        return {**s3_object_store_options(options), **extra}
+    if location.protocol in ("gs", "gcs"):
+        return {**gcs_object_store_options(options), **extra}
+    if location.protocol in ("abfs", "abfss", "az", "adl"):
+        return {**azure_object_store_options(options), **extra}
+    return extra
+
+
+def s3_object_store_options(options: Mapping[str, Any]) -> dict[str, str]:
     s3 = s3_settings(options)
     result = {"conditional_put": "etag"}
     for ours, theirs in (
@@ -75,7 +90,39 @@ def delta_storage_options(location: Location) -> dict[str, str]:
             result[theirs] = str(s3[ours])
     if str(s3["endpoint_url"] or "").startswith("http://"):
         result["AWS_ALLOW_HTTP"] = "true"
-    return {**result, **extra}
+    return result
+
+
+def gcs_object_store_options(options: Mapping[str, Any]) -> dict[str, str]:
+    """gcsfs's ``token`` (a service account key as a dict, or a key file's path)."""
+    token = options.get("token")
+    if isinstance(token, Mapping):
+        return {"google_service_account_key": json.dumps(dict(token))}
+    if isinstance(token, str) and token not in ("google_default", "cloud", "anon", "browser", "cache"):
+        return {"google_service_account": token}
+    return {}
+
+
+def azure_object_store_options(options: Mapping[str, Any]) -> dict[str, str]:
+    """adlfs's account name and key, SAS token, service principal or connection string."""
+    settings = dict(options)
+    if settings.get("connection_string"):  # AccountName=...;AccountKey=...;...
+        parts = dict(p.split("=", 1) for p in str(settings["connection_string"]).split(";") if "=" in p)
+        settings.setdefault("account_name", parts.get("AccountName"))
+        settings.setdefault("account_key", parts.get("AccountKey"))
+        settings.setdefault("sas_token", parts.get("SharedAccessSignature"))
+    result = {}
+    for ours, theirs in (
+        ("account_name", "azure_storage_account_name"),
+        ("account_key", "azure_storage_account_key"),
+        ("sas_token", "azure_storage_sas_key"),
+        ("tenant_id", "azure_storage_tenant_id"),
+        ("client_id", "azure_storage_client_id"),
+        ("client_secret", "azure_storage_client_secret"),
+    ):
+        if settings.get(ours):
+            result[theirs] = str(settings[ours])
+    return result
 
 
 class DeltaSink(TableFiles):
@@ -94,29 +141,40 @@ class DeltaSink(TableFiles):
         self._table_uri = location.root if location.is_local else location.uri
         self._options = delta_storage_options(location)
         self._by_seq: dict[int, dict[str, Any]] = {}  # batches never change once committed
+        self._table: Any = None
 
     # -- reading the table -------------------------------------------------------------------
 
     def table(self):
-        """The Delta table, or ``None`` while it does not exist."""
+        """The Delta table at its newest version, or ``None`` while it does not exist.
+
+        One ``DeltaTable`` is kept and brought up to date (reading only the new commits)
+        rather than loaded from its last checkpoint on every call.
+        """
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
         try:
-            return DeltaTable(self._table_uri, storage_options=self._options)
+            if self._table is None:
+                self._table = DeltaTable(self._table_uri, storage_options=self._options)
+            else:
+                self._table.update_incremental()
+            return self._table
         except TableNotFoundError:
             return None
         except OSError as exc:
             raise StorageError(f"cannot read the Delta table {self.name}: {exc}") from None
 
     def batches(self, table: Any) -> Iterator[dict[str, Any]]:
-        """The batches' manifests in the table's history, newest first."""
+        """The batches' manifests in the table's history up to its loaded version, newest first."""
         limit = HISTORY_STEP
         seen = 0
+        loaded = table.version()
         while True:
             history = table.history(limit)
             for info in history[seen:]:
-                if MANIFEST_KEY in info:
+                # history() lists the log as it is now, maybe past the version ``table`` holds.
+                if MANIFEST_KEY in info and int(info["version"]) <= loaded:
                     where = f"Delta table {self.name} version {info['version']}"
                     manifest = parse_manifest(str(info[MANIFEST_KEY]), where)
                     manifest["table_version"] = int(info["version"])
@@ -128,7 +186,26 @@ class DeltaSink(TableFiles):
             seen, limit = len(history), limit * 4
 
     def newest(self, table: Any) -> dict[str, Any] | None:
-        return next(self.batches(table), None) if table is not None else None
+        """The newest batch; its saved manifest when the history no longer holds its commit."""
+        if table is None:
+            return None
+        found = next(self.batches(table), None)
+        committed = table.transaction_version(SEQ_APP_ID)
+        if committed is None or (found is not None and int(found["seq"]) >= int(committed)):
+            return found
+        return self._forgotten(table, int(committed))
+
+    def _forgotten(self, table: Any, seq: int) -> dict[str, Any]:
+        def is_winner(manifest: Mapping[str, Any]) -> bool:
+            return all(
+                table.transaction_version(app_id(manifest.get("group_id"), f"{r['topic']}:{r['partition']}"))
+                == int(r["end"])
+                for r in manifest["ranges"]
+            )
+
+        manifest = self.forgotten_entry(seq, is_winner if table.transaction_version(SEQ_APP_ID) == seq else None)
+        self._by_seq[seq] = manifest
+        return manifest
 
     def entry(self, seq: int) -> dict[str, Any] | None:
         if seq < 1:
@@ -140,7 +217,12 @@ class DeltaSink(TableFiles):
             return None
         for manifest in self.batches(table):
             if int(manifest["seq"]) <= seq:
-                return manifest if int(manifest["seq"]) == seq else None
+                if int(manifest["seq"]) == seq:
+                    return manifest
+                break
+        committed = table.transaction_version(SEQ_APP_ID)
+        if committed is not None and seq <= int(committed):
+            return self._forgotten(table, seq)  # committed, then dropped from the history
         return None
 
     def tail_seq(self) -> int:
@@ -184,6 +266,7 @@ class DeltaSink(TableFiles):
             if newest_seq != seq - 1:
                 raise ManifestError(f"Delta table {self.name} holds batch {newest_seq} as its newest: cannot add {seq}")
             try:
+                self.save_manifest(manifest)
                 self._commit(table, manifest)
                 self._by_seq.pop(seq, None)
                 return True
@@ -204,8 +287,11 @@ class DeltaSink(TableFiles):
             custom_metadata={MANIFEST_KEY: manifest_text(manifest)},
             max_commit_retries=0,
             app_transactions=[
-                Transaction(app_id(manifest.get("group_id"), f"{r['topic']}:{r['partition']}"), int(r["end"]), now)
-                for r in manifest["ranges"]
+                Transaction(SEQ_APP_ID, int(manifest["seq"]), now),
+                *(
+                    Transaction(app_id(manifest.get("group_id"), f"{r['topic']}:{r['partition']}"), int(r["end"]), now)
+                    for r in manifest["ranges"]
+                ),
             ],
         )
         schema = self.table_schema(files_schema(self.data, manifest))
@@ -222,20 +308,38 @@ class DeltaSink(TableFiles):
                 commit_properties=properties,
             )
             return
-        current = table.schema().to_arrow()
+        current = pa.schema(table.schema().to_arrow())
         self.check_partitioning(table)
-        missing = [f for f in schema if f.name not in current.names]
-        if missing:  # e.g. the decoded value asked for after the first batch: its own metadata commit
-            from deltalake.schema import Field
-
-            table.alter.add_columns([Field.from_arrow(f) for f in missing])
+        if new_columns(current, schema, f"Delta table {self.name}"):
+            # e.g. the decoded value asked for after the first batch: a schema-only commit first
+            self.evolve_schema(schema)
             raise_commit_retry()
         table.create_write_transaction(
             actions, "append", schema=current, partition_by=partition_by, commit_properties=properties
         )
 
+    def evolve_schema(self, schema: pa.Schema) -> None:
+        """Merge ``schema`` (new columns, nested ones too) into the table's, in a commit without files."""
+        from deltalake import write_deltalake
+
+        write_deltalake(
+            self._table_uri,
+            schema.empty_table(),
+            mode="append",
+            schema_mode="merge",
+            partition_by=[DATE_COLUMN] if self.partition_by else None,
+            storage_options=self._options,
+        )
+
     def table_schema(self, files: pa.Schema) -> pa.Schema:
         return files.append(pa.field(DATE_COLUMN, pa.date32())) if self.partition_by else files
+
+    def adopt_partitioning(self, table: Any) -> None:
+        """Follow the existing table's partitioning; refuse a different explicit ``--partition-by``."""
+        found = list(table.metadata().partition_columns)
+        if self.partition_by is None and found == [DATE_COLUMN]:
+            self.partition_by = "date"
+        self.check_partitioning(table)
 
     def check_partitioning(self, table: Any) -> None:
         found = list(table.metadata().partition_columns)
@@ -243,7 +347,7 @@ class DeltaSink(TableFiles):
         if found != wanted:
             raise ConfigError(
                 f"Delta table {self.name} is partitioned by {found or 'nothing'}, this run asks for "
-                f"{wanted or 'no partitioning'} (--partition-by): use the table's partitioning"
+                f"{wanted or 'no partitioning'} (--partition-by): a table keeps its partitioning"
             )
 
     def add_actions(self, manifest: Mapping[str, Any], now: int) -> list[Any]:

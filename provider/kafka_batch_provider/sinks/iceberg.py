@@ -2,11 +2,16 @@
 
 Each batch is one snapshot that registers the batch's files (``add_files``: the Parquet
 files the Spark tasks wrote, with no field ids, mapped by name) and whose summary holds the
-batch: ``kafka_batch.batch_id``, ``kafka_batch.seq``, ``kafka_batch.offsets`` (the end offset
-of every partition, JSON) and the whole manifest (``kafka_batch.manifest``). The plan step
-walks the current snapshot's ancestors to the newest batch, as Iceberg's own streaming sink
-finds its last epoch. The table is created on first use with the Kafka schema; a decoded
-value column is added by schema evolution when a batch brings it.
+batch id, its entry number and the end offset of every partition (``kafka_batch.batch_id``,
+``kafka_batch.seq``, ``kafka_batch.offsets``); its full manifest (ranges, files, counts) is
+saved in ``_kafka_batch/_batches/`` before the commit, kept out of the summary because every
+snapshot's summary stays in the table's metadata file, which each commit rewrites.
+The plan step walks the current snapshot's ancestors to the newest batch, as Iceberg's own
+streaming sink finds its last epoch. The same commit sets the table properties
+``kafka_batch.seq`` and ``kafka_batch.batch_id``: they outlive snapshot expiry, so the
+newest batch is known (and its entry number never given twice) after its snapshot expired.
+The table is created on first use with the Kafka schema; new columns (a decoded value,
+nested fields) are added by schema evolution when a batch brings them.
 
 Exactly one writer gets a batch in: the snapshot is committed on the table state in which
 the previous batch was found to be the newest, without pyiceberg's automatic retries (they
@@ -22,19 +27,14 @@ from typing import Any
 
 from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
 from kafka_batch_provider.sinks.base import ICEBERG
-from kafka_batch_provider.sinks.table_support import (
-    CONTROL,
-    KAFKA_SCHEMA,
-    MANIFEST_KEY,
-    TableFiles,
-    files_schema,
-    manifest_text,
-    parse_manifest,
-)
+from kafka_batch_provider.sinks.table_support import CONTROL, KAFKA_SCHEMA, TableFiles, files_schema, new_columns
 from kafka_batch_provider.storage import Location
 
 COMMIT_ATTEMPTS = 5
-SUMMARY_PREFIX = "kafka_batch."
+#: In a batch's snapshot summary and (for the newest batch) the table's properties.
+SEQ_KEY, BATCH_ID_KEY = "kafka_batch.seq", "kafka_batch.batch_id"
+#: In a batch's snapshot summary: ``{"topic:partition": end offset}`` as JSON.
+OFFSETS_KEY = "kafka_batch.offsets"
 DAY_FIELD = "timestamp_day"
 
 
@@ -65,34 +65,50 @@ def load_catalog(properties: Mapping[str, str]):
 
 
 def open_iceberg_store(spec: Any, create: bool = True):
-    """The store of ``spec.table``: the table is loaded, or created with the Kafka schema."""
+    """The store of ``spec.table``: the table is loaded, or (``create``) created with the Kafka schema."""
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     from kafka_batch_provider.batch_store import BatchStore
 
     catalog = load_catalog(spec.catalog_properties)
     identifier = spec.table.strip()
-    namespace = identifier.rsplit(".", 1)[0]
     try:
-        if not create:
-            try:
-                catalog.load_table(identifier)
-            except (NoSuchTableError, NoSuchNamespaceError):
+        try:
+            table = catalog.load_table(identifier)
+        except (NoSuchTableError, NoSuchNamespaceError):
+            if not create:
                 raise ConfigError(f"the catalog has no Iceberg table {identifier}") from None
-        catalog.create_namespace_if_not_exists(namespace)
-        table = catalog.create_table_if_not_exists(identifier, schema=KAFKA_SCHEMA)
-        if spec.partition_by and not table.spec().fields and table.current_snapshot() is None:
-            from pyiceberg.transforms import DayTransform
-
-            with table.update_spec() as update:
-                update.add_field("timestamp", DayTransform(), DAY_FIELD)
+            table = create_table(catalog, identifier, spec.partition_by)
     except (OSError, ValueError) as exc:
-        raise StorageError(f"Iceberg table {identifier}: {exc}") from None
+        raise StorageError(f"Iceberg table {identifier}: {one_line(exc)}") from None
     storage = dict(spec.storage_options) or storage_options_from_catalog(spec.catalog_properties)
     data = Location(table.location(), storage)
     sink = IcebergSink(catalog, identifier, data, spec.partition_by, table.location())
-    sink.check_partitioning(catalog.load_table(identifier))
+    sink.adopt_partitioning(table)
     return BatchStore(data.uri_of(CONTROL), storage, sink)
+
+
+def create_table(catalog: Any, identifier: str, partition_by: str | None) -> Any:
+    """A new table with the Kafka schema (partitioned by day of ``timestamp`` for ``date``)."""
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.transforms import DayTransform
+
+    catalog.create_namespace_if_not_exists(identifier.rsplit(".", 1)[0])
+    table = catalog.create_table_if_not_exists(identifier, schema=KAFKA_SCHEMA)
+    if partition_by and not table.spec().fields and table.current_snapshot() is None:
+        try:
+            with table.update_spec() as update:
+                update.add_field("timestamp", DayTransform(), DAY_FIELD)
+        except CommitFailedException:
+            pass  # another writer created and partitioned it first: adopt_partitioning checks it
+        table = catalog.load_table(identifier)
+    return table
+
+
+def one_line(exc: Exception) -> str:
+    """pyiceberg's messages may span lines (a schema diff): the first line plus a count of the rest."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[0] + (f" (+{len(lines) - 1} more line(s))" if len(lines) > 1 else "") if lines else repr(exc)
 
 
 class IcebergSink(TableFiles):
@@ -128,50 +144,84 @@ class IcebergSink(TableFiles):
         except OSError as exc:
             raise StorageError(f"cannot load {self.name}: {exc}") from None
 
-    def batches(self, table: Any) -> Iterator[dict[str, Any]]:
-        """The batches in the current snapshot's ancestry, newest first."""
+    def batches(self, table: Any) -> Iterator[tuple[int, str, Any]]:
+        """``(seq, batch id, snapshot)`` of the batches in the current snapshot's ancestry, newest first."""
         from pyiceberg.table.snapshots import ancestors_of
 
         for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
             summary = snapshot.summary.additional_properties if snapshot.summary else {}
-            if MANIFEST_KEY not in summary:
-                continue
-            manifest = parse_manifest(summary[MANIFEST_KEY], f"{self.name} snapshot {snapshot.snapshot_id}")
-            manifest["snapshot_id"] = snapshot.snapshot_id
-            manifest["committed_at"] = snapshot.timestamp_ms
-            self._by_seq[int(manifest["seq"])] = manifest
-            yield manifest
+            if SEQ_KEY in summary and BATCH_ID_KEY in summary:
+                yield int(summary[SEQ_KEY]), str(summary[BATCH_ID_KEY]), snapshot
+
+    def manifest(self, seq: int, batch_id: str, snapshot: Any = None) -> dict[str, Any]:
+        """The batch's saved manifest, checked against its snapshot's summary."""
+        if seq not in self._by_seq:
+            manifest = self.saved_manifest(seq, batch_id)
+            if snapshot is not None:
+                summary = snapshot.summary.additional_properties
+                try:
+                    offsets = {str(k): int(v) for k, v in json.loads(summary.get(OFFSETS_KEY, "{}")).items()}
+                except (ValueError, AttributeError) as exc:
+                    raise ManifestError(f"{self.name} snapshot {snapshot.snapshot_id}: bad offsets ({exc})") from None
+                if offsets != {str(k): int(v) for k, v in manifest.get("offsets", {}).items()}:
+                    raise ManifestError(
+                        f"{self.name} snapshot {snapshot.snapshot_id}: its offsets differ from batch {batch_id}'s "
+                        "saved manifest; was the table written by another tool with our property names?"
+                    )
+                manifest["snapshot_id"] = snapshot.snapshot_id
+                manifest["committed_at"] = snapshot.timestamp_ms
+            self._by_seq[seq] = manifest
+        return self._by_seq[seq]
+
+    def newest(self, table: Any) -> dict[str, Any] | None:
+        """The newest batch in the ancestry; the one the table's properties name if its snapshot expired."""
+        found = next(self.batches(table), None)
+        committed = table.properties.get(SEQ_KEY)
+        if committed is not None and (found is None or found[0] < int(committed)) and not self._rolled_back(table):
+            manifest = self.manifest(int(committed), str(table.properties[BATCH_ID_KEY]))
+            return {**manifest, "forgotten_by_table": True}
+        return self.manifest(*found) if found else None
+
+    def _rolled_back(self, table: Any) -> bool:
+        """Whether the newest batch's snapshot still exists, outside the current ancestry (a rollback).
+
+        Then the table's current state is the truth (the batch's data is not in it); a batch
+        whose snapshot expired is still in the table's data.
+        """
+        committed = table.properties.get(SEQ_KEY)
+        return any(
+            snapshot.summary is not None and snapshot.summary.additional_properties.get(SEQ_KEY) == committed
+            for snapshot in table.metadata.snapshots
+        )
 
     def entry(self, seq: int) -> dict[str, Any] | None:
         if seq < 1:
             return None
         if seq in self._by_seq:
             return self._by_seq[seq]
-        for manifest in self.batches(self.table()):
-            if int(manifest["seq"]) <= seq:
-                return manifest if int(manifest["seq"]) == seq else None
+        table = self.table()
+        for found_seq, batch_id, snapshot in self.batches(table):
+            if found_seq <= seq:
+                if found_seq == seq:
+                    return self.manifest(found_seq, batch_id, snapshot)
+                break
+        newest = self.newest(table)
+        if newest is not None and seq == int(newest["seq"]):
+            return newest
+        if newest is not None and seq < int(newest["seq"]) and not self._rolled_back(table):
+            return self.forgotten_entry(seq)  # committed, then its snapshot expired
         return None
 
     def tail(self) -> dict[str, Any] | None:
-        """The newest batch, its offsets as the snapshot summary holds them."""
-        table = self.table()
-        newest = next(self.batches(table), None)
-        if newest is None:
-            return None
-        snapshot = table.snapshot_by_id(newest["snapshot_id"])
-        text = snapshot.summary.additional_properties.get(f"{SUMMARY_PREFIX}offsets", "{}")
-        try:
-            offsets = {str(k): int(v) for k, v in json.loads(text).items()}
-        except (ValueError, AttributeError) as exc:
-            raise ManifestError(f"{self.name} snapshot {newest['snapshot_id']}: bad offsets ({exc})") from None
-        return {**newest, "offsets": offsets}
+        return self.newest(self.table())
 
     def tail_seq(self) -> int:
-        newest = next(self.batches(self.table()), None)
+        newest = self.newest(self.table())
         return int(newest["seq"]) if newest else 0
 
     def entries(self) -> Iterator[dict[str, Any]]:
-        return iter(sorted(self.batches(self.table()), key=lambda m: m["seq"]))
+        table = self.table()
+        return iter(sorted((self.manifest(*found) for found in self.batches(table)), key=lambda m: m["seq"]))
 
     # -- committing a batch ------------------------------------------------------------------
 
@@ -181,47 +231,53 @@ class IcebergSink(TableFiles):
         seq = int(manifest["seq"])
         for _ in range(COMMIT_ATTEMPTS):
             table = self.table()
-            newest = next(self.batches(table), None)
+            newest = self.newest(table)
             newest_seq = int(newest["seq"]) if newest else 0
             if newest_seq >= seq:
                 return False
             if newest_seq != seq - 1:
                 raise ManifestError(f"{self.name} holds batch {newest_seq} as its newest: cannot add {seq}")
-            if self.evolve_schema(table, manifest):
-                continue
             try:
+                if self.evolve_schema(table, manifest):
+                    continue
+                self.save_manifest(manifest)
                 self._commit(table, manifest)
                 self._by_seq.pop(seq, None)
                 return True
             except (CommitFailedException, CommitStateUnknownException):
                 continue  # the table moved (or we cannot tell): look again
+            except ValueError as exc:
+                message = f"{self.name}: batch {manifest['batch_id']} not committed: {one_line(exc)}"
+                raise StorageError(message) from None
         raise StorageError(f"{self.name} kept changing during {COMMIT_ATTEMPTS} commit attempts")
 
     def evolve_schema(self, table: Any, manifest: Mapping[str, Any]) -> bool:
-        """Add the columns the batch's files bring (e.g. the decoded value); ``True`` if it did."""
+        """Add the columns (nested ones too) the batch's files bring; ``True`` if it did."""
         schema = files_schema(self.data, manifest)
-        known = {f.name for f in table.schema().fields}
-        if all(name in known for name in schema.names):
+        if not new_columns(table.schema().as_arrow(), schema, self.name):
             return False
-        with table.update_schema() as update:
+        with without_retries(table).update_schema() as update:
             update.union_by_name(schema)
         return True
 
     def _commit(self, table: Any, manifest: Mapping[str, Any]) -> None:
-        properties = {
-            MANIFEST_KEY: manifest_text(manifest),
-            f"{SUMMARY_PREFIX}batch_id": str(manifest["batch_id"]),
-            f"{SUMMARY_PREFIX}seq": str(manifest["seq"]),
-            f"{SUMMARY_PREFIX}offsets": json.dumps(manifest.get("offsets", {}), sort_keys=True),
-        }
+        names = {SEQ_KEY: str(manifest["seq"]), BATCH_ID_KEY: str(manifest["batch_id"])}
+        summary = {**names, OFFSETS_KEY: json.dumps(manifest.get("offsets", {}), sort_keys=True)}
         transaction = without_retries(table).transaction()
+        transaction.set_properties(names)  # in the same commit as the snapshot
         paths = [f"{self.table_location}/{manifest['location']}/{f['name']}" for f in manifest.get("files", [])]
         if paths:
-            transaction.add_files(paths, snapshot_properties=properties, check_duplicate_files=False)
+            transaction.add_files(paths, snapshot_properties=summary, check_duplicate_files=False)
         else:  # an offsets-only batch: an empty append still records where the output stands
-            with transaction.update_snapshot(snapshot_properties=properties).fast_append():
+            with transaction.update_snapshot(snapshot_properties=summary).fast_append():
                 pass
         transaction.commit_transaction()
+
+    def adopt_partitioning(self, table: Any) -> None:
+        """Follow the existing table's partitioning; refuse a different explicit ``--partition-by``."""
+        if self.partition_by is None and [f.name for f in table.spec().fields] == [DAY_FIELD]:
+            self.partition_by = "date"
+        self.check_partitioning(table)
 
     def check_partitioning(self, table: Any) -> None:
         found = [f.name for f in table.spec().fields]
@@ -229,7 +285,7 @@ class IcebergSink(TableFiles):
         if found != wanted:
             raise ConfigError(
                 f"{self.name} is partitioned by {found or 'nothing'}, this run asks for {wanted or 'no partitioning'} "
-                "(--partition-by): use the table's partitioning"
+                "(--partition-by): a table keeps its partitioning"
             )
 
 

@@ -1,0 +1,151 @@
+"""Pure parts of the table outputs: schema changes, plan locations, credentials mapping, secrets."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from kafka_batch_provider.errors import ConfigError
+from kafka_batch_provider.kafka_config import is_secret, redact
+from kafka_batch_provider.outputs import OutputSpec, output_of_plan
+from kafka_batch_provider.sinks.delta import delta_storage_options
+from kafka_batch_provider.sinks.table_support import new_columns
+from kafka_batch_provider.spark.options import WriteOptions
+from kafka_batch_provider.spark.submit import application_args
+from kafka_batch_provider.storage import Location
+
+TABLE = pa.schema(
+    [
+        ("offset", pa.int64()),
+        ("value_json", pa.struct([("id", pa.int64())])),
+        ("headers", pa.list_(pa.struct([("key", pa.string())]))),
+    ]
+)
+
+
+def test_new_columns_are_found_at_any_depth():
+    files = pa.schema(
+        [
+            ("offset", pa.int64()),
+            ("value_json", pa.struct([("id", pa.int64()), ("name", pa.string())])),
+            ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+            ("value_string", pa.string()),
+        ]
+    )
+    assert new_columns(TABLE, files, "t") == ["value_json.name", "headers.element.value", "value_string"]
+
+
+def test_the_same_values_in_another_arrow_encoding_are_not_a_change():
+    # Readers hand large/view types back (pyiceberg, delta-rs) for what pyarrow wrote as plain ones.
+    table = pa.schema(
+        [("k", pa.large_binary()), ("t", pa.timestamp("us", tz="+00:00")), ("l", pa.large_list(pa.string()))]
+    )
+    files = pa.schema([("k", pa.binary()), ("t", pa.timestamp("us", tz="UTC")), ("l", pa.list_(pa.large_string()))])
+    assert new_columns(table, files, "t") == []
+
+
+@pytest.mark.parametrize(
+    "files, column",
+    [
+        (pa.schema([("value_json", pa.struct([("id", pa.string())]))]), "value_json.id"),
+        (pa.schema([("value_json", pa.string())]), "value_json"),
+        (pa.schema([("offset", pa.int32())]), "offset"),
+    ],
+)
+def test_a_column_of_another_type_is_refused_in_one_line(files, column):
+    with pytest.raises(ConfigError) as refused:
+        new_columns(TABLE, files, "Delta table t")
+    message = str(refused.value)
+    assert "\n" not in message and f"column {column} is " in message and message.startswith("Delta table t"), message
+
+
+def test_a_delta_plan_names_its_table_above_the_control_folder():
+    assert output_of_plan("delta", "s3://b/events/_kafka_batch/_plans/1-b-x.json") == "s3://b/events"
+    assert output_of_plan("parquet", "/lake/out/_plans/1-b-x.json") == "/lake/out"
+    with pytest.raises(ConfigError, match="is not a plan of a Delta table"):
+        output_of_plan("delta", "/lake/out/_plans/1-b-x.json")
+
+
+def test_application_arguments_carry_the_output_and_its_partitioning_never_a_secret():
+    spec = OutputSpec(
+        format="iceberg",
+        table="lake.events",
+        catalog_properties={"type": "rest", "credential": "id:s3cr3t"},
+        partition_by="date",
+    )
+    args = application_args("/w/_kafka_batch/_plans/1-b.json", spec, WriteOptions())
+    assert args[:8] == [
+        "--plan",
+        "/w/_kafka_batch/_plans/1-b.json",
+        "--format",
+        "iceberg",
+        "--table",
+        "lake.events",
+        "--partition-by",
+        "date",
+    ]
+    assert not any("s3cr3t" in a for a in args) and "s3cr3t" not in repr(spec)
+
+
+@pytest.mark.parametrize(
+    "uri, options, expected",
+    [
+        (
+            "s3://b/t",
+            {"key": "AK", "secret": "SK", "client_kwargs": {"endpoint_url": "http://127.0.0.1:9", "region_name": "r"}},
+            {
+                "conditional_put": "etag",
+                "AWS_ACCESS_KEY_ID": "AK",
+                "AWS_SECRET_ACCESS_KEY": "SK",
+                "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+                "AWS_REGION": "r",
+                "AWS_ALLOW_HTTP": "true",
+            },
+        ),
+        (
+            "gs://b/t",
+            {"token": {"type": "service_account"}},
+            {"google_service_account_key": '{"type": "service_account"}'},
+        ),
+        ("gs://b/t", {"token": "/keys/sa.json"}, {"google_service_account": "/keys/sa.json"}),
+        ("gs://b/t", {"token": "google_default"}, {}),
+        (
+            "abfs://c/t",
+            {"connection_string": "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=a2V5=="},
+            {"azure_storage_account_name": "acct", "azure_storage_account_key": "a2V5=="},
+        ),
+        (
+            "abfs://c/t",
+            {"account_name": "acct", "sas_token": "sv=1", "delta_options": {"azure_use_fabric_endpoint": True}},
+            {
+                "azure_storage_account_name": "acct",
+                "azure_storage_sas_key": "sv=1",
+                "azure_use_fabric_endpoint": "True",
+            },
+        ),
+    ],
+)
+def test_delta_gets_the_credentials_of_every_object_store(uri, options, expected):
+    assert delta_storage_options(Location(uri, options)) == expected
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("account_key", "x"),
+        ("connection_string", "x"),
+        ("sas_token", "x"),
+        ("s3.access-key-id", "x"),
+        ("azure_storage_sas_key", "x"),
+        ("uri", "postgresql://ingest:pw@db:5432/catalog"),
+    ],
+)
+def test_secrets_are_known_by_name_or_by_a_password_in_a_uri(key, value):
+    assert is_secret(key, value) and redact({key: value}) == {key: "***"}
+
+
+@pytest.mark.parametrize(
+    "key, value", [("uri", "postgresql://db:5432/catalog"), ("sasl.mechanism", "PLAIN"), ("type", "rest")]
+)
+def test_plain_settings_are_not_secrets(key, value):
+    assert not is_secret(key, value)
