@@ -11,6 +11,11 @@ ends at the log end)
 **or** by time (`start_time` / `end_time`, ISO 8601, end exclusive). `dry_run` only plans:
 the ranges appear in the log and XCom and nothing is read or written.
 
+The *Output* section chooses the format: `parquet` (a folder) or `delta` (a table location)
+in `output_path`, or `iceberg` with `table` (`NAMESPACE.NAME`, in the catalog of the
+connection `KAFKA_BATCH_CATALOG_CONN_ID`); `output_path` is used for parquet and delta only,
+`table` for iceberg only.
+
 Replaying the same range again replaces its batch (same deterministic batch id), never adds.
 Semantic errors (end before start, unknown topic, offsets beyond the end) fail the first
 task with one line.
@@ -25,6 +30,7 @@ from airflow.sdk import DAG, Param
 
 from kafka_batch_provider.operators.plan import KafkaReplayPlanOperator
 from kafka_batch_provider.operators.spark import KafkaSparkBatchOperator
+from kafka_batch_provider.sinks.base import FORMATS
 
 OFFSETS = {
     "type": ["null", "object"],
@@ -74,6 +80,20 @@ with DAG(
             title="Output (local path or URI, e.g. s3://bucket/replays)",
             section="Output",
         ),
+        "output_format": Param(
+            os.environ.get("KAFKA_BATCH_FORMAT", "parquet"),
+            type="string",
+            enum=list(FORMATS),
+            title="Output format (parquet: a folder; delta: a table location; iceberg: a catalog table)",
+            section="Output",
+        ),
+        "table": Param(
+            os.environ["KAFKA_BATCH_TABLE"] + "_replay" if os.environ.get("KAFKA_BATCH_TABLE") else None,
+            type=["null", "string"],
+            pattern=r"^[^.\s]+(\.[^.\s]+)+$",
+            title="Iceberg table NAMESPACE.NAME (iceberg only)",
+            section="Output",
+        ),
         "dry_run": Param(False, type="boolean", title="Dry run (plan only)", section="Output"),
     },
 ) as dag:
@@ -85,10 +105,14 @@ with DAG(
         end_offsets="{{ params.end_offsets }}",
         start_time="{{ params.start_time }}",
         end_time="{{ params.end_time }}",
-        output_path="{{ params.output_path }}",
+        output_format="{{ params.output_format }}",
+        # Each format reads its own field, so the other one's default does not get in the way.
+        output_path="{{ params.output_path if params.output_format != 'iceberg' else None }}",
+        table="{{ params.table if params.output_format == 'iceberg' else None }}",
         dry_run="{{ params.dry_run }}",
         kafka_config_id=os.environ.get("KAFKA_BATCH_KAFKA_CONN_ID", "kafka_default"),
         storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
+        catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
     )
     write = KafkaSparkBatchOperator(
         task_id="spark_write",
@@ -96,6 +120,7 @@ with DAG(
         kafka_config_id=os.environ.get("KAFKA_BATCH_KAFKA_CONN_ID", "kafka_default"),
         conn_id=os.environ.get("KAFKA_BATCH_SPARK_CONN_ID", "spark_default"),
         storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
+        catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
         conf={"spark.log.level": "WARN"},
     )
     plan >> write

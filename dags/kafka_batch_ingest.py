@@ -17,7 +17,11 @@ RETENTION_RISK, DATA_LOSS; logs WARN).
 | --- | --- | --- |
 | topics (comma-separated) | `kafka_batch_topics` | `KAFKA_BATCH_TOPICS`, else `orders` |
 | consumer group | `kafka_batch_group` | `KAFKA_BATCH_GROUP`, else `kafka-batch-ingest` |
-| output (a path or a URI: `s3://`, ...) | `kafka_batch_output` | `KAFKA_BATCH_OUTPUT`, else `/tmp/kafka-batch/lake` |
+| output format: `parquet`, `delta` or `iceberg` | `kafka_batch_format` | `KAFKA_BATCH_FORMAT`, else `parquet` |
+| output (parquet, delta; a path or URI) | `kafka_batch_output` | `KAFKA_BATCH_OUTPUT`, else `/tmp/kafka-batch/lake` |
+| Iceberg table `NAMESPACE.NAME` (iceberg) | `kafka_batch_table` | `KAFKA_BATCH_TABLE`, else none |
+| partitioning: `date` or none (tables) | `kafka_batch_partition_by` | `KAFKA_BATCH_PARTITION_BY`, else none |
+| Iceberg catalog connection id (extra = catalog properties) | - | `KAFKA_BATCH_CATALOG_CONN_ID`, else none |
 | Kafka connection id | - | `KAFKA_BATCH_KAFKA_CONN_ID`, else `kafka_default` |
 | storage connection id (`aws`, `google_cloud_platform`, `wasb`) | - | `KAFKA_BATCH_STORAGE_CONN_ID`, else none |
 | group disagrees with the output's log | - | `KAFKA_BATCH_ON_GROUP_MISMATCH`, else `fail` (`output`, `group`) |
@@ -31,7 +35,11 @@ RETENTION_RISK, DATA_LOSS; logs WARN).
 
 Runs of type *backfill* (`airflow backfill create --dag-id kafka_batch_ingest ...`) replay
 their data interval (mapped to offsets with `offsets_for_times`) into `<output>_replay` and
-leave the group's offsets alone.
+leave the group's offsets alone (an Iceberg table's replays go to `<table>_replay`).
+
+The output setting is used for `parquet` and `delta` only, the table for `iceberg` only; a
+bad combination (e.g. `iceberg` without a catalog connection) fails the first task that opens
+the output with one line.
 """
 
 from __future__ import annotations
@@ -48,13 +56,24 @@ def seconds(env: str, default: float) -> timedelta:
     return timedelta(seconds=float(os.environ.get(env, default)))
 
 
-def setting(variable: str, env: str, default: str) -> str:
-    """A Jinja template: the Airflow Variable at run time, else the parse-time environment default.
+def lookup(variable: str, env: str, default: str) -> str:
+    """A Jinja expression: the Airflow Variable at run time, else the parse-time environment default."""
+    fallback = os.environ.get(env, default).replace("'", "\\'")
+    return f"var.value.get('{variable}', '{fallback}')"
+
+
+FORMAT = lookup("kafka_batch_format", "KAFKA_BATCH_FORMAT", "parquet")
+
+
+def setting(variable: str, env: str, default: str, formats: tuple[str, ...] | None = None) -> str:
+    """A Jinja template of :func:`lookup`; with ``formats``, empty unless the output format is one of them.
 
     Nothing is looked up while the file is parsed, so parsing opens no connection.
     """
-    fallback = os.environ.get(env, default).replace("'", "\\'")
-    return f"{{{{ var.value.get('{variable}', '{fallback}') }}}}"
+    value = lookup(variable, env, default)
+    if formats:  # e.g. the output path of a parquet/delta default must not reach an iceberg run
+        value = f"({value} if {FORMAT} in {formats!r} else '')"
+    return f"{{{{ {value} }}}}"
 
 
 with DAG(
@@ -74,7 +93,11 @@ with DAG(
         group_id="ingest",
         topics=setting("kafka_batch_topics", "KAFKA_BATCH_TOPICS", "orders"),
         consumer_group=setting("kafka_batch_group", "KAFKA_BATCH_GROUP", "kafka-batch-ingest"),
-        output_path=setting("kafka_batch_output", "KAFKA_BATCH_OUTPUT", "/tmp/kafka-batch/lake"),
+        output_format=setting("kafka_batch_format", "KAFKA_BATCH_FORMAT", "parquet"),
+        output_path=setting("kafka_batch_output", "KAFKA_BATCH_OUTPUT", "/tmp/kafka-batch/lake", ("parquet", "delta")),
+        table=setting("kafka_batch_table", "KAFKA_BATCH_TABLE", "", ("iceberg",)),
+        partition_by=setting("kafka_batch_partition_by", "KAFKA_BATCH_PARTITION_BY", ""),
+        catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
         kafka_config_id=os.environ.get("KAFKA_BATCH_KAFKA_CONN_ID", "kafka_default"),
         spark_conn_id=os.environ.get("KAFKA_BATCH_SPARK_CONN_ID", "spark_default"),
         storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,

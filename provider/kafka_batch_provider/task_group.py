@@ -20,7 +20,12 @@ def kafka_batch_ingest_group(
     *,
     topics: Sequence[str] | str,
     consumer_group: str,
-    output_path: str,
+    output_path: str | None = None,
+    output_format: str = "parquet",
+    table: str | None = None,
+    catalog_conn_id: str | None = None,
+    catalog_properties: Mapping[str, str] | None = None,
+    partition_by: str | None = None,
     group_id: str = "kafka_ingest",
     kafka_config_id: str = "kafka_default",
     spark_conn_id: str = "spark_default",
@@ -32,6 +37,7 @@ def kafka_batch_ingest_group(
     max_records_per_partition: int | None = None,
     max_records: int | None = None,
     replay_output_path: str | None = None,
+    replay_table: str | None = None,
     reader: str = "python",
     value_format: str = "bytes",
     value_schema: str | None = None,
@@ -57,7 +63,10 @@ def kafka_batch_ingest_group(
     Call it inside a ``with DAG(...)`` block. ``topics``, ``consumer_group`` and
     ``output_path`` (a local path or a URI such as ``s3://bucket/lake``) may be Jinja templates;
     ``storage_conn_id`` names the output's ``aws`` / ``google_cloud_platform`` / ``wasb``
-    connection (default: the filesystem's own credentials) and ``on_group_mismatch`` what the
+    connection (default: the filesystem's own credentials). ``output_format`` is ``parquet``
+    (default), ``delta`` (the table at ``output_path``) or ``iceberg`` (``table``,
+    ``NAMESPACE.NAME``, in the catalog whose properties are the extra of ``catalog_conn_id``);
+    ``partition_by="date"`` partitions a table by day. ``on_group_mismatch`` says what the
     plan step does when the group disagrees with the output's offset log. The sensor
     (reschedule mode, soft fail) skips the run when fewer than ``min_lag`` records arrive
     within ``sensor_timeout`` and nothing has waited longer than ``max_data_age``. The health
@@ -67,7 +76,18 @@ def kafka_batch_ingest_group(
     failed run's plan is picked up by the next run. Extra keyword arguments go to every task.
     """
     common = {"retries": retries, "retry_delay": retry_delay, **task_kwargs}
-    with TaskGroup(group_id=group_id, tooltip=f"Kafka -> {output_path}") as group:
+    output = {
+        "output_path": output_path,
+        "output_format": output_format,
+        "table": table,
+        "catalog_conn_id": catalog_conn_id,
+        "catalog_properties": dict(catalog_properties or {}),
+        "partition_by": partition_by,
+        "storage_conn_id": storage_conn_id,
+    }
+    # The Spark and commit tasks read the rest of the output from the plan's XCom.
+    connections = {k: output[k] for k in ("storage_conn_id", "catalog_conn_id", "catalog_properties")}
+    with TaskGroup(group_id=group_id, tooltip=f"Kafka -> {table or output_path}") as group:
         sensor = None
         if wait_for_data:
             sensor = KafkaLagSensor(
@@ -82,15 +102,13 @@ def kafka_batch_ingest_group(
                 mode=sensor_mode,
                 deferrable=deferrable,
                 soft_fail=True,
-                output_path=output_path,
-                storage_conn_id=storage_conn_id,
+                **output,
                 **common,
             )
         plan = KafkaOffsetPlanOperator(
             task_id="plan",
             topics=topics,
             group_id=consumer_group,
-            output_path=output_path,
             kafka_config_id=kafka_config_id,
             partitions=partitions,
             new_partitions=new_partitions,
@@ -98,8 +116,9 @@ def kafka_batch_ingest_group(
             max_records_per_partition=max_records_per_partition,
             max_records=max_records,
             replay_output_path=replay_output_path,
-            storage_conn_id=storage_conn_id,
+            replay_table=replay_table,
             on_group_mismatch=on_group_mismatch,
+            **output,
             **common,
         )
         write = KafkaSparkBatchOperator(
@@ -112,14 +131,14 @@ def kafka_batch_ingest_group(
             value_schema=value_schema,
             conf=dict(spark_conf or {"spark.log.level": "WARN"}),
             application=application,
-            storage_conn_id=storage_conn_id,
+            **connections,
             **common,
         )
         commit = KafkaOffsetCommitOperator(
             task_id="commit",
             plan_task_id=plan.task_id,
             kafka_config_id=kafka_config_id,
-            storage_conn_id=storage_conn_id,
+            **connections,
             **common,
         )
         steps = [plan, write, commit]
@@ -131,11 +150,10 @@ def kafka_batch_ingest_group(
                     task_id="lag_health",
                     group_id=consumer_group,
                     topics=topics,
-                    output_path=output_path,
                     kafka_config_id=kafka_config_id,
-                    storage_conn_id=storage_conn_id,
                     window=health_window,
                     stop_after=stop_after,
+                    **output,
                     **common,
                 )
             )

@@ -96,3 +96,109 @@ def test_provider_is_listed_by_airflow(airflow_db):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert '"airflow-provider-kafka-batch"' in result.stdout, f"provider missing from: {result.stdout[:500]}"
+
+
+class _SetVariables(_Variables):
+    def __init__(self, values):
+        self.values = values
+
+    def get(self, name, default=None):
+        return self.values.get(name, default)
+
+
+@pytest.mark.parametrize(
+    "variables, expected",
+    [
+        ({}, {"output_format": "parquet", "output_path": "/tmp/kafka-batch/lake", "table": "", "partition_by": ""}),
+        (
+            {"kafka_batch_format": "iceberg", "kafka_batch_table": "lake.orders", "kafka_batch_partition_by": "date"},
+            {"output_format": "iceberg", "output_path": "", "table": "lake.orders", "partition_by": "date"},
+        ),
+        (
+            {"kafka_batch_format": "delta", "kafka_batch_output": "s3://b/t", "kafka_batch_table": "ignored.here"},
+            {"output_format": "delta", "output_path": "s3://b/t", "table": "", "partition_by": ""},
+        ),
+    ],
+)
+def test_ingest_dag_renders_the_output_of_the_chosen_format_for_every_task_that_opens_it(dagbag, variables, expected):
+    dag = dagbag.dags["kafka_batch_ingest"]
+    context = {"params": {}, "var": SimpleNamespace(value=_SetVariables(variables)), "ds": "2026-01-01"}
+    jinja = dag.get_template_env()
+    for task_id in ("ingest.wait_for_data", "ingest.plan", "ingest.lag_health"):
+        task = dag.task_dict[task_id]
+        rendered = {name: task.render_template(getattr(task, name), context, jinja) for name in expected}
+        assert rendered == expected, f"{task_id}: expected {expected}, rendered {rendered}"
+
+
+def test_ingest_group_hands_the_catalog_connection_to_every_task_that_opens_the_output():
+    from airflow.sdk import DAG
+
+    from kafka_batch_provider.task_group import kafka_batch_ingest_group
+
+    with DAG(dag_id="tables", schedule=None) as dag:
+        kafka_batch_ingest_group(
+            topics="t",
+            consumer_group="g",
+            output_format="iceberg",
+            table="lake.orders",
+            catalog_conn_id="lake_catalog",
+            storage_conn_id="lake",
+        )
+    for task in dag.tasks:
+        assert task.catalog_conn_id == "lake_catalog", f"{task.task_id} has catalog_conn_id {task.catalog_conn_id!r}"
+        assert task.storage_conn_id == "lake", f"{task.task_id} has storage_conn_id {task.storage_conn_id!r}"
+    for task_id in ("kafka_ingest.wait_for_data", "kafka_ingest.plan", "kafka_ingest.lag_health"):
+        task = dag.task_dict[task_id]
+        assert (task.output_format, task.table) == ("iceberg", "lake.orders"), f"{task_id} opens another output"
+
+
+def test_ingest_group_with_a_bad_output_fails_when_the_dag_is_parsed():
+    from airflow.sdk import DAG
+
+    from kafka_batch_provider.errors import ConfigError
+    from kafka_batch_provider.task_group import kafka_batch_ingest_group
+
+    with DAG(dag_id="bad_tables", schedule=None), pytest.raises(ConfigError) as raised:
+        kafka_batch_ingest_group(topics="t", consumer_group="g", output_format="iceberg", table="lake.orders")
+    assert "needs catalog_conn_id" in str(raised.value), f"expected the missing catalog, got {raised.value}"
+
+
+@pytest.mark.parametrize(
+    "name, value, valid",
+    [
+        ("output_format", "parquet", True),
+        ("output_format", "iceberg", True),
+        ("output_format", "csv", False),
+        ("table", None, True),
+        ("table", "lake.orders", True),
+        ("table", "orders", False),
+        ("table", "lake. orders", False),
+    ],
+)
+def test_backfill_dag_validates_the_output_params(dagbag, name, value, valid):
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    param = dagbag.dags["kafka_batch_backfill"].params.get_param(name)
+    if valid:
+        assert param.resolve(value) == value, f"{name}={value!r} must be accepted"
+    else:
+        with pytest.raises(ParamValidationError):
+            param.resolve(value)
+
+
+@pytest.mark.parametrize(
+    "params, expected",
+    [
+        ({"output_format": "parquet", "output_path": "/r", "table": "x.y"}, ("parquet", "/r", None)),
+        ({"output_format": "iceberg", "output_path": "/r", "table": "lake.again"}, ("iceberg", None, "lake.again")),
+    ],
+)
+def test_backfill_dag_hands_each_format_only_its_own_output_field(dagbag, params, expected):
+    dag = dagbag.dags["kafka_batch_backfill"]
+    plan = dag.task_dict["plan_replay"]
+    context = {"params": {**{k: dag.params[k] for k in dag.params}, **params}}
+    jinja = dag.get_template_env()
+    rendered = tuple(
+        plan.render_template(getattr(plan, f), context, jinja) for f in ("output_format", "output_path", "table")
+    )
+    assert rendered == expected, f"expected (format, output_path, table) {expected}, rendered {rendered}"

@@ -355,3 +355,74 @@ def test_ingest_dag_on_s3_with_an_aws_connection_resumes_a_deleted_group(
     task_logs = capfd.readouterr()
     assert "spark-submit" in task_logs.out + task_logs.err, "the task logs must have been captured"
     assert STORAGE_SECRET not in task_logs.out + task_logs.err, "the storage secret leaked into the task logs"
+
+
+# -- Delta and Iceberg tables through the task group ------------------------------------------
+
+
+def test_ingest_dag_into_a_delta_table_twice_every_offset_exactly_once(
+    airflow_env, kafka_config, new_topic, group_id, monkeypatch
+):
+    from tests.integration.helpers import TableOutput
+
+    topic = new_topic(partitions=2)
+    table = TableOutput(str(airflow_env.parent / "delta table"), format="delta")
+    monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_TOPICS", topic)
+    monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_FORMAT", "delta")
+    monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_OUTPUT", table.uri)
+    produce(kafka_config, topic, sample_records(2, 20))
+    assert set(run("kafka_batch_ingest").values()) == {"success"}
+
+    produce(kafka_config, topic, sample_records(2, 8, first_id=20))
+    second = run("kafka_batch_ingest")
+    assert set(second.values()) == {"success"}, f"expected every task to succeed, got {second}"
+    assert committed(kafka_config, group_id, topic, [0, 1]) == {0: 14, 1: 14}, "the group is committed to the end"
+    assert_exactly_once(table, {(topic, p, o) for p in (0, 1) for o in range(14)})
+    assert [e["rows"] for e in table.store().log.entries()] == [20, 8], "one table commit per batch"
+    plans = list(Path(table.uri, "_kafka_batch", "_plans").glob("*.json"))
+    assert len(plans) == 2, f"expected the two plans in the table's _kafka_batch/_plans, found {plans}"
+    assert not list(Path(airflow_env).parent.glob("lake*")), "nothing may be written to the parquet default output"
+
+
+CATALOG_SECRET = "catalog-token-in-the-connection"
+
+
+def test_ingest_dag_into_an_iceberg_table_with_the_catalog_from_a_connection(
+    airflow_env, kafka_config, new_topic, group_id, monkeypatch, tmp_path, capfd
+):
+    from tests.integration.helpers import TableOutput
+
+    topic = new_topic(partitions=2)
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}
+    # The secret is harmless for a SQL catalog on a local warehouse; it must reach Spark only.
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_LAKE_CATALOG", json.dumps({"conn_type": "generic", "extra": {**catalog, "token": CATALOG_SECRET}})
+    )
+    monkeypatch.setenv("KAFKA_BATCH_CATALOG_CONN_ID", "lake_catalog")  # read when the DAG file is parsed
+    monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_TOPICS", topic)
+    monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_FORMAT", "iceberg")
+    monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_TABLE", "lake.orders")
+    launched = record_spark_submits(monkeypatch)
+    produce(kafka_config, topic, sample_records(2, 12))
+
+    states = run("kafka_batch_ingest")
+    assert set(states.values()) == {"success"}, f"expected every task to succeed, got {states}"
+    assert committed(kafka_config, group_id, topic, [0, 1]) == {0: 6, 1: 6}, "the group is committed to the end"
+    assert_exactly_once(
+        TableOutput("", format="iceberg", table="lake.orders", catalog=catalog),
+        {(topic, p, o) for p in (0, 1) for o in range(6)},
+    )
+    assert not Path(airflow_env).exists(), "an Iceberg run must not write the parquet output setting's folder"
+    assert len(launched) == 1, f"expected one spark-submit run, saw {len(launched)}"
+    [(argv, env)] = launched
+    added = {k: v for k, v in env.items() if os.environ.get(k) != v}
+    assert "KAFKA_BATCH_CATALOG_PROPERTIES_FILE" in added, f"the catalog must travel in a private file: {added}"
+    where = argv[argv.index("--format") : argv.index("--format") + 4]
+    assert where == ["--format", "iceberg", "--table", "lake.orders"], f"expected the table in argv, got {where}"
+    assert CATALOG_SECRET not in json.dumps([argv, added]), "the catalog secret reached spark-submit's argv or env"
+    stored = metadata_db_text("xcom", "value") + metadata_db_text("rendered_task_instance_fields", "rendered_fields")
+    assert CATALOG_SECRET not in stored, "the catalog secret leaked into XCom or rendered template fields"
+    assert '"format": "iceberg"' in stored and '"table": "lake.orders"' in stored, "the plan XCom names the output"
+    task_logs = capfd.readouterr()
+    assert "spark-submit" in task_logs.out + task_logs.err, "the task logs must have been captured"
+    assert CATALOG_SECRET not in task_logs.out + task_logs.err, "the catalog secret leaked into the task logs"

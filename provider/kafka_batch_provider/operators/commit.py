@@ -8,11 +8,11 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
-from kafka_batch_provider.batch_store import BatchStore
+from kafka_batch_provider.hooks.catalog import check_public_properties
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
-from kafka_batch_provider.hooks.storage import storage_options_from_connection
 from kafka_batch_provider.operators.errors import task_errors
-from kafka_batch_provider.operators.xcom import pull_plan
+from kafka_batch_provider.operators.output import OutputArgs, open_output
+from kafka_batch_provider.operators.xcom import load_plan, pull_summary
 from kafka_batch_provider.protocol import commit_batch
 
 
@@ -20,7 +20,8 @@ class KafkaOffsetCommitOperator(BaseOperator):
     """Check the batch's entry in the output's offset log and its files, then commit its end offsets.
 
     Synchronous and compare-and-set (the group must still be at the plan's starts); every
-    partition's error is checked and the result read back. Skips for an empty plan, a dry
+    partition's error is checked and the result read back. The output (format, path or
+    table) comes from the plan's XCom. Skips for an empty plan, a dry
     run and replays (they never commit the group). Runs after a skipped Spark task (trigger
     rule ``none_failed``): a plan with nothing to read, e.g. a new empty partition, is
     recorded in the log here and committed. Pushes the committed offsets.
@@ -28,6 +29,8 @@ class KafkaOffsetCommitOperator(BaseOperator):
     :param plan_task_id: task id of the plan operator.
     :param kafka_config_id: the ``kafka`` connection the plan used.
     :param storage_conn_id: the output's storage connection (as for the plan operator).
+    :param catalog_conn_id: the Iceberg catalog's connection (as for the plan operator).
+    :param catalog_properties: non-secret catalog properties (as for the plan operator).
     """
 
     template_fields: Sequence[str] = ("plan_task_id",)
@@ -39,6 +42,8 @@ class KafkaOffsetCommitOperator(BaseOperator):
         plan_task_id: str,
         kafka_config_id: str = "kafka_default",
         storage_conn_id: str | None = None,
+        catalog_conn_id: str | None = None,
+        catalog_properties: dict[str, str] | None = None,
         kafka_timeout: float = 30.0,
         trigger_rule: str = "none_failed",
         **kwargs: Any,
@@ -47,16 +52,19 @@ class KafkaOffsetCommitOperator(BaseOperator):
         self.plan_task_id = plan_task_id
         self.kafka_config_id = kafka_config_id
         self.storage_conn_id = storage_conn_id
+        self.catalog_conn_id = catalog_conn_id
+        self.catalog_properties = check_public_properties(catalog_properties)
         self.kafka_timeout = kafka_timeout
 
     def execute(self, context: Any) -> dict[str, Any]:
+        summary = pull_summary(context, self.plan_task_id, "commit")
+        output = OutputArgs.from_plan_xcom(summary, self.storage_conn_id, self.catalog_conn_id, self.catalog_properties)
         with task_errors():
-            storage_options = storage_options_from_connection(self.storage_conn_id)
-            summary, plan = pull_plan(context, self.plan_task_id, "commit", storage_options)
+            _, store = open_output(output, create=False)
+            plan = load_plan(summary, store)
         if not plan.commits_group:
             raise AirflowSkipException(f"batch {plan.batch_id} is a {plan.mode}: the group's offsets are not touched")
         hook = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout)
-        store = BatchStore(summary["output_path"], storage_options)
         with task_errors():
             committed = commit_batch(hook, store, plan, progress=self.log.info)
         record = store.commit_record(plan.seq, plan.batch_id) or {}

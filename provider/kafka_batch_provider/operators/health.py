@@ -9,12 +9,11 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from kafka_batch_provider.batch_store import BatchStore
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
-from kafka_batch_provider.hooks.storage import storage_options_from_connection
 from kafka_batch_provider.lag_health import HealthPolicy, LagStatus
 from kafka_batch_provider.lag_monitor import lag_report
 from kafka_batch_provider.operators.errors import task_errors
+from kafka_batch_provider.operators.output import OUTPUT_TEMPLATE_FIELDS, open_existing_output, output_args_of
 from kafka_batch_provider.operators.xcom import as_list
 
 #: WARN (lag growing) is logged, not failed: the batch itself went fine.
@@ -32,13 +31,15 @@ class KafkaLagHealthOperator(BaseOperator):
     :param output_path: the ingestion's output (path or URI): its offset log stands in where the
         group has no offset, and its batch history enables the trend statuses; without it only
         DATA_LOSS and RETENTION_RISK are judged.
+    :param output_format: ``parquet``, ``delta`` or ``iceberg`` (with ``table`` and
+        ``catalog_conn_id``, and ``catalog_properties``, ``partition_by``: as for the plan operator).
     :param storage_conn_id: the output's storage connection (as for the plan operator).
     :param stop_after: STOP when lag > 0 and nothing was committed for this long (e.g. three
         schedule intervals); ``None`` disables STOP.
     :param fail_on: statuses that fail the task (default: all but OK and WARN).
     """
 
-    template_fields: Sequence[str] = ("group_id", "topics", "output_path")
+    template_fields: Sequence[str] = ("group_id", "topics", *OUTPUT_TEMPLATE_FIELDS)
     ui_color = "#fdeeee"
 
     def __init__(
@@ -47,6 +48,11 @@ class KafkaLagHealthOperator(BaseOperator):
         group_id: str,
         topics: Sequence[str] | str,
         output_path: str | None = None,
+        output_format: str = "parquet",
+        table: str | None = None,
+        catalog_conn_id: str | None = None,
+        catalog_properties: dict[str, str] | None = None,
+        partition_by: str | None = None,
         kafka_config_id: str = "kafka_default",
         storage_conn_id: str | None = None,
         window: int = 5,
@@ -61,8 +67,15 @@ class KafkaLagHealthOperator(BaseOperator):
         self.group_id = group_id
         self.topics = topics
         self.output_path = output_path
+        self.output_format = output_format
+        self.table = table
+        self.catalog_conn_id = catalog_conn_id
+        self.catalog_properties = catalog_properties
+        self.partition_by = partition_by
         self.kafka_config_id = kafka_config_id
         self.storage_conn_id = storage_conn_id
+        if output_args_of(self).given:  # the output is optional here
+            output_args_of(self).check()
         self.policy = HealthPolicy(window=window, stop_after=stop_after, retention_risk=retention_risk)
         self.fail_on = frozenset(LagStatus(s) for s in fail_on)
         self.kafka_timeout = kafka_timeout
@@ -70,9 +83,7 @@ class KafkaLagHealthOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         hook = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout)
         with task_errors():
-            store = None
-            if self.output_path:
-                store = BatchStore(self.output_path, storage_options_from_connection(self.storage_conn_id))
+            store = open_existing_output(output_args_of(self))
             report = lag_report(hook, self.group_id, as_list(self.topics), store, self.policy)
         for p in report.partitions:
             self.log.info("%s lag %d: %s (%s)", p.state.tp, p.state.lag, p.status.value, p.reason)

@@ -8,10 +8,16 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from kafka_batch_provider.batch_store import BatchStore
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
-from kafka_batch_provider.hooks.storage import storage_options_from_connection
 from kafka_batch_provider.operators.errors import task_errors
+from kafka_batch_provider.operators.output import (
+    OUTPUT_TEMPLATE_FIELDS,
+    OutputArgs,
+    is_template,
+    open_output,
+    output_args_of,
+    replay_output_for,
+)
 from kafka_batch_provider.operators.xcom import as_int_list, as_list, plan_xcom
 from kafka_batch_provider.planning import DataLossPolicy, NewPartitionPolicy, PlanPolicy
 from kafka_batch_provider.protocol import plan_batch
@@ -21,9 +27,13 @@ from kafka_batch_provider.replay import plan_replay_batch
 BACKFILL_RUN_TYPE = "backfill"
 
 
-def replay_output_for(output_path: str) -> str:
-    """Where replays of an ingest DAG go: beside its dataset, never inside it (it holds those offsets)."""
-    return output_path.rstrip("/") + "_replay"
+__all__ = [
+    "BACKFILL_RUN_TYPE",
+    "KafkaOffsetPlanOperator",
+    "KafkaReplayPlanOperator",
+    "replay_output_for",  # lives in operators/output.py now; kept importable from here
+    "run_type_of",
+]
 
 
 def run_type_of(context: Any) -> str:
@@ -46,11 +56,23 @@ class KafkaOffsetPlanOperator(BaseOperator):
 
     A DAG run of type *backfill* (``airflow backfill create``) does not plan from the group:
     it maps its data interval to offsets with ``offsets_for_times`` and plans a replay into
-    ``replay_output_path``; the commit task then leaves the group alone.
+    ``replay_output_path`` (``replay_table`` for Iceberg); the commit task then leaves the group alone.
 
     :param topics: topics to ingest (a list, or a comma-separated string from a template).
     :param group_id: consumer group whose committed offsets are the checkpoint.
-    :param output_path: the output: a local path or a URI (``s3://``, ``gs://``, ``abfs://``, ...).
+    :param output_path: the output: a local path or a URI (``s3://``, ``gs://``, ``abfs://``, ...);
+        for ``delta`` the table's location.
+    :param output_format: ``parquet`` (default: a folder of batches), ``delta`` (the Delta table
+        at ``output_path``) or ``iceberg`` (``table`` in the catalog of ``catalog_conn_id``);
+        the downstream tasks take it from this task's XCom.
+    :param table: the Iceberg table, ``NAMESPACE.NAME`` (created on first use).
+    :param catalog_conn_id: a connection whose extra holds the pyiceberg catalog properties
+        (``type``, ``uri``, ``warehouse``, ``s3.*``, ``credential``, ``token``...; see
+        :mod:`kafka_batch_provider.hooks.catalog`).
+    :param catalog_properties: non-secret catalog properties given in the DAG (they override
+        the connection's); secret-looking keys are refused.
+    :param partition_by: ``"date"``: partition a Delta or Iceberg table by the UTC date of the
+        Kafka timestamp.
     :param kafka_config_id: a ``kafka`` connection (extra = librdkafka config JSON).
     :param storage_conn_id: an ``aws``, ``google_cloud_platform`` or ``wasb`` connection for the
         output (default: the filesystem's own credentials, e.g. ``AWS_*`` variables).
@@ -62,10 +84,18 @@ class KafkaOffsetPlanOperator(BaseOperator):
     :param max_records_per_partition: bound per partition and batch (offsets).
     :param max_records: bound per batch (offsets), shared fairly between partitions.
     :param replay_output_path: output of backfill runs (default: ``<output_path>_replay``).
+    :param replay_table: the Iceberg table of backfill runs (default: ``<table>_replay``).
     :param kafka_timeout: seconds to wait for any one broker request.
     """
 
-    template_fields: Sequence[str] = ("topics", "group_id", "output_path", "partitions", "replay_output_path")
+    template_fields: Sequence[str] = (
+        "topics",
+        "group_id",
+        *OUTPUT_TEMPLATE_FIELDS,
+        "partitions",
+        "replay_output_path",
+        "replay_table",
+    )
     ui_color = "#e8f1fb"
 
     def __init__(
@@ -73,7 +103,12 @@ class KafkaOffsetPlanOperator(BaseOperator):
         *,
         topics: Sequence[str] | str,
         group_id: str,
-        output_path: str,
+        output_path: str | None = None,
+        output_format: str = "parquet",
+        table: str | None = None,
+        catalog_conn_id: str | None = None,
+        catalog_properties: dict[str, str] | None = None,
+        partition_by: str | None = None,
         kafka_config_id: str = "kafka_default",
         partitions: Sequence[int] | str | None = None,
         new_partitions: str = NewPartitionPolicy.EARLIEST.value,
@@ -81,6 +116,7 @@ class KafkaOffsetPlanOperator(BaseOperator):
         max_records_per_partition: int | None = None,
         max_records: int | None = None,
         replay_output_path: str | None = None,
+        replay_table: str | None = None,
         storage_conn_id: str | None = None,
         on_group_mismatch: str = GroupMismatchPolicy.FAIL.value,
         kafka_timeout: float = 30.0,
@@ -90,6 +126,11 @@ class KafkaOffsetPlanOperator(BaseOperator):
         self.topics = topics
         self.group_id = group_id
         self.output_path = output_path
+        self.output_format = output_format
+        self.table = table
+        self.catalog_conn_id = catalog_conn_id
+        self.catalog_properties = catalog_properties
+        self.partition_by = partition_by
         self.kafka_config_id = kafka_config_id
         self.storage_conn_id = storage_conn_id
         self.on_group_mismatch = GroupMismatchPolicy(on_group_mismatch)
@@ -101,15 +142,28 @@ class KafkaOffsetPlanOperator(BaseOperator):
             max_records=max_records,
         )
         self.replay_output_path = replay_output_path
+        self.replay_table = replay_table
         self.kafka_timeout = kafka_timeout
+        # Checked here, so a bad combination is a DAG import error rather than a failed run.
+        output = output_args_of(self)
+        output.check()
+        replay_args = (self.output_format, self.output_path, self.table, self.replay_output_path, self.replay_table)
+        if not any(is_template(v) for v in replay_args):
+            output.replay(self.replay_output_path, self.replay_table).check()
+
+    def output_args(self, context: Any) -> OutputArgs:
+        """This run's output: the replay output for a backfill run (it must not touch the dataset)."""
+        output = output_args_of(self)
+        if run_type_of(context) == BACKFILL_RUN_TYPE:
+            return output.replay(self.replay_output_path, self.replay_table)
+        return output
 
     def execute(self, context: Any) -> dict[str, Any]:
         hook = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout)
         topics, partitions = as_list(self.topics), as_int_list(self.partitions)
         with task_errors():
-            storage_options = storage_options_from_connection(self.storage_conn_id)
+            spec, store = open_output(self.output_args(context), create=True)
             if run_type_of(context) == BACKFILL_RUN_TYPE:
-                store = BatchStore(self.replay_output_path or replay_output_for(self.output_path), storage_options)
                 start, end = context["data_interval_start"], context["data_interval_end"]
                 self.log.info("backfill run: replaying %s .. %s of %s into %s", start, end, topics, store.root)
                 outcome = plan_replay_batch(
@@ -122,7 +176,6 @@ class KafkaOffsetPlanOperator(BaseOperator):
                     progress=self.log.info,
                 )
             else:
-                store = BatchStore(self.output_path, storage_options)
                 outcome = plan_batch(
                     hook,
                     store,
@@ -133,7 +186,7 @@ class KafkaOffsetPlanOperator(BaseOperator):
                     progress=self.log.info,
                     on_group_mismatch=self.on_group_mismatch,
                 )
-        return plan_xcom(outcome, store.location.output)
+        return plan_xcom(outcome, spec, store)
 
 
 class KafkaReplayPlanOperator(BaseOperator):
@@ -147,11 +200,15 @@ class KafkaReplayPlanOperator(BaseOperator):
 
     :param dry_run: plan and validate only; the plan is shown in the log and XCom and the
         Spark task is skipped.
+
+    The output arguments (``output_path``, ``output_format``, ``table``, ``catalog_conn_id``,
+    ``catalog_properties``, ``partition_by``, ``storage_conn_id``) are those of
+    :class:`KafkaOffsetPlanOperator`.
     """
 
     template_fields: Sequence[str] = (
         "topics",
-        "output_path",
+        *OUTPUT_TEMPLATE_FIELDS,
         "partitions",
         "start_offsets",
         "end_offsets",
@@ -165,7 +222,12 @@ class KafkaReplayPlanOperator(BaseOperator):
         self,
         *,
         topics: Sequence[str] | str,
-        output_path: str,
+        output_path: str | None = None,
+        output_format: str = "parquet",
+        table: str | None = None,
+        catalog_conn_id: str | None = None,
+        catalog_properties: dict[str, str] | None = None,
+        partition_by: str | None = None,
         kafka_config_id: str = "kafka_default",
         partitions: Sequence[int] | str | None = None,
         start_offsets: dict[Any, int] | None = None,
@@ -180,6 +242,11 @@ class KafkaReplayPlanOperator(BaseOperator):
         super().__init__(**kwargs)
         self.topics = topics
         self.output_path = output_path
+        self.output_format = output_format
+        self.table = table
+        self.catalog_conn_id = catalog_conn_id
+        self.catalog_properties = catalog_properties
+        self.partition_by = partition_by
         self.storage_conn_id = storage_conn_id
         self.kafka_config_id = kafka_config_id
         self.partitions = partitions
@@ -189,6 +256,7 @@ class KafkaReplayPlanOperator(BaseOperator):
         self.end_time = end_time
         self.dry_run = dry_run
         self.kafka_timeout = kafka_timeout
+        output_args_of(self).check()  # a bad combination is a DAG import error
 
     def execute(self, context: Any) -> dict[str, Any]:
         from kafka_batch_provider.operators.params import parse_offsets, parse_time
@@ -196,7 +264,8 @@ class KafkaReplayPlanOperator(BaseOperator):
         dry_run = self.dry_run if isinstance(self.dry_run, bool) else str(self.dry_run).lower() == "true"
         hook = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout)
         with task_errors():
-            store = BatchStore(self.output_path, storage_options_from_connection(self.storage_conn_id))
+            # A dry run creates no Iceberg table: replaying into a new one is planned for real only.
+            spec, store = open_output(output_args_of(self), create=not dry_run)
             outcome = plan_replay_batch(
                 hook,
                 store,
@@ -209,4 +278,4 @@ class KafkaReplayPlanOperator(BaseOperator):
                 dry_run=dry_run,
                 progress=self.log.info,
             )
-        return plan_xcom(outcome, store.location.output, dry_run=dry_run)
+        return plan_xcom(outcome, spec, store, dry_run=dry_run)

@@ -10,13 +10,14 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from kafka_batch_provider.batch_store import BatchStore
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
+from kafka_batch_provider.hooks.catalog import check_public_properties
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
-from kafka_batch_provider.hooks.storage import storage_options_from_connection
 from kafka_batch_provider.operators.errors import task_errors
-from kafka_batch_provider.operators.xcom import pull_plan
-from kafka_batch_provider.spark.app import CONFIG_FILE_ENV, STORAGE_OPTIONS_FILE_ENV
+from kafka_batch_provider.operators.output import OutputArgs, open_output
+from kafka_batch_provider.operators.xcom import load_plan, pull_summary
+from kafka_batch_provider.outputs import open_store
+from kafka_batch_provider.spark.app import CATALOG_PROPERTIES_FILE_ENV, CONFIG_FILE_ENV, STORAGE_OPTIONS_FILE_ENV
 from kafka_batch_provider.spark.options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
 from kafka_batch_provider.spark.py_files import needs_py_files, package_zip
 from kafka_batch_provider.spark.submit import (
@@ -42,12 +43,14 @@ def shippable(kafka_config: dict[str, Any]) -> dict[str, Any]:
 class KafkaSparkBatchOperator(SparkSubmitOperator):
     """Run the Spark application on the plan pushed by ``plan_task_id``, through a ``spark`` connection.
 
-    Skips when the plan has nothing to read or is a dry run. The Kafka connection's settings
-    and the storage connection's credentials reach Spark in private temporary files named by
-    environment variables (in cluster deploy mode the files are shipped with ``--files``),
-    never on the command line. For a cluster master (``spark://``, ``yarn``, ``k8s://``) this
-    package is shipped to the executors as a zip (``py_files``), so the cluster needs only the
-    third-party dependencies. Pushes the batch's log entry number, row count and location.
+    Skips when the plan has nothing to read or is a dry run. The output (format, path or
+    table, partitioning) comes from the plan's XCom. The Kafka connection's settings, the
+    storage connection's credentials and the Iceberg catalog connection's properties reach
+    Spark in private temporary files named by environment variables (in cluster deploy mode
+    the files are shipped with ``--files``), never on the command line. For a cluster master
+    (``spark://``, ``yarn``, ``k8s://``) this package is shipped to the executors as a zip
+    (``py_files``), so the cluster needs only the third-party dependencies. Pushes the batch's
+    log entry number, row count and location.
 
     :param plan_task_id: task id of the plan operator (inside a task group: ``group.plan``).
     :param kafka_config_id: the ``kafka`` connection the plan used.
@@ -57,6 +60,8 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         ``spark_apps/kafka_batch_ingest.py`` in the repository is the same program).
     :param conn_id: the ``spark`` connection (default ``spark_default``).
     :param storage_conn_id: the output's storage connection (as for the plan operator).
+    :param catalog_conn_id: the Iceberg catalog's connection (as for the plan operator).
+    :param catalog_properties: non-secret catalog properties (as for the plan operator).
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "plan_task_id")
@@ -75,19 +80,25 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         application: str = DEFAULT_APPLICATION,
         name: str = "kafka-batch-ingest",
         storage_conn_id: str | None = None,
+        catalog_conn_id: str | None = None,
+        catalog_properties: dict[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(application=application, name=name, **kwargs)
         self.plan_task_id = plan_task_id
         self.kafka_config_id = kafka_config_id
         self.storage_conn_id = storage_conn_id
+        self.catalog_conn_id = catalog_conn_id
+        self.catalog_properties = check_public_properties(catalog_properties)
         # Checked here, so a bad option is a DAG import error rather than a failed run.
         self.write_options = WriteOptions(reader, value_format, value_schema, max_offsets_per_task, stall_timeout)
 
     def execute(self, context: Any) -> dict[str, Any]:
+        summary = pull_summary(context, self.plan_task_id, "write")
+        output = OutputArgs.from_plan_xcom(summary, self.storage_conn_id, self.catalog_conn_id, self.catalog_properties)
         with task_errors():
-            storage_options = storage_options_from_connection(self.storage_conn_id)
-            summary, plan = pull_plan(context, self.plan_task_id, "write", storage_options)
+            spec, store = open_output(output, create=False)
+            plan = load_plan(summary, store)
         if not plan.has_data:
             from airflow.sdk.exceptions import AirflowSkipException
 
@@ -99,20 +110,23 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         )
         with (
             private_config_file(kafka_config) as config_path,
-            private_json_file(storage_options, "kafka-batch-storage-") as storage_path,
+            private_json_file(spec.storage_options, "kafka-batch-storage-") as storage_path,
+            private_json_file(spec.catalog_properties, "kafka-batch-catalog-") as catalog_path,
         ):
-            self.application_args = application_args(summary["plan_path"], summary["output_path"], self.write_options)
-            self._hand_over(config_path, storage_path)
+            self.application_args = application_args(summary["plan_path"], spec, self.write_options)
+            self._hand_over(config_path, storage_path, catalog_path)
             super().execute(context)
-        store = BatchStore(summary["output_path"], storage_options)
         with task_errors():
+            # Reopened: a table's state is read again, after Spark's commit.
+            store = open_store(spec, create=False)
             entry = store.entry_of(plan)
         if entry is None:
             raise KafkaBatchError(f"batch {plan.batch_id}: Spark finished but the output log has no entry {plan.seq}")
-        location = store.location.uri_of(entry["location"]) if entry["location"] else None
+        # The data's location (a table's, not its _kafka_batch/ control folder's).
+        location = store.sink.data.uri_of(entry["location"]) if entry["location"] else None
         return {"batch_id": plan.batch_id, "seq": plan.seq, "rows": entry["rows"], "location": location}
 
-    def _hand_over(self, config_path: str, storage_path: str) -> None:
+    def _hand_over(self, config_path: str, storage_path: str, catalog_path: str) -> None:
         """Secrets in files named by the environment; this package as a zip for a cluster master."""
         connection = self._get_hook()._connection
         if needs_py_files(str(connection.get("master") or "")):
@@ -120,17 +134,20 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         deploy_mode = self._deploy_mode or connection.get("deploy_mode")
         if deploy_mode == "cluster":
             # The driver runs elsewhere: ship the files; they land in the driver's working dir.
-            self.files = ",".join(filter(None, [self.files, config_path, storage_path]))
+            self.files = ",".join(filter(None, [self.files, config_path, storage_path, catalog_path]))
             self.application_args += [
                 "--kafka-config-file",
                 Path(config_path).name,
                 "--storage-options-file",
                 Path(storage_path).name,
+                "--catalog-properties-file",
+                Path(catalog_path).name,
             ]
         else:
             env = dict(self.env_vars or {})
             env[CONFIG_FILE_ENV] = config_path
             env[STORAGE_OPTIONS_FILE_ENV] = storage_path
+            env[CATALOG_PROPERTIES_FILE_ENV] = catalog_path
             # A local master's Python workers must use this interpreter (it has the dependencies).
             env.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", sys.executable))
             self.env_vars = env

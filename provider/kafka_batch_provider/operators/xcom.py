@@ -1,6 +1,10 @@
 """The plan summary the plan operators push and the Spark and commit operators pull.
 
-Small and secret-free: batch id, where the plan file is, ranges and counts.
+Small and secret-free: batch id, where the plan file is, ranges and counts, and the output
+as :meth:`~kafka_batch_provider.outputs.OutputSpec.describe` shows it (``output``: format,
+path or table, partitioning; no credentials), from which the downstream tasks reopen it.
+``output_path`` stays for readers of the Parquet layout's XCom: the folder (parquet), the
+table's location (delta) or ``None`` (iceberg).
 """
 
 from __future__ import annotations
@@ -9,16 +13,21 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
-from kafka_batch_provider.batch_store import load_plan_file
+from kafka_batch_provider.batch_store import BatchStore, load_plan_file
+from kafka_batch_provider.outputs import OutputSpec
 from kafka_batch_provider.plan import OffsetPlan
 from kafka_batch_provider.protocol import PlanOutcome
+from kafka_batch_provider.sinks.base import PARQUET
 
 
-def plan_xcom(outcome: PlanOutcome, output_path: str, dry_run: bool = False) -> dict[str, Any]:
+def plan_xcom(outcome: PlanOutcome, spec: OutputSpec, store: BatchStore, dry_run: bool = False) -> dict[str, Any]:
     plan = outcome.plan
+    # For a table, store.location is its _kafka_batch/ control folder, not what reopens it.
+    output_path = store.location.output if spec.format == PARQUET else spec.output
     return {
         **plan.summary(),
         "plan_path": outcome.plan_path,
+        "output": spec.describe(),
         "output_path": output_path,
         "has_data": plan.has_data,
         "reused": outcome.reused,
@@ -28,10 +37,8 @@ def plan_xcom(outcome: PlanOutcome, output_path: str, dry_run: bool = False) -> 
     }
 
 
-def pull_plan(
-    context: Any, plan_task_id: str, purpose: str, storage_options: dict[str, Any] | None = None
-) -> tuple[dict[str, Any], OffsetPlan]:
-    """The upstream plan (summary and file), or a skip that says why there is nothing to do."""
+def pull_summary(context: Any, plan_task_id: str, purpose: str) -> dict[str, Any]:
+    """The upstream plan's summary, or a skip that says why there is nothing to do."""
     summary = context["ti"].xcom_pull(task_ids=plan_task_id)
     if not summary:
         raise AirflowSkipException(f"no plan from task {plan_task_id!r}: nothing to {purpose}")
@@ -39,7 +46,13 @@ def pull_plan(
         raise AirflowSkipException(f"dry run of batch {summary['batch_id']}: nothing to {purpose}")
     if not summary.get("plan_path"):
         raise AirflowSkipException(f"batch {summary['batch_id']} is empty: nothing to {purpose}")
-    return summary, load_plan_file(summary["plan_path"], storage_options)
+    return summary
+
+
+def load_plan(summary: dict[str, Any], store: BatchStore) -> OffsetPlan:
+    """The plan file the summary names, read with the store's credentials (an Iceberg table's
+    may come from its catalog)."""
+    return load_plan_file(summary["plan_path"], store.location.storage_options)
 
 
 def as_list(value: Any) -> list[str]:

@@ -9,6 +9,8 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from kafka_batch_provider.errors import KafkaUnavailableError
+from kafka_batch_provider.hooks.catalog import check_public_properties
+from kafka_batch_provider.operators.output import OUTPUT_TEMPLATE_FIELDS, output_args_of
 from kafka_batch_provider.operators.plan import BACKFILL_RUN_TYPE, run_type_of
 from kafka_batch_provider.operators.xcom import as_list
 from kafka_batch_provider.triggers.lag import KafkaLagTrigger, check_lag
@@ -31,10 +33,13 @@ class KafkaLagSensor(BaseSensorOperator):
     :param output_path: the ingestion's output (templated): where the group has no committed
         offset (deleted, expired), its offset log gives the position, so the lag is what the
         next batch would really read.
+    :param output_format: ``parquet``, ``delta`` or ``iceberg`` (with ``table`` and
+        ``catalog_conn_id``, and ``catalog_properties``, ``partition_by``: as for the plan
+        operator); an Iceberg table that does not exist yet has no log to consult.
     :param storage_conn_id: the output's storage connection.
     """
 
-    template_fields: Sequence[str] = ("group_id", "topics", "output_path")
+    template_fields: Sequence[str] = ("group_id", "topics", *OUTPUT_TEMPLATE_FIELDS)
     ui_color = "#f0eefd"
 
     def __init__(
@@ -49,6 +54,11 @@ class KafkaLagSensor(BaseSensorOperator):
         kafka_timeout: float = 30.0,
         output_path: str | None = None,
         storage_conn_id: str | None = None,
+        output_format: str = "parquet",
+        table: str | None = None,
+        catalog_conn_id: str | None = None,
+        catalog_properties: dict[str, str] | None = None,
+        partition_by: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -65,6 +75,13 @@ class KafkaLagSensor(BaseSensorOperator):
         self.kafka_timeout = kafka_timeout
         self.output_path = output_path
         self.storage_conn_id = storage_conn_id
+        self.output_format = output_format
+        self.table = table
+        self.catalog_conn_id = catalog_conn_id
+        self.catalog_properties = check_public_properties(catalog_properties)
+        self.partition_by = partition_by
+        if output_args_of(self).given:  # the output is optional here
+            output_args_of(self).check()
 
     def _check(self) -> tuple[bool, str, int]:
         # Errors stay plain exceptions: a sensor with soft_fail turns Airflow's fail
@@ -78,6 +95,11 @@ class KafkaLagSensor(BaseSensorOperator):
             self.kafka_timeout,
             self.output_path or None,
             self.storage_conn_id,
+            self.output_format,
+            self.table or None,
+            self.catalog_conn_id,
+            self.partition_by or None,
+            self.catalog_properties,
         )
 
     def poke(self, context: Any) -> PokeReturnValue:
@@ -107,6 +129,11 @@ class KafkaLagSensor(BaseSensorOperator):
                 kafka_timeout=self.kafka_timeout,
                 output_path=self.output_path or None,
                 storage_conn_id=self.storage_conn_id,
+                output_format=self.output_format,
+                table=self.table or None,
+                catalog_conn_id=self.catalog_conn_id,
+                partition_by=self.partition_by or None,
+                catalog_properties=self.catalog_properties,
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout),

@@ -23,17 +23,31 @@ def check_lag(
     kafka_timeout: float,
     output_path: str | None = None,
     storage_conn_id: str | None = None,
+    output_format: str = "parquet",
+    table: str | None = None,
+    catalog_conn_id: str | None = None,
+    partition_by: str | None = None,
+    catalog_properties: dict[str, str] | None = None,
 ) -> tuple[bool, str, int]:
     """One look at the group's lag: (ready, why, total lag). Blocking: Kafka and storage I/O.
 
-    With ``output_path``, the output's offset log gives the position where the group has none.
+    With an output (``output_path``, or ``table`` for Iceberg), the output's offset log gives
+    the position where the group has none.
     """
-    from kafka_batch_provider.batch_store import BatchStore
     from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
-    from kafka_batch_provider.hooks.storage import storage_options_from_connection
     from kafka_batch_provider.lag_monitor import partition_lags
+    from kafka_batch_provider.operators.output import OutputArgs, open_existing_output
 
-    store = BatchStore(output_path, storage_options_from_connection(storage_conn_id)) if output_path else None
+    output = OutputArgs(
+        output_format=output_format,
+        output_path=output_path,
+        table=table,
+        partition_by=partition_by,
+        storage_conn_id=storage_conn_id,
+        catalog_conn_id=catalog_conn_id,
+        catalog_properties=dict(catalog_properties or {}),
+    )
+    store = open_existing_output(output)
     hook = KafkaOffsetsHook(kafka_config_id, timeout=kafka_timeout)
     try:
         states = partition_lags(hook, group_id, list(topics), max_data_age_seconds is not None, store)
@@ -48,7 +62,8 @@ class KafkaLagTrigger(BaseTrigger):
     """Fires once the group's lag on ``topics`` is at least ``min_lag``, or its oldest
     unconsumed record is older than ``max_data_age_seconds``. Checks every ``poke_interval``
     seconds; a Kafka error ends the wait with an ``error`` event (the sensor then fails and
-    Airflow's retries apply).
+    Airflow's retries apply). Only connection ids are serialized: the triggerer reads the
+    connections itself.
     """
 
     def __init__(
@@ -62,6 +77,11 @@ class KafkaLagTrigger(BaseTrigger):
         kafka_timeout: float = 30.0,
         output_path: str | None = None,
         storage_conn_id: str | None = None,
+        output_format: str = "parquet",
+        table: str | None = None,
+        catalog_conn_id: str | None = None,
+        partition_by: str | None = None,
+        catalog_properties: dict[str, str] | None = None,
     ) -> None:
         super().__init__()
         self.group_id = group_id
@@ -73,6 +93,11 @@ class KafkaLagTrigger(BaseTrigger):
         self.kafka_timeout = kafka_timeout
         self.output_path = output_path
         self.storage_conn_id = storage_conn_id
+        self.output_format = output_format
+        self.table = table
+        self.catalog_conn_id = catalog_conn_id
+        self.partition_by = partition_by
+        self.catalog_properties = dict(catalog_properties or {})  # non-secret (checked by the sensor)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -87,6 +112,11 @@ class KafkaLagTrigger(BaseTrigger):
                 "kafka_timeout": self.kafka_timeout,
                 "output_path": self.output_path,
                 "storage_conn_id": self.storage_conn_id,
+                "output_format": self.output_format,
+                "table": self.table,
+                "catalog_conn_id": self.catalog_conn_id,
+                "partition_by": self.partition_by,
+                "catalog_properties": self.catalog_properties,
             },
         )
 
@@ -103,6 +133,11 @@ class KafkaLagTrigger(BaseTrigger):
                     self.kafka_timeout,
                     self.output_path,
                     self.storage_conn_id,
+                    self.output_format,
+                    self.table,
+                    self.catalog_conn_id,
+                    self.partition_by,
+                    self.catalog_properties,
                 )
             except KafkaBatchError as exc:
                 yield TriggerEvent({"status": "error", "message": str(exc)})

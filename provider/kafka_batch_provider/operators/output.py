@@ -1,0 +1,201 @@
+"""Which output an operator writes or reads: the one place operator arguments become an
+:class:`~kafka_batch_provider.outputs.OutputSpec`.
+
+Operators are given connection ids, never secrets: :class:`OutputArgs` holds what the DAG
+says (format, path or table, partitioning, connection ids, non-secret catalog properties) and
+is checked when the DAG is parsed; :meth:`OutputArgs.spec` reads the connections when the task
+runs. Downstream tasks rebuild the arguments from the plan's XCom (its secret-free
+``output``) plus their own connection ids, so the format is given once, to the plan task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kafka_batch_provider.batch_store import BatchStore
+from kafka_batch_provider.errors import ConfigError, StorageError
+from kafka_batch_provider.outputs import OutputSpec, open_store
+from kafka_batch_provider.sinks.base import FORMATS, ICEBERG, PARQUET
+from kafka_batch_provider.spark.options import PARTITION_BY
+
+REPLAY_SUFFIX = "_replay"
+
+
+def replay_output_for(output_path: str) -> str:
+    """Where replays of an ingest DAG go: beside its dataset, never inside it (it holds those offsets)."""
+    return output_path.rstrip("/") + REPLAY_SUFFIX
+
+
+def is_template(value: Any) -> bool:
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
+def blank_to_none(value: Any) -> str | None:
+    """Templates render a missing value as ``""`` (or ``"None"`` without native rendering)."""
+    if value is None or str(value).strip() in ("", "None", "null"):
+        return None
+    return str(value).strip()
+
+
+@dataclass(frozen=True)
+class OutputArgs:
+    """An operator's output, as the DAG names it: no secrets, only connection ids.
+
+    :param output_format: ``parquet`` (default), ``delta`` or ``iceberg``.
+    :param output_path: the folder (parquet) or the Delta table's location.
+    :param table: the Iceberg table, ``NAMESPACE.NAME``.
+    :param partition_by: ``"date"`` (delta and iceberg).
+    :param storage_conn_id: the output's storage connection (see ``hooks/storage.py``).
+    :param catalog_conn_id: the Iceberg catalog's connection (see ``hooks/catalog.py``).
+    :param catalog_properties: non-secret catalog properties; override the connection's.
+    """
+
+    output_format: str | None = PARQUET
+    output_path: str | None = None
+    table: str | None = None
+    partition_by: str | None = None
+    storage_conn_id: str | None = None
+    catalog_conn_id: str | None = None
+    catalog_properties: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def format(self) -> str:
+        return (blank_to_none(self.output_format) or PARQUET).lower()
+
+    @property
+    def given(self) -> bool:
+        """Whether an output is named at all (the lag sensor and health check work without one)."""
+        return bool(blank_to_none(self.output_path) or blank_to_none(self.table))
+
+    def check(self) -> None:
+        """At DAG parse time: a bad combination is a one-line import error. Values that are
+        still templates are checked when the task runs."""
+        from kafka_batch_provider.hooks.catalog import check_public_properties
+
+        check_public_properties(self.catalog_properties)
+        if any(is_template(v) for v in (self.output_format, self.output_path, self.table, self.partition_by)):
+            return
+        self._spec(storage_options={}, catalog_from_connection={"(from the connection)": "-"})
+
+    def spec(self) -> OutputSpec:
+        """The output with its secrets: reads the storage and catalog connections (at run time)."""
+        from kafka_batch_provider.hooks.catalog import catalog_properties_from_connection
+        from kafka_batch_provider.hooks.storage import storage_options_from_connection
+
+        catalog = catalog_properties_from_connection(self.catalog_conn_id) if self.format == ICEBERG else {}
+        return self._spec(storage_options_from_connection(self.storage_conn_id), catalog)
+
+    def _spec(self, storage_options: Mapping[str, Any], catalog_from_connection: Mapping[str, str]) -> OutputSpec:
+        from kafka_batch_provider.hooks.catalog import check_public_properties
+
+        fmt, path, table = self.format, blank_to_none(self.output_path), blank_to_none(self.table)
+        partition_by = blank_to_none(self.partition_by)
+        if fmt not in FORMATS:
+            raise ConfigError(f"unknown output_format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        if fmt == ICEBERG:
+            if path:
+                raise ConfigError("output_format='iceberg' takes table, not output_path (the catalog knows where)")
+            if not table or "." not in table.strip("."):
+                raise ConfigError(f"output_format='iceberg' needs table='NAMESPACE.NAME', got {table!r}")
+            if not self.catalog_conn_id and not self.catalog_properties:
+                raise ConfigError(
+                    "output_format='iceberg' needs catalog_conn_id: a connection whose extra holds the "
+                    "pyiceberg catalog properties (type, uri, warehouse, ...)"
+                )
+        else:
+            if table:
+                raise ConfigError(f"table is for output_format='iceberg'; output_format={fmt!r} takes output_path")
+            if not path:
+                raise ConfigError(f"output_format={fmt!r} needs output_path (a path or a URI)")
+        if partition_by is not None:
+            if partition_by not in PARTITION_BY:
+                raise ConfigError(f"unknown partition_by {partition_by!r}; choose {', '.join(PARTITION_BY)}")
+            if fmt == PARQUET:
+                raise ConfigError("partition_by applies to output_format delta or iceberg (Parquet is by batch)")
+        catalog = {**catalog_from_connection, **check_public_properties(self.catalog_properties)}
+        return OutputSpec(
+            format=fmt,
+            output=path,
+            table=table,
+            catalog_properties=catalog if fmt == ICEBERG else {},
+            storage_options=dict(storage_options),
+            partition_by=partition_by,
+        )
+
+    def replay(self, replay_output_path: str | None = None, replay_table: str | None = None) -> OutputArgs:
+        """Where backfill runs write: ``<output_path>_replay`` or ``<table>_replay`` unless overridden."""
+        if self.format == ICEBERG:
+            if blank_to_none(replay_output_path):
+                raise ConfigError("output_format='iceberg' replays into replay_table, not replay_output_path")
+            table = blank_to_none(replay_table) or (blank_to_none(self.table) or "") + REPLAY_SUFFIX
+            return replace(self, table=table)
+        if blank_to_none(replay_table):
+            raise ConfigError(f"replay_table is for output_format='iceberg'; {self.format} uses replay_output_path")
+        path = blank_to_none(replay_output_path) or replay_output_for(blank_to_none(self.output_path) or "")
+        return replace(self, output_path=path)
+
+    @classmethod
+    def from_plan_xcom(
+        cls,
+        summary: Mapping[str, Any],
+        storage_conn_id: str | None,
+        catalog_conn_id: str | None,
+        catalog_properties: Mapping[str, Any] | None = None,
+    ) -> OutputArgs:
+        """The output a plan task planned into (its XCom's ``output``) with this task's connections.
+
+        An XCom without ``output`` comes from a plan task of an earlier version: a Parquet folder.
+        """
+        described = summary.get("output") or {"format": PARQUET, "output": summary["output_path"]}
+        return cls(
+            output_format=described["format"],
+            output_path=described.get("output"),
+            table=described.get("table"),
+            partition_by=described.get("partition_by"),
+            storage_conn_id=storage_conn_id,
+            catalog_conn_id=catalog_conn_id,
+            catalog_properties=dict(catalog_properties or {}),
+        )
+
+
+def open_output(args: OutputArgs, create: bool) -> tuple[OutputSpec, BatchStore]:
+    """The spec and its store; ``create`` only for the plan tasks (they may create an Iceberg table)."""
+    spec = args.spec()
+    return spec, open_store(spec, create=create)
+
+
+def open_existing_output(args: OutputArgs) -> BatchStore | None:
+    """The store for the lag sensor and health check, ``None`` when no output is named or its
+    Iceberg table does not exist yet (before the first plan: the group alone tells the lag)."""
+    if not args.given:
+        return None
+    spec = args.spec()
+    if spec.format == ICEBERG:
+        from kafka_batch_provider.sinks.iceberg import load_catalog
+
+        try:
+            exists = load_catalog(spec.catalog_properties).table_exists(str(spec.table))
+        except (OSError, ValueError) as exc:
+            raise StorageError(f"Iceberg catalog of {spec.table}: {exc}") from None
+        if not exists:
+            return None
+    return open_store(spec, create=False)
+
+
+def output_args_of(task: Any) -> OutputArgs:
+    """The output arguments of an operator that keeps them as (templated) attributes, as rendered."""
+    return OutputArgs(
+        output_format=task.output_format,
+        output_path=task.output_path,
+        table=task.table,
+        partition_by=task.partition_by,
+        storage_conn_id=task.storage_conn_id,
+        catalog_conn_id=task.catalog_conn_id,
+        catalog_properties=dict(task.catalog_properties or {}),
+    )
+
+
+#: The templated output arguments of the operators that name an output themselves.
+OUTPUT_TEMPLATE_FIELDS = ("output_format", "output_path", "table", "partition_by")
