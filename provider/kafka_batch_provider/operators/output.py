@@ -16,9 +16,8 @@ from typing import Any
 
 from kafka_batch_provider.batch_store import BatchStore
 from kafka_batch_provider.errors import ConfigError, StorageError
-from kafka_batch_provider.outputs import OutputSpec, open_store
+from kafka_batch_provider.outputs import PARTITION_BY, OutputSpec, open_store
 from kafka_batch_provider.sinks.base import FORMATS, ICEBERG, PARQUET
-from kafka_batch_provider.spark.options import PARTITION_BY
 
 REPLAY_SUFFIX = "_replay"
 
