@@ -149,6 +149,7 @@ class BatchStore:
                 )
             if winner.get("staging") != manifest.get("staging") and manifest.get("staging"):
                 self.sink.data.delete_tree(manifest["staging"])
+                self.sink.drop_saved_manifest(manifest)
             manifest = winner
         self.publish(manifest)
         return manifest

@@ -28,7 +28,7 @@ SECRET_KEY_PATTERN = re.compile(
     r"|jaas|oauthbearer\.config|ssl\.key\.pem|private"
 )
 #: A URI with a password in it (``postgresql://user:pw@host/db``), whatever its key is called.
-SECRET_VALUE_PATTERN = re.compile(r"://[^/@\s:]*:[^/@\s]+@")
+SECRET_VALUE_PATTERN = re.compile(r"://[^/@\s:]*:[^@\s]+@")
 
 
 def is_secret(key: str, value: Any = None) -> bool:

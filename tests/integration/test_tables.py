@@ -431,3 +431,72 @@ def test_nested_columns_are_added_and_a_changed_column_type_is_refused(
     assert "\n" not in message and "column value_json.id is int64 in the table but string" in message, message
     assert table_commits(local_table) == commits, "a refused batch adds no table commit"
     assert group_offsets(kafka_config, group_id, topic, 1) == {0: 5}, "the group did not move"
+
+
+def staged_attempt(output: TableOutput, batch_id: str, attempt: str, rows: int) -> dict:
+    """A batch's attempt as the Spark tasks leave it: one Parquet file in data/<batch>/<attempt>/,
+    and the manifest the write step would append."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kafka_batch_provider.sinks.table_support import KAFKA_SCHEMA
+
+    store = output.store()
+    folder = f"data/{batch_id}/{attempt}"
+    columns = {f.name: pa.nulls(rows, f.type) for f in KAFKA_SCHEMA}
+    columns.update(topic=pa.array(["t"] * rows), partition=pa.array([0] * rows, pa.int32()))
+    columns["offset"] = pa.array(range(rows), pa.int64())
+    with store.sink.data.write_stream(f"{folder}/part-0.parquet") as f:
+        pq.write_table(pa.table(columns, schema=KAFKA_SCHEMA), f)
+    size = store.sink.data.file_sizes(folder)["part-0.parquet"]
+    return {
+        "format_version": 1,
+        "seq": 1,
+        "batch_id": batch_id,
+        "previous": None,
+        "mode": "incremental",
+        "group_id": "g",
+        "offsets": {"t:0": rows},
+        "ranges": [{"topic": "t", "partition": 0, "start": 0, "end": rows, "rows": rows}],
+        "rows": rows,
+        "location": folder,
+        "staging": folder,
+        "files": [{"name": "part-0.parquet", "bytes": size, "rows": rows}],
+    }
+
+
+def test_a_late_attempt_of_a_committed_batch_drops_its_own_files_never_the_committed_ones(local_table):
+    # Airflow retried the write while the first attempt still ran (a zombie): both reach the commit.
+    first, late = staged_attempt(local_table, "b-1", "aaaa", 5), staged_attempt(local_table, "b-1", "bbbb", 5)
+    late_sink = local_table.store().sink
+    assert local_table.store().log.append(first) is True
+    late_store = local_table.store()
+    late_sink.save_manifest(late)  # the late attempt got past its own checks before the first committed
+    assert late_store.log.append(late) is False
+    plan = type("Plan", (), {"seq": 1, "batch_id": "b-1"})()
+    winner = late_store.commit_entry(plan, late)  # what the write step does when its append is refused
+    assert winner["location"] == "data/b-1/aaaa", f"the committed attempt is the first, found {winner['location']}"
+    late_store.clean_staging("b-1", keep=winner["staging"])
+    assert local_table.read(["offset"]).num_rows == 5, "the table still reads: the committed files are in place"
+    from kafka_batch_provider.sinks.table_support import BATCHES
+
+    saved = late_store.sink.data.list_names(BATCHES)
+    assert saved == [f"{1:020d}-b-1-aaaa.json"], f"only the committed attempt's manifest stays, found {saved}"
+
+
+def test_an_iceberg_rollback_stays_a_rollback_after_the_rolled_back_snapshot_expires(local_table):
+    if local_table.format != "iceberg":
+        pytest.skip("Iceberg's snapshot rollback; a Delta RESTORE is covered by the README's upkeep notes")
+    first = staged_attempt(local_table, "b-1", "aaaa", 5)
+    assert local_table.store().log.append(first) is True
+    second = {**staged_attempt(local_table, "b-2", "cccc", 7), "seq": 2, "previous": "b-1", "offsets": {"t:0": 12}}
+    assert local_table.store().log.append(second) is True
+    table = local_table.store().sink.table()
+    by_seq = {s.summary.additional_properties.get("kafka_batch.seq"): s.snapshot_id for s in table.snapshots()}
+    table.manage_snapshots().rollback_to_snapshot(by_seq["1"]).commit()
+    assert local_table.store().log.tail()["seq"] == 1, "after the rollback the table's state ends at batch 1"
+    local_table.store().sink.table().maintenance.expire_snapshots().by_id(by_seq["2"]).commit()
+    tail = local_table.store().log.tail()
+    assert (tail["seq"], tail.get("forgotten_by_table")) == (1, None), (
+        f"an expired rolled-back batch is not in the table's data: expected batch 1, found {tail['seq']}"
+    )

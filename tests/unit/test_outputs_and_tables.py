@@ -44,6 +44,25 @@ def test_the_same_values_in_another_arrow_encoding_are_not_a_change():
     assert new_columns(table, files, "t") == []
 
 
+def test_maps_are_compared_inside_and_their_encodings_and_nullability_do_not_count():
+    table = pa.schema([("m", pa.map_(pa.large_string(), pa.struct([("a", pa.int32())])))])
+    same = pa.schema([("m", pa.map_(pa.string(), pa.field("v", pa.struct([("a", pa.int32())]), nullable=False)))])
+    wider = pa.schema([("m", pa.map_(pa.string(), pa.struct([("a", pa.int32()), ("b", pa.string())])))])
+    assert new_columns(table, same, "t") == []
+    assert new_columns(table, wider, "t") == ["m.value.b"]
+    with pytest.raises(ConfigError, match="column m.key is string in the table but int64"):
+        new_columns(table, pa.schema([("m", pa.map_(pa.int64(), pa.struct([("a", pa.int32())])))]), "t")
+
+
+def test_saved_manifest_names_tell_seq_batch_and_attempt_apart():
+    from kafka_batch_provider.sinks.table_support import parse_saved_name, saved_name
+
+    name = saved_name({"seq": 7, "batch_id": "b-0a1b", "location": "data/b-0a1b/1f2e3d4c"})
+    assert name == f"_kafka_batch/_batches/{7:020d}-b-0a1b-1f2e3d4c.json"
+    assert parse_saved_name(name.rpartition("/")[2]) == (7, "b-0a1b", "1f2e3d4c")
+    assert saved_name({"seq": 8, "batch_id": "b-9", "location": None}).endswith("-b-9-none.json")
+
+
 @pytest.mark.parametrize(
     "files, column",
     [
@@ -138,6 +157,7 @@ def test_delta_gets_the_credentials_of_every_object_store(uri, options, expected
         ("s3.access-key-id", "x"),
         ("azure_storage_sas_key", "x"),
         ("uri", "postgresql://ingest:pw@db:5432/catalog"),
+        ("uri", "postgresql://ingest:pw/with/slash@db/catalog"),
     ],
 )
 def test_secrets_are_known_by_name_or_by_a_password_in_a_uri(key, value):

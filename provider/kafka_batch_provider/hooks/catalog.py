@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kafka_batch_provider.errors import ConfigError
-from kafka_batch_provider.kafka_config import SECRET_KEY_PATTERN
+from kafka_batch_provider.kafka_config import is_secret
 
 
 def catalog_properties_from_connection(conn_id: str | None) -> dict[str, str]:
@@ -60,7 +60,7 @@ def property_text(where: str, key: str, value: Any) -> str:
 def check_public_properties(properties: Mapping[str, Any] | None) -> dict[str, str]:
     """Catalog properties given in the DAG itself (shown in the UI and the DAG file): never secrets."""
     properties = dict(properties or {})
-    secret = sorted(k for k in properties if SECRET_KEY_PATTERN.search(str(k)))
+    secret = sorted(str(k) for k, v in properties.items() if is_secret(str(k), v))
     if secret:
         raise ConfigError(
             f"catalog_properties holds {secret[0]!r}, a secret: DAG arguments are shown in the UI; "

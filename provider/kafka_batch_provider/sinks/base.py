@@ -11,7 +11,8 @@ creating a manifest file, a Delta commit or an Iceberg snapshot:
 * the **files**: Spark tasks write each attempt into ``staging_folder(batch_id)`` of
   ``data``; ``seal`` fixes which files belong to the batch, ``publish`` makes a logged
   batch's files readable (idempotent: it also finishes a publish cut short) and
-  ``check_published`` proves they are in place before the Kafka commit.
+  ``check_published`` proves they are in place before the Kafka commit;
+  ``drop_saved_manifest`` forgets an attempt that lost its entry to another attempt.
 """
 
 from __future__ import annotations
@@ -43,3 +44,4 @@ class Sink(Protocol):
     def publish(self, entry: dict[str, Any]) -> None: ...
     def check_published(self, entry: dict[str, Any]) -> None: ...
     def clean_staging(self, batch_id: str, keep: str | None = None) -> None: ...
+    def drop_saved_manifest(self, manifest: dict[str, Any]) -> None: ...

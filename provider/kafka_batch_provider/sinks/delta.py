@@ -3,8 +3,9 @@
 Each batch is one Delta commit that adds the batch's files and carries its offsets, the way
 kafka-delta-ingest does: one ``txn`` action per topic-partition (app id
 ``kafka-batch/<group>/<topic>:<partition>``, version = the batch's end offset), one more
-for the batch's entry number (app id ``kafka-batch/seq``) and the batch's manifest in the
-commit info (``kafka_batch.manifest``).
+each for the batch's entry number, id and attempt (app ids ``kafka-batch/seq``,
+``kafka-batch/batch``, ``kafka-batch/attempt``) and the batch's manifest in the commit info
+(``kafka_batch.manifest``).
 The table is the offset log: the plan step reads the newest batch back from the table's
 history and its offsets from the ``txn`` actions (``DeltaTable.transaction_version``).
 ``txn`` actions outlive log cleanup (checkpoints keep them); when the history no longer
@@ -38,9 +39,11 @@ from kafka_batch_provider.sinks.base import DELTA
 from kafka_batch_provider.sinks.table_support import (
     MANIFEST_KEY,
     TableFiles,
+    attempt_of,
     files_schema,
     manifest_text,
     new_columns,
+    one_line,
     parse_manifest,
     s3_settings,
 )
@@ -51,8 +54,17 @@ COMMIT_ATTEMPTS = 5
 #: History read per step when looking for batches (most lookups need the newest one or two).
 HISTORY_STEP = 20
 DATE_COLUMN = "date"
-#: The ``txn`` app id whose version is the newest batch's entry number.
-SEQ_APP_ID = "kafka-batch/seq"
+#: ``txn`` app ids naming the newest batch: its entry number, its id and its attempt (as numbers).
+SEQ_APP_ID, BATCH_APP_ID, ATTEMPT_APP_ID = "kafka-batch/seq", "kafka-batch/batch", "kafka-batch/attempt"
+
+
+def as_number(hex_id: str) -> int:
+    """A batch id (``b-<hex>``) or an attempt (hex) as a ``txn`` version: its first 60 bits; -1 for others."""
+    digits = hex_id.removeprefix("b-")[:15]
+    try:
+        return int(digits, 16)
+    except ValueError:
+        return -1
 
 
 def app_id(group_id: str | None, key: str) -> str:
@@ -152,7 +164,7 @@ class DeltaSink(TableFiles):
         rather than loaded from its last checkpoint on every call.
         """
         from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
+        from deltalake.exceptions import DeltaError, TableNotFoundError
 
         try:
             if self._table is None:
@@ -162,8 +174,8 @@ class DeltaSink(TableFiles):
             return self._table
         except TableNotFoundError:
             return None
-        except OSError as exc:
-            raise StorageError(f"cannot read the Delta table {self.name}: {exc}") from None
+        except (OSError, DeltaError) as exc:
+            raise StorageError(f"cannot read the Delta table {self.name}: {one_line(exc)}") from None
 
     def batches(self, table: Any) -> Iterator[dict[str, Any]]:
         """The batches' manifests in the table's history up to its loaded version, newest first."""
@@ -196,14 +208,14 @@ class DeltaSink(TableFiles):
         return self._forgotten(table, int(committed))
 
     def _forgotten(self, table: Any, seq: int) -> dict[str, Any]:
-        def is_winner(manifest: Mapping[str, Any]) -> bool:
-            return all(
-                table.transaction_version(app_id(manifest.get("group_id"), f"{r['topic']}:{r['partition']}"))
-                == int(r["end"])
-                for r in manifest["ranges"]
+        def is_committed(manifest: Mapping[str, Any]) -> bool:
+            """The newest batch's txn actions name its id and attempt."""
+            return table.transaction_version(BATCH_APP_ID) == as_number(str(manifest["batch_id"])) and (
+                table.transaction_version(ATTEMPT_APP_ID) == as_number(attempt_of(manifest))
             )
 
-        manifest = self.forgotten_entry(seq, is_winner if table.transaction_version(SEQ_APP_ID) == seq else None)
+        newest = table.transaction_version(SEQ_APP_ID) == seq
+        manifest = self.forgotten_entry(seq, is_committed if newest else None)
         self._by_seq[seq] = manifest
         return manifest
 
@@ -275,7 +287,7 @@ class DeltaSink(TableFiles):
             except DeltaError as exc:
                 if "already exists" in str(exc):
                     continue  # another writer created the table first
-                raise StorageError(f"Delta commit to {self.name} failed: {exc}") from None
+                raise StorageError(f"Delta commit to {self.name} failed: {one_line(exc)}") from None
         raise StorageError(f"Delta table {self.name} kept changing during {COMMIT_ATTEMPTS} commit attempts")
 
     def _commit(self, table: Any, manifest: dict[str, Any]) -> None:
@@ -288,6 +300,8 @@ class DeltaSink(TableFiles):
             max_commit_retries=0,
             app_transactions=[
                 Transaction(SEQ_APP_ID, int(manifest["seq"]), now),
+                Transaction(BATCH_APP_ID, as_number(str(manifest["batch_id"])), now),
+                Transaction(ATTEMPT_APP_ID, as_number(attempt_of(manifest)), now),
                 *(
                     Transaction(app_id(manifest.get("group_id"), f"{r['topic']}:{r['partition']}"), int(r["end"]), now)
                     for r in manifest["ranges"]

@@ -25,14 +25,24 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
+from kafka_batch_provider.errors import ConfigError, KafkaBatchError, ManifestError, StorageError
 from kafka_batch_provider.sinks.base import ICEBERG
-from kafka_batch_provider.sinks.table_support import CONTROL, KAFKA_SCHEMA, TableFiles, files_schema, new_columns
+from kafka_batch_provider.sinks.table_support import (
+    CONTROL,
+    KAFKA_SCHEMA,
+    TableFiles,
+    attempt_of,
+    files_schema,
+    new_columns,
+    one_line,
+)
 from kafka_batch_provider.storage import Location
 
 COMMIT_ATTEMPTS = 5
 #: In a batch's snapshot summary and (for the newest batch) the table's properties.
-SEQ_KEY, BATCH_ID_KEY = "kafka_batch.seq", "kafka_batch.batch_id"
+SEQ_KEY, BATCH_ID_KEY, ATTEMPT_KEY = "kafka_batch.seq", "kafka_batch.batch_id", "kafka_batch.attempt"
+#: In the table's properties: the newest batch snapshot's sequence number (tells expiry from a rollback).
+SNAPSHOT_NUMBER_KEY = "kafka_batch.snapshot_sequence_number"
 #: In a batch's snapshot summary: ``{"topic:partition": end offset}`` as JSON.
 OFFSETS_KEY = "kafka_batch.offsets"
 DAY_FIELD = "timestamp_day"
@@ -79,7 +89,9 @@ def open_iceberg_store(spec: Any, create: bool = True):
             if not create:
                 raise ConfigError(f"the catalog has no Iceberg table {identifier}") from None
             table = create_table(catalog, identifier, spec.partition_by)
-    except (OSError, ValueError) as exc:
+    except KafkaBatchError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - catalogs raise their own (SQLAlchemy, HTTP, OS) errors
         raise StorageError(f"Iceberg table {identifier}: {one_line(exc)}") from None
     storage = dict(spec.storage_options) or storage_options_from_catalog(spec.catalog_properties)
     data = Location(table.location(), storage)
@@ -103,12 +115,6 @@ def create_table(catalog: Any, identifier: str, partition_by: str | None) -> Any
             pass  # another writer created and partitioned it first: adopt_partitioning checks it
         table = catalog.load_table(identifier)
     return table
-
-
-def one_line(exc: Exception) -> str:
-    """pyiceberg's messages may span lines (a schema diff): the first line plus a count of the rest."""
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    return lines[0] + (f" (+{len(lines) - 1} more line(s))" if len(lines) > 1 else "") if lines else repr(exc)
 
 
 class IcebergSink(TableFiles):
@@ -141,22 +147,23 @@ class IcebergSink(TableFiles):
     def table(self):
         try:
             return self.catalog.load_table(self.identifier)
-        except OSError as exc:
-            raise StorageError(f"cannot load {self.name}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - catalogs raise their own (SQLAlchemy, HTTP, OS) errors
+            raise StorageError(f"cannot load {self.name}: {one_line(exc)}") from None
 
-    def batches(self, table: Any) -> Iterator[tuple[int, str, Any]]:
-        """``(seq, batch id, snapshot)`` of the batches in the current snapshot's ancestry, newest first."""
+    def batches(self, table: Any) -> Iterator[tuple[int, dict[str, str], Any]]:
+        """``(seq, summary, snapshot)`` of the batches in the current snapshot's ancestry, newest first."""
         from pyiceberg.table.snapshots import ancestors_of
 
         for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
             summary = snapshot.summary.additional_properties if snapshot.summary else {}
             if SEQ_KEY in summary and BATCH_ID_KEY in summary:
-                yield int(summary[SEQ_KEY]), str(summary[BATCH_ID_KEY]), snapshot
+                yield int(summary[SEQ_KEY]), summary, snapshot
 
-    def manifest(self, seq: int, batch_id: str, snapshot: Any = None) -> dict[str, Any]:
-        """The batch's saved manifest, checked against its snapshot's summary."""
+    def manifest(self, seq: int, names: Mapping[str, str], snapshot: Any = None) -> dict[str, Any]:
+        """The committed attempt's saved manifest (``names``: a batch snapshot's summary or the
+        table's properties), checked against the snapshot's offsets."""
         if seq not in self._by_seq:
-            manifest = self.saved_manifest(seq, batch_id)
+            manifest = self.saved_manifest(seq, str(names[BATCH_ID_KEY]), str(names.get(ATTEMPT_KEY, "none")))
             if snapshot is not None:
                 summary = snapshot.summary.additional_properties
                 try:
@@ -165,8 +172,8 @@ class IcebergSink(TableFiles):
                     raise ManifestError(f"{self.name} snapshot {snapshot.snapshot_id}: bad offsets ({exc})") from None
                 if offsets != {str(k): int(v) for k, v in manifest.get("offsets", {}).items()}:
                     raise ManifestError(
-                        f"{self.name} snapshot {snapshot.snapshot_id}: its offsets differ from batch {batch_id}'s "
-                        "saved manifest; was the table written by another tool with our property names?"
+                        f"{self.name} snapshot {snapshot.snapshot_id}: its offsets differ from batch "
+                        f"{names[BATCH_ID_KEY]}'s saved manifest; was the table written by another tool?"
                     )
                 manifest["snapshot_id"] = snapshot.snapshot_id
                 manifest["committed_at"] = snapshot.timestamp_ms
@@ -177,22 +184,28 @@ class IcebergSink(TableFiles):
         """The newest batch in the ancestry; the one the table's properties name if its snapshot expired."""
         found = next(self.batches(table), None)
         committed = table.properties.get(SEQ_KEY)
-        if committed is not None and (found is None or found[0] < int(committed)) and not self._rolled_back(table):
-            manifest = self.manifest(int(committed), str(table.properties[BATCH_ID_KEY]))
-            return {**manifest, "forgotten_by_table": True}
+        if committed is not None and (found is None or found[0] < int(committed)) and self._expired(table):
+            return {**self.manifest(int(committed), table.properties), "forgotten_by_table": True}
         return self.manifest(*found) if found else None
 
-    def _rolled_back(self, table: Any) -> bool:
-        """Whether the newest batch's snapshot still exists, outside the current ancestry (a rollback).
+    def _expired(self, table: Any) -> bool:
+        """Whether the batch the table's properties name is in the current state's lineage, its
+        snapshot expired, rather than rolled back (its data is then not in the table).
 
-        Then the table's current state is the truth (the batch's data is not in it); a batch
-        whose snapshot expired is still in the table's data.
+        Snapshot sequence numbers only grow: walking the ancestry from the current snapshot,
+        one below the batch's number means the lineage passed it by (a rollback); a chain that
+        ends above it lost its older snapshots to expiry, the batch's among them.
         """
-        committed = table.properties.get(SEQ_KEY)
-        return any(
-            snapshot.summary is not None and snapshot.summary.additional_properties.get(SEQ_KEY) == committed
-            for snapshot in table.metadata.snapshots
-        )
+        from pyiceberg.table.snapshots import ancestors_of
+
+        number = int(table.properties.get(SNAPSHOT_NUMBER_KEY, 0))
+        current = table.current_snapshot()
+        if current is None or number <= 0:
+            return False
+        for snapshot in ancestors_of(current, table.metadata):
+            if (snapshot.sequence_number or 0) < number:
+                return False
+        return True
 
     def entry(self, seq: int) -> dict[str, Any] | None:
         if seq < 1:
@@ -200,16 +213,16 @@ class IcebergSink(TableFiles):
         if seq in self._by_seq:
             return self._by_seq[seq]
         table = self.table()
-        for found_seq, batch_id, snapshot in self.batches(table):
+        for found_seq, summary, snapshot in self.batches(table):
             if found_seq <= seq:
                 if found_seq == seq:
-                    return self.manifest(found_seq, batch_id, snapshot)
+                    return self.manifest(found_seq, summary, snapshot)
                 break
         newest = self.newest(table)
         if newest is not None and seq == int(newest["seq"]):
             return newest
-        if newest is not None and seq < int(newest["seq"]) and not self._rolled_back(table):
-            return self.forgotten_entry(seq)  # committed, then its snapshot expired
+        if newest is not None and seq < int(newest["seq"]) and newest.get("forgotten_by_table"):
+            return self.forgotten_entry(seq)  # committed, then its snapshot expired with later ones
         return None
 
     def tail(self) -> dict[str, Any] | None:
@@ -246,7 +259,9 @@ class IcebergSink(TableFiles):
                 return True
             except (CommitFailedException, CommitStateUnknownException):
                 continue  # the table moved (or we cannot tell): look again
-            except ValueError as exc:
+            except KafkaBatchError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - catalogs raise their own (SQLAlchemy, HTTP, OS) errors
                 message = f"{self.name}: batch {manifest['batch_id']} not committed: {one_line(exc)}"
                 raise StorageError(message) from None
         raise StorageError(f"{self.name} kept changing during {COMMIT_ATTEMPTS} commit attempts")
@@ -261,10 +276,15 @@ class IcebergSink(TableFiles):
         return True
 
     def _commit(self, table: Any, manifest: Mapping[str, Any]) -> None:
-        names = {SEQ_KEY: str(manifest["seq"]), BATCH_ID_KEY: str(manifest["batch_id"])}
+        names = {
+            SEQ_KEY: str(manifest["seq"]),
+            BATCH_ID_KEY: str(manifest["batch_id"]),
+            ATTEMPT_KEY: attempt_of(manifest),
+        }
         summary = {**names, OFFSETS_KEY: json.dumps(manifest.get("offsets", {}), sort_keys=True)}
         transaction = without_retries(table).transaction()
-        transaction.set_properties(names)  # in the same commit as the snapshot
+        # In the same commit as the snapshot, with the sequence number the snapshot will get.
+        transaction.set_properties({**names, SNAPSHOT_NUMBER_KEY: str(table.metadata.next_sequence_number())})
         paths = [f"{self.table_location}/{manifest['location']}/{f['name']}" for f in manifest.get("files", [])]
         if paths:
             transaction.add_files(paths, snapshot_properties=summary, check_duplicate_files=False)

@@ -72,6 +72,9 @@ class ParquetLayout:
             if name.startswith(f"{batch_id}.") and f"{STAGING}/{name}" != keep:
                 self.data.delete_tree(f"{STAGING}/{name}")
 
+    def drop_saved_manifest(self, manifest: dict[str, Any]) -> None:
+        """Nothing to do: this layout's manifests exist only as log entries."""
+
     def published_files(self, batch_id: str) -> dict[str, int]:
         return self.data.file_sizes(data_dir_name(batch_id))
 

@@ -7,7 +7,7 @@ once). A table commit names exactly the files the successful tasks reported: fil
 or superseded attempts are never referenced, and are removed by the write step (and, in the
 end, by the table's own ``vacuum`` / orphan-file removal).
 
-A batch's full manifest is saved as ``<table>/_kafka_batch/_batches/<seq>-<batch id>.json``
+A batch's full manifest is saved as ``<table>/_kafka_batch/_batches/<seq>-<batch id>-<attempt>.json``
 before its table commit; the commit itself carries only what finds it (sequence number,
 batch id, offsets). A saved manifest means nothing until a commit names it, and it outlives
 the table's own history (Delta log cleanup, Iceberg snapshot expiry), so the newest batch
@@ -74,8 +74,11 @@ class TableFiles:
         """Nothing to do: the table commit made the batch visible."""
 
     def check_published(self, entry: Mapping[str, Any]) -> None:
-        """Every file the batch's commit references is in place with its size."""
-        if not entry.get("files"):
+        """Every file the batch's commit references is in place with its size.
+
+        Not for a batch the table's history forgot: upkeep may have compacted its files since.
+        """
+        if not entry.get("files") or entry.get("forgotten_by_table"):
             return
         found = self.data.file_sizes(entry["location"])
         wrong = sorted(f["name"] for f in entry["files"] if found.get(f["name"]) != int(f["bytes"]))
@@ -97,16 +100,15 @@ class TableFiles:
     # -- saved manifests ---------------------------------------------------------------------
 
     def save_manifest(self, manifest: Mapping[str, Any]) -> None:
-        """Save the batch's manifest before its commit (rewriting it is harmless: same batch, same content)."""
-        from kafka_batch_provider.batch_store import numbered_name
+        """Save the attempt's manifest before its commit (one file per attempt: attempts differ in their files)."""
+        self.data.put_atomic(saved_name(manifest), manifest_text(manifest).encode())
 
-        name = numbered_name(BATCHES, int(manifest["seq"]), str(manifest["batch_id"]))
-        self.data.put_atomic(name, manifest_text(manifest).encode())
+    def drop_saved_manifest(self, manifest: Mapping[str, Any]) -> None:
+        """Forget an attempt that lost its entry: its saved manifest can never be the committed one."""
+        self.data.delete([saved_name(manifest)])
 
-    def saved_manifest(self, seq: int, batch_id: str) -> dict[str, Any]:
-        from kafka_batch_provider.batch_store import numbered_name
-
-        name = numbered_name(BATCHES, seq, batch_id)
+    def saved_manifest(self, seq: int, batch_id: str, attempt: str) -> dict[str, Any]:
+        name = saved_name({"seq": seq, "batch_id": batch_id, "attempt": attempt})
         try:
             text = self.data.read_bytes(name).decode()
         except FileNotFoundError:
@@ -117,28 +119,44 @@ class TableFiles:
         return parse_manifest(text, self.data.uri_of(name))
 
     def saved_manifests(self, seq: int) -> list[dict[str, Any]]:
-        """Every saved manifest of entry ``seq`` (the committed batch's, and those of writers that lost it)."""
-        from kafka_batch_provider.batch_store import parse_numbered
+        """Every saved manifest of entry ``seq``: the committed attempt's, and maybe some that lost it."""
+        found = [parse_saved_name(n) for n in self.data.list_names(BATCHES)]
+        return [self.saved_manifest(*f) for f in found if f and f[0] == seq]
 
-        found = [p for p in map(parse_numbered, self.data.list_names(BATCHES)) if p and p[0] == seq]
-        return [self.saved_manifest(s, b) for s, b in found]
-
-    def forgotten_entry(self, seq: int, is_winner: Any = None) -> dict[str, Any]:
+    def forgotten_entry(self, seq: int, is_committed: Any = None) -> dict[str, Any]:
         """Entry ``seq``, committed but no longer in the table's history: its saved manifest.
 
-        :param is_winner: tells the committed manifest from those of writers that lost the
-            entry, when several were saved.
+        :param is_committed: tells the committed attempt's manifest from others saved for ``seq``.
         """
         candidates = self.saved_manifests(seq)
-        if len(candidates) > 1 and is_winner is not None:
-            candidates = [m for m in candidates if is_winner(m)]
+        if is_committed is not None:
+            candidates = [m for m in candidates if is_committed(m)]
         if len(candidates) != 1:
             raise ManifestError(
                 f"{self.name}: entry {seq} is committed but no longer in the table's history (log cleanup or "
-                f"snapshot expiry), and {len(candidates)} saved manifests in {self.data.uri_of(BATCHES)} could be "
-                "it: cannot tell where the output stands"
+                f"snapshot expiry), and {len(candidates)} saved manifests in {self.data.uri_of(BATCHES)} match "
+                "its commit: cannot tell where the output stands"
             )
         return {**candidates[0], "forgotten_by_table": True}
+
+
+def attempt_of(manifest: Mapping[str, Any]) -> str:
+    """The attempt whose files the manifest lists (``data/<batch>/<attempt>``); ``none`` without files."""
+    if manifest.get("attempt"):
+        return str(manifest["attempt"])
+    location = str(manifest.get("location") or "")
+    return location.rstrip("/").rpartition("/")[2] or "none"
+
+
+def saved_name(manifest: Mapping[str, Any]) -> str:
+    """``_kafka_batch/_batches/<seq>-<batch id>-<attempt>.json``."""
+    return f"{BATCHES}/{int(manifest['seq']):020d}-{manifest['batch_id']}-{attempt_of(manifest)}.json"
+
+
+def parse_saved_name(name: str) -> tuple[int, str, str] | None:
+    stem, _, rest = name.removesuffix(".json").partition("-")
+    batch_id, _, attempt = rest.rpartition("-")
+    return (int(stem), batch_id, attempt) if name.endswith(".json") and stem.isdigit() and batch_id else None
 
 
 def files_schema(data: Location, entry: Mapping[str, Any]) -> pa.Schema:
@@ -150,7 +168,7 @@ def files_schema(data: Location, entry: Mapping[str, Any]) -> pa.Schema:
 
 
 def _plain(kind: pa.DataType) -> pa.DataType:
-    """The type with Arrow's encodings of the same values made alike (large, view, dictionary, UTC)."""
+    """A leaf type with Arrow's encodings of the same values made alike (large, view, dictionary, UTC)."""
     if pa.types.is_dictionary(kind):
         return _plain(kind.value_type)
     if pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
@@ -162,19 +180,26 @@ def _plain(kind: pa.DataType) -> pa.DataType:
     return kind
 
 
-def _children(kind: pa.DataType) -> list[pa.Field] | None:
-    """A struct's fields, or a list's element as a one-field list; ``None`` for other types."""
+def _nested(kind: pa.DataType) -> tuple[str, list[pa.Field]] | None:
+    """``(kind, children)`` of a struct, list or map (a list's element and a map's key and value as
+    fields); ``None`` for a leaf."""
     if pa.types.is_struct(kind):
-        return [kind.field(i) for i in range(kind.num_fields)]
+        return "struct", [kind.field(i) for i in range(kind.num_fields)]
+    if pa.types.is_map(kind):
+        return "map", [pa.field("key", kind.key_type), pa.field("value", kind.item_type)]
     if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_list_view(kind):
-        return [pa.field("element", kind.value_type)]
+        return "list", [pa.field("element", kind.value_type)]
+    if pa.types.is_large_list_view(kind) or pa.types.is_fixed_size_list(kind):
+        return "list", [pa.field("element", kind.value_type)]
     return None
 
 
 def new_columns(
     table: list[pa.Field] | pa.Schema, files: list[pa.Field] | pa.Schema, where: str, prefix: str = ""
 ) -> list[str]:
-    """Columns (nested ones as ``a.b``) the batch's files have and the table has not.
+    """Columns (nested ones as ``a.b``, inside lists ``a.element.b``, maps ``a.value.b``) the batch's
+    files have and the table has not. Names, nullability and Arrow's encodings of the same
+    values (large, view, dictionary) do not count as changes.
 
     :raises ConfigError: when a column the table has is of another type in the files: a
         table's column keeps its type, so the batch is refused (nothing is committed).
@@ -186,17 +211,25 @@ def new_columns(
         if field.name not in known:
             added.append(path)
             continue
-        theirs, ours = _plain(known[field.name].type), _plain(field.type)
-        inner_theirs, inner_ours = _children(theirs), _children(ours)
-        alike = pa.types.is_struct(theirs) == pa.types.is_struct(ours)
-        if inner_theirs is not None and inner_ours is not None and alike:
-            added += new_columns(inner_theirs, inner_ours, where, f"{path}.")
-        elif theirs != ours:
+        theirs, ours = _nested(known[field.name].type), _nested(field.type)
+        if theirs is not None and ours is not None and theirs[0] == ours[0]:
+            added += new_columns(theirs[1], ours[1], where, f"{path}.")
+        elif theirs is not None or ours is not None or _plain(known[field.name].type) != _plain(field.type):
+            table_type, file_type = _plain(known[field.name].type), _plain(field.type)
             raise ConfigError(
-                f"{where}: column {path} is {theirs} in the table but {ours} in this batch: a table's column keeps "
-                "its type; write to a new table, or decode the value as before (--value-format/--value-schema)"
+                f"{where}: column {path} is {table_type} in the table but {file_type} in this batch: a table's "
+                "column keeps its type; write to a new table, or decode the value as before "
+                "(--value-format/--value-schema)"
             )
     return added
+
+
+def one_line(exc: Exception) -> str:
+    """A library's message that may span lines (a schema diff): the first line plus a count of the rest."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    return lines[0] + (f" (+{len(lines) - 1} more line(s))" if len(lines) > 1 else "")
 
 
 def manifest_text(manifest: Mapping[str, Any]) -> str:
