@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from kafka_batch_provider.errors import ConfigError, LogConflictError
+from kafka_batch_provider.errors import ConfigError, LogConflictError, ManifestError
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
 from kafka_batch_provider.planning import PlanPolicy
 from kafka_batch_provider.protocol import commit_batch, plan_batch
@@ -484,9 +484,8 @@ def test_a_late_attempt_of_a_committed_batch_drops_its_own_files_never_the_commi
     assert saved == [f"{1:020d}-b-1-aaaa.json"], f"only the committed attempt's manifest stays, found {saved}"
 
 
-def test_an_iceberg_rollback_stays_a_rollback_after_the_rolled_back_snapshot_expires(local_table):
-    if local_table.format != "iceberg":
-        pytest.skip("Iceberg's snapshot rollback; a Delta RESTORE is covered by the README's upkeep notes")
+def test_an_iceberg_rollback_stays_a_rollback_after_the_rolled_back_snapshot_expires(request, tmp_path):
+    local_table = make_table(request, tmp_path, "iceberg", "local")
     first = staged_attempt(local_table, "b-1", "aaaa", 5)
     assert local_table.store().log.append(first) is True
     second = {**staged_attempt(local_table, "b-2", "cccc", 7), "seq": 2, "previous": "b-1", "offsets": {"t:0": 12}}
@@ -500,3 +499,16 @@ def test_an_iceberg_rollback_stays_a_rollback_after_the_rolled_back_snapshot_exp
     assert (tail["seq"], tail.get("forgotten_by_table")) == (1, None), (
         f"an expired rolled-back batch is not in the table's data: expected batch 1, found {tail['seq']}"
     )
+
+
+def test_a_delta_table_restored_to_before_a_batch_is_refused_in_one_line(request, tmp_path):
+    local_table = make_table(request, tmp_path, "delta", "local")
+    assert local_table.store().log.append(staged_attempt(local_table, "b-1", "aaaa", 5)) is True
+    second = {**staged_attempt(local_table, "b-2", "cccc", 7), "seq": 2, "previous": "b-1", "offsets": {"t:0": 12}}
+    assert local_table.store().log.append(second) is True
+    local_table.store().sink.table().restore(0)  # back to batch 1: batch 2's rows leave, its txn offsets stay
+    with pytest.raises(ManifestError) as refused:
+        local_table.store().log.tail()
+    assert "\n" not in str(refused.value) and "was restored (version 2) to before a batch's commit" in str(
+        refused.value
+    ), str(refused.value)

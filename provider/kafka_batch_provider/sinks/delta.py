@@ -182,11 +182,24 @@ class DeltaSink(TableFiles):
         limit = HISTORY_STEP
         seen = 0
         loaded = table.version()
+        restored: tuple[int, int] | None = None  # (the RESTORE's version, the version it went back to)
         while True:
             history = table.history(limit)
             for info in history[seen:]:
-                # history() lists the log as it is now, maybe past the version ``table`` holds.
-                if MANIFEST_KEY in info and int(info["version"]) <= loaded:
+                version = int(info["version"])
+                if version > loaded:
+                    continue  # history() lists the log as it is now, maybe past the version ``table`` holds
+                if info.get("operation") == "RESTORE" and restored is None:
+                    restored = (version, int((info.get("operationParameters") or {}).get("version", -1)))
+                if MANIFEST_KEY in info and restored is not None and version > restored[1]:
+                    # The batch's files left the table, its txn offsets did not: nothing here can say
+                    # where the output stands.
+                    raise ManifestError(
+                        f"Delta table {self.name} was restored (version {restored[0]}) to before a batch's commit "
+                        f"(version {version}): its offsets would count without its data; restoring a table this "
+                        "provider writes is not supported: restore it forward, or ingest into a new table"
+                    )
+                if MANIFEST_KEY in info:
                     where = f"Delta table {self.name} version {info['version']}"
                     manifest = parse_manifest(str(info[MANIFEST_KEY]), where)
                     manifest["table_version"] = int(info["version"])
