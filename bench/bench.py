@@ -1,10 +1,17 @@
-"""Benchmark: `kafka-batch run` to Parquet against a plain confluent-kafka consumer, same ranges.
+"""Benchmark: `kafka-batch run` to Parquet, Delta and Iceberg against a plain confluent-kafka consumer.
 
 Everything reads the same records from the same broker in the same run, so the ratios are
 meaningful on a shared, noisy machine:
 
-* ``ratio``: the pipeline (``kafka-batch run``, output on a local disk) over the baseline
-  (one plain consumer reading the same ranges);
+* ``ratio``: the pipeline (``kafka-batch run``, the Parquet layout on a local disk;
+  ``pipeline_rps``) over the baseline (one plain consumer reading the same ranges);
+* ``delta_rps``, ``iceberg_rps``: the same pipeline writing a Delta table on the local disk
+  (``--format delta``) and an Iceberg table (``--format iceberg``, a SQLite SQL catalog, a
+  local warehouse), each with its own group, so each reads every record;
+  ``delta_over_parquet`` and ``iceberg_over_parquet`` are their rows/s over the Parquet
+  pipeline's. Each table is read back (deltalake, pyiceberg) and must hold exactly the
+  records produced. The runs go in the order of ``--formats``; the first one also warms the
+  disk cache for the others;
 * ``s3_ratio``: the same pipeline with its output on the embedded S3-protocol server, over
   the local one;
 * ``writers``: in one Spark session, the same DataFrame written by Spark's own Parquet writer
@@ -13,7 +20,8 @@ meaningful on a shared, noisy machine:
 
 The last stdout line is one JSON object with all of it.
 
-    python bench/bench.py [--records 1000000] [--value-size 200] [--partitions 4] [--no-s3] [--no-writers]
+    python bench/bench.py [--records 1000000] [--value-size 200] [--partitions 4]
+        [--formats parquet,delta,iceberg] [--no-s3] [--no-writers]
 """
 
 from __future__ import annotations
@@ -72,6 +80,33 @@ def run_pipeline(command: list[str], env: dict | None = None) -> tuple[dict, flo
     return json.loads(result.stdout.strip().splitlines()[-1]), seconds
 
 
+TABLES = {"delta": "a Delta table on the local disk", "iceberg": "a SQLite SQL catalog, a local warehouse"}
+
+
+def table_rows(fmt: str, work: Path) -> int:
+    """Rows in the benchmark's Delta or Iceberg table, as the format's own reader counts them."""
+    if fmt == "delta":
+        from deltalake import DeltaTable
+
+        return DeltaTable(str(work / "delta")).to_pyarrow_table(columns=["offset"]).num_rows
+    from pyiceberg.catalog import load_catalog
+
+    # A SQL catalog keeps its tables under the catalog's name: kafka-batch opens it as "kafka_batch".
+    table = load_catalog("kafka_batch", **iceberg_catalog(work)).load_table("bench.events")
+    return table.scan(selected_fields=("offset",)).to_arrow().num_rows
+
+
+def iceberg_catalog(work: Path) -> dict[str, str]:
+    return {"type": "sql", "uri": f"sqlite:///{work}/catalog.db", "warehouse": (work / "warehouse").as_uri()}
+
+
+def table_args(fmt: str, work: Path) -> list[str]:
+    if fmt == "delta":
+        return ["--format", "delta", "--output", str(work / "delta")]
+    properties = [arg for k, v in iceberg_catalog(work).items() for arg in ("--catalog-property", f"{k}={v}")]
+    return ["--format", "iceberg", "--table", "bench.events", *properties]
+
+
 def compare_writers(config: dict, topic: str, ends: dict[int, int], work: Path, master: str) -> dict:
     """Spark's Parquet writer and the pyarrow task writer on the same DataFrame, best of two each."""
     from pyspark.sql import SparkSession
@@ -116,9 +151,19 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--spark-master", default="local[*]")
     parser.add_argument("--keep", action="store_true", help="keep the output directory")
+    parser.add_argument(
+        "--formats",
+        default="parquet,delta,iceberg",
+        help="the outputs on the local disk, run in this order (default parquet,delta,iceberg); parquet is "
+        "required: it is the reference of every ratio (--formats parquet: no tables)",
+    )
     parser.add_argument("--no-s3", action="store_true", help="skip the run with the output on the S3 server")
     parser.add_argument("--no-writers", action="store_true", help="skip the writer comparison")
     args = parser.parse_args()
+    formats = list(dict.fromkeys(f.strip() for f in args.formats.split(",") if f.strip()))
+    unknown = sorted(set(formats) - {"parquet", *TABLES})
+    if unknown or "parquet" not in formats:
+        parser.error(f"--formats: parquet plus any of {', '.join(TABLES)}, got {args.formats!r}")
 
     work = Path(tempfile.mkdtemp(prefix="kafka-batch-bench-"))
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
@@ -143,14 +188,30 @@ def main() -> int:
         base_records, base_seconds = baseline_read(config, topic, ends)
         say(f"baseline: {base_records:,} records in {base_seconds:.2f}s")
 
-        say(f"pipeline: kafka-batch run --spark-master {args.spark_master} ...")
         kafka_batch = str(Path(sys.executable).parent / "kafka-batch")
         common = ["run", "--bootstrap-servers", bootstrap, "--topic", topic, "--spark-master", args.spark_master]
-        run, pipe_seconds = run_pipeline([kafka_batch, *common, "--group", "bench", "--output", str(work / "lake")])
-        say(f"pipeline: {run['records']:,} records in {pipe_seconds:.2f}s (plan + spark-submit + write + commit)")
-        if run["records"] != base_records:
-            say(f"error: pipeline wrote {run['records']} records, baseline read {base_records}")
-            return 1
+        runs: dict[str, tuple[dict, float]] = {}
+        for fmt in formats:  # in the order given: the first spark-submit also warms the disk cache
+            if fmt == "parquet":
+                say(f"pipeline: kafka-batch run --spark-master {args.spark_master} (Parquet layout, local disk) ...")
+                run, seconds = run_pipeline([kafka_batch, *common, "--group", "bench", "--output", str(work / "lake")])
+                say(f"pipeline: {run['records']:,} records in {seconds:.2f}s (plan + spark-submit + write + commit)")
+                if run["records"] != base_records:
+                    say(f"error: pipeline wrote {run['records']} records, baseline read {base_records}")
+                    return 1
+            else:
+                say(f"pipeline: kafka-batch run --format {fmt} ({TABLES[fmt]}) ...")
+                run, seconds = run_pipeline([kafka_batch, *common, "--group", f"bench-{fmt}", *table_args(fmt, work)])
+                read_back = table_rows(fmt, work)
+                say(f"pipeline to {fmt}: {run['records']:,} records in {seconds:.2f}s; the table holds {read_back:,}")
+                if not run["records"] == read_back == base_records:
+                    say(
+                        f"error: {fmt}: the run reported {run['records']} records and the table holds {read_back} "
+                        f"rows, but {base_records} were produced"
+                    )
+                    return 1
+            runs[fmt] = run, seconds
+        run, pipe_seconds = runs["parquet"]
         summary = {
             "records": run["records"],
             "value_size": args.value_size,
@@ -162,7 +223,18 @@ def main() -> int:
             "ratio": round((run["records"] / pipe_seconds) / (base_records / base_seconds), 3),
             "spark_master": args.spark_master,
             "timings": run.get("timings", {}),
+            "formats": formats,
         }
+        for fmt in (f for f in formats if f != "parquet"):
+            table_run, table_seconds = runs[fmt]
+            summary.update(
+                {
+                    f"{fmt}_seconds": round(table_seconds, 3),
+                    f"{fmt}_rps": round(table_run["records"] / table_seconds),
+                    f"{fmt}_over_parquet": round(pipe_seconds / table_seconds, 3),
+                    f"{fmt}_timings": table_run.get("timings", {}),
+                }
+            )
         if not args.no_s3:
             from kafka_batch_provider.objectstore.embedded import EmbeddedS3
 

@@ -10,16 +10,21 @@
    the batch resumes from the output's offset log and reads only the new events,
 6. run the `kafka_batch_backfill` DAG for a time range (by offsets where the broker cannot
    map times to offsets), which never commits the group,
-7. print a summary: batches, ranges, rows, lag before and after, lag health, where the data is.
+7. ingest the same topics into a Delta Lake table on the local disk (`kafka-batch run --format
+   delta`, its own group), read it back with deltalake and DuckDB, list its batches
+   (`kafka-batch table`),
+8. print a summary: batches, ranges, rows, lag before and after, lag health, where the data is,
+   and copy-paste snippets that query the Delta table.
 
 Airflow uses the project-local AIRFLOW_HOME (.airflow, SQLite); its full task logs go to
-.demo/*.log.
+.demo/*.log. The Delta table stays in .demo/delta/events after the demo, for the snippets.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -67,6 +72,29 @@ def airflow(*args: str, log_name: str) -> None:
     if result.returncode != 0:
         tail = log_path.read_text().splitlines()[-15:]
         sys.exit("demo failed: airflow " + " ".join(args) + "\n" + "\n".join(tail) + f"\n(full log: {log_path})")
+
+
+def kafka_batch(*args: str, log_name: str) -> tuple[list[str], dict]:
+    """Run the `kafka-batch` CLI: its stdout lines and last-line JSON; its progress goes to .demo/<log_name>.log."""
+    log_path = WORK / f"{log_name}.log"
+    with open(log_path, "w") as log:
+        result = subprocess.run([str(BIN / "kafka-batch"), *args], stdout=subprocess.PIPE, stderr=log, text=True)
+    if result.returncode != 0:
+        tail = log_path.read_text().splitlines()[-15:]
+        sys.exit("demo failed: kafka-batch " + " ".join(args) + "\n" + "\n".join(tail) + f"\n(full log: {log_path})")
+    lines = result.stdout.splitlines()
+    return lines[:-1], json.loads(lines[-1])
+
+
+def duckdb_connection():
+    """DuckDB with its delta extension loaded from the duckdb-ext-delta wheel (no download)."""
+    import duckdb
+    import duckdb_ext
+
+    extensions = os.path.join(list(duckdb_ext.__path__)[0], "extensions")
+    con = duckdb.connect(config={"extension_directory": extensions, "autoinstall_known_extensions": False})
+    con.execute("LOAD delta")
+    return con
 
 
 def produce_burst(config: dict, topics: dict[str, int], count: int, first_id: int, when_ms: int) -> None:
@@ -162,6 +190,23 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float) -> int:
     airflow("dags", "test", "kafka_batch_backfill", "-c", json.dumps(conf), log_name="airflow-backfill")
     committed_after = kafka.committed_offsets(group, [tp for tp in _tps(kafka, names)])
 
+    # The same topics into a Delta Lake table (the CLI; its own group): the offsets live in the
+    # table's commits. Local, so the printed snippets still work after the demo.
+    delta_path = WORK / "delta" / "events"
+    delta_group = f"demo-delta-{suffix}"
+    say(f"delta: kafka-batch run --format delta --output {delta_path} (group {delta_group}) ...")
+    topic_args = [arg for name in names for arg in ("--topic", name)]
+    _, delta_run = kafka_batch(
+        "run",
+        *("--bootstrap-servers", bootstrap, *topic_args, "--group", delta_group),
+        *("--format", "delta", "--output", str(delta_path)),
+        log_name="kafka-batch-delta-run",
+    )
+    delta_rows, delta_once, duckdb_rows = read_delta(delta_path)
+    batch_lines, listed = kafka_batch(
+        "table", "--format", "delta", "--output", str(delta_path), log_name="kafka-batch-delta-table"
+    )
+
     filesystem = PyFileSystem(FSSpecHandler(store.location.fs))
     table = ds.dataset(store.location.root, filesystem=filesystem, format="parquet", partitioning="hive").to_table(
         columns=["topic", "partition", "offset"]
@@ -198,6 +243,17 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float) -> int:
         f"  read it: pyarrow.dataset.dataset('{store.location.root}', filesystem=<s3fs>, format='parquet', "
         "partitioning='hive'); its offset log: kafka_batch_provider.batch_store.BatchStore(lake).log.entries()"
     )
+    say(
+        f"  Delta table: {delta_path} ({delta_run['records']:,} rows written in one batch, group {delta_group}); "
+        f"read back: deltalake {delta_rows:,} rows, DuckDB delta_scan {duckdb_rows:,} rows, "
+        f"every offset exactly once: {'yes' if delta_once else 'NO'}"
+    )
+    say(f"  its batches (kafka-batch table --format delta --output {delta_path}):")
+    for line in batch_lines:
+        say(f"    {line}")
+    say(f"  query it (copy-paste; {BIN}/python and kafka-batch):")
+    for snippet in delta_snippets(delta_path):
+        say(f"    {snippet}")
     say(f"  Airflow task logs: {WORK}/airflow-*.log; done in {time.perf_counter() - started:.0f}s")
     ok = (
         [e["rows"] for e in entries] == [20_000, 4_000, 2_000]
@@ -208,8 +264,33 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float) -> int:
         and committed_before == committed_after
         and replay_rows > 0
         and health.status.value == "OK"
+        and delta_run["records"] == delta_rows == duckdb_rows == 26_000
+        and delta_once
+        and [b["rows"] for b in listed["batches"]] == [26_000]
     )
     return 0 if ok else 1
+
+
+def read_delta(path: Path) -> tuple[int, bool, int]:
+    """Rows as deltalake reads the table, whether each offset is there once, rows as DuckDB reads it."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(path)).to_pyarrow_table(columns=["topic", "partition", "offset"])
+    keys = Counter(zip(*(table.column(c).to_pylist() for c in ("topic", "partition", "offset"))))
+    duckdb_rows = duckdb_connection().execute(f"SELECT count(*) FROM delta_scan('{path.as_uri()}')").fetchone()[0]
+    return table.num_rows, all(n == 1 for n in keys.values()), duckdb_rows
+
+
+def delta_snippets(path: Path) -> list[str]:
+    """Python lines and a shell command that query the table at ``path`` (DuckDB: a file:// URI)."""
+    location = json.dumps(str(path))
+    return [
+        f"python: from deltalake import DeltaTable; DeltaTable({location}).to_pyarrow_table().num_rows",
+        "python: import os, duckdb, duckdb_ext; con = duckdb.connect(config={'extension_directory': "
+        "os.path.join(list(duckdb_ext.__path__)[0], 'extensions')}); con.execute('LOAD delta')",
+        f"python: con.sql(\"SELECT topic, count(*) FROM delta_scan('{path.as_uri()}') GROUP BY topic\").show()",
+        f"shell:  kafka-batch table --format delta --output {shlex.quote(str(path))}",
+    ]
 
 
 def _tps(kafka: KafkaOffsets, topics: list[str]):
