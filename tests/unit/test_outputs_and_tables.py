@@ -169,3 +169,12 @@ def test_secrets_are_known_by_name_or_by_a_password_in_a_uri(key, value):
 )
 def test_plain_settings_are_not_secrets(key, value):
     assert not is_secret(key, value)
+
+
+def test_the_iceberg_catalog_is_opened_under_the_name_readers_use(tmp_path):
+    from kafka_batch_provider.sinks.iceberg import DEFAULT_CATALOG_NAME, load_catalog
+
+    sql = {"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db", "warehouse": f"file://{tmp_path}"}
+    assert load_catalog(sql).name == DEFAULT_CATALOG_NAME == "kafka_batch"
+    named = load_catalog({**sql, "name": "prod"})
+    assert named.name == "prod" and "name" not in named.properties, "name chooses the catalog, it is no property"

@@ -65,11 +65,18 @@ def storage_options_from_catalog(properties: Mapping[str, str]) -> dict[str, Any
     return options
 
 
+#: The catalog's name when the properties give none (``name``): a SQL catalog files its tables
+#: under it, so readers load the catalog by the same name.
+DEFAULT_CATALOG_NAME = "kafka_batch"
+
+
 def load_catalog(properties: Mapping[str, str]):
     from pyiceberg.catalog import load_catalog as pyiceberg_catalog
 
+    settings = dict(properties)
+    name = str(settings.pop("name", None) or DEFAULT_CATALOG_NAME)
     try:
-        return pyiceberg_catalog("kafka_batch", **dict(properties))
+        return pyiceberg_catalog(name, **settings)
     except (ValueError, NotImplementedError, ImportError) as exc:
         raise ConfigError(f"the Iceberg catalog cannot be opened: {exc}") from None
 
