@@ -512,3 +512,65 @@ def test_a_delta_table_restored_to_before_a_batch_is_refused_in_one_line(request
     assert "\n" not in str(refused.value) and "was restored (version 2) to before a batch's commit" in str(
         refused.value
     ), str(refused.value)
+
+
+def append_batches(output: TableOutput, count: int, rows: int = 5) -> None:
+    """``count`` batches straight into the sink, as the write step appends them."""
+    for seq in range(1, count + 1):
+        manifest = staged_attempt(output, f"b-{seq}", f"a00{seq}", rows)
+        previous = f"b-{seq - 1}" if seq > 1 else None
+        ranges = [{"topic": "t", "partition": 0, "start": rows * (seq - 1), "end": rows * seq, "rows": rows}]
+        manifest.update(seq=seq, previous=previous, offsets={"t:0": rows * seq}, ranges=ranges)
+        assert output.store().log.append(manifest) is True, f"batch {seq} must be appended"
+
+
+def test_an_older_batch_whose_iceberg_snapshot_expired_is_still_committed_and_never_cleaned(request, tmp_path):
+    from kafka_batch_provider.errors import CommitConflictError
+
+    output = make_table(request, tmp_path, "iceberg", "local")
+    append_batches(output, 3)
+    table = output.store().sink.table()
+    first = next(s for s in table.snapshots() if s.summary.additional_properties.get("kafka_batch.seq") == "1")
+    table.maintenance.expire_snapshots().by_id(first.snapshot_id).commit()  # ordinary age-based expiry
+    store = output.store()
+    entry = store.log.entry(1)
+    assert entry is not None and entry["batch_id"] == "b-1", f"batch 1 is still committed, found {entry}"
+    with pytest.raises(CommitConflictError):  # what drop_stale_plans does with a plan that lost its entry
+        store.remove_unpublished_plan_file(1, "b-1")
+    assert output.read(["offset"]).num_rows == 15, "all three batches' files are in place"
+
+
+def test_an_iceberg_format_version_1_table_still_tells_expiry_from_rollback(request, tmp_path):
+    from kafka_batch_provider.sinks.iceberg import load_catalog
+    from kafka_batch_provider.sinks.table_support import KAFKA_SCHEMA
+
+    output = make_table(request, tmp_path, "iceberg", "local")
+    catalog = load_catalog(output.catalog)
+    catalog.create_namespace("lake")
+    catalog.create_table("lake.events", schema=KAFKA_SCHEMA, properties={"format-version": "1"})
+    append_batches(output, 2)
+    table = output.store().sink.table()
+    with table.transaction() as transaction:  # another tool's commit, then expiry of both batches
+        with transaction.update_snapshot().fast_append():
+            pass
+    table = output.store().sink.table()
+    batches = [s.snapshot_id for s in table.snapshots() if "kafka_batch.seq" in s.summary.additional_properties]
+    table.maintenance.expire_snapshots().by_ids(batches).commit()
+    tail = output.store().log.tail()
+    assert tail is not None and (tail["seq"], tail.get("forgotten_by_table")) == (2, True), tail
+
+
+def test_a_delta_restore_forward_by_time_is_not_refused(request, tmp_path):
+    import time
+    from datetime import datetime, timezone
+
+    output = make_table(request, tmp_path, "delta", "local")
+    append_batches(output, 2)
+    output.store().sink.table().alter.set_table_properties({"delta.appendOnly": "false"})
+    time.sleep(1.1)
+    after_both = datetime.now(timezone.utc)
+    time.sleep(1.1)
+    output.store().sink.table().delete()  # another tool's bad delete
+    output.store().sink.table().restore(after_both)  # back to after both batches
+    assert output.store().log.tail()["seq"] == 2
+    assert output.read(["offset"]).num_rows == 10, "the restore brought both batches' rows back"

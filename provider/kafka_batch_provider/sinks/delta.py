@@ -182,7 +182,7 @@ class DeltaSink(TableFiles):
         limit = HISTORY_STEP
         seen = 0
         loaded = table.version()
-        restored: tuple[int, int] | None = None  # (the RESTORE's version, the version it went back to)
+        restored: tuple[int, str, int] | None = None  # the newest RESTORE: its version, and restore_target()
         while True:
             history = table.history(limit)
             for info in history[seen:]:
@@ -190,8 +190,8 @@ class DeltaSink(TableFiles):
                 if version > loaded:
                     continue  # history() lists the log as it is now, maybe past the version ``table`` holds
                 if info.get("operation") == "RESTORE" and restored is None:
-                    restored = (version, int((info.get("operationParameters") or {}).get("version", -1)))
-                if MANIFEST_KEY in info and restored is not None and version > restored[1]:
+                    restored = (version, *restore_target(info))
+                if MANIFEST_KEY in info and restored is not None and restored_away(info, restored[1], restored[2]):
                     # The batch's files left the table, its txn offsets did not: nothing here can say
                     # where the output stands.
                     raise ManifestError(
@@ -391,6 +391,35 @@ class DeltaSink(TableFiles):
             )
             for f in manifest.get("files", [])
         ]
+
+
+def restore_target(info: Mapping[str, Any]) -> tuple[str, int]:
+    """What a RESTORE commit went back to: ``("version", n)`` or ``("time", epoch ms)``;
+    ``("unknown", -1)`` when its parameters do not say (every earlier batch then counts as undone)."""
+    from datetime import datetime
+
+    parameters = info.get("operationParameters") or {}
+    for key, kind in (("version", "version"), ("datetime", "time"), ("timestamp", "time")):
+        value = parameters.get(key)
+        if value in (None, "", "null"):
+            continue
+        try:
+            return kind, int(value)
+        except (TypeError, ValueError):
+            try:
+                return kind, int(datetime.fromisoformat(str(value)).timestamp() * 1000)
+            except ValueError:
+                continue
+    return "unknown", -1
+
+
+def restored_away(info: Mapping[str, Any], kind: str, target: int) -> bool:
+    """Whether the commit ``info`` lies after the point a RESTORE went back to."""
+    if kind == "version":
+        return int(info["version"]) > target
+    if kind == "time":
+        return int(info.get("timestamp") or 0) > target
+    return True
 
 
 def raise_commit_retry() -> None:

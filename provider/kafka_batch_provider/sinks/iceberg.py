@@ -201,14 +201,22 @@ class IcebergSink(TableFiles):
 
         Snapshot sequence numbers only grow: walking the ancestry from the current snapshot,
         one below the batch's number means the lineage passed it by (a rollback); a chain that
-        ends above it lost its older snapshots to expiry, the batch's among them.
+        ends above it lost its older snapshots to expiry, the batch's among them. What no
+        metadata can tell: a rollback, then another tool's commit, then expiry of the
+        rolled-back snapshot and of every snapshot below that commit reads as expiry.
         """
         from pyiceberg.table.snapshots import ancestors_of
 
         number = int(table.properties.get(SNAPSHOT_NUMBER_KEY, 0))
         current = table.current_snapshot()
-        if current is None or number <= 0:
+        if current is None:
             return False
+        if number <= 0:  # a format-version 1 table has no sequence numbers: is the batch's snapshot gone?
+            committed = table.properties.get(SEQ_KEY)
+            return not any(
+                s.summary is not None and s.summary.additional_properties.get(SEQ_KEY) == committed
+                for s in table.metadata.snapshots
+            )
         for snapshot in ancestors_of(current, table.metadata):
             if (snapshot.sequence_number or 0) < number:
                 return False
@@ -220,16 +228,18 @@ class IcebergSink(TableFiles):
         if seq in self._by_seq:
             return self._by_seq[seq]
         table = self.table()
+        passed_below = False  # the ancestry holds an older batch, so ``seq`` is not in this lineage
         for found_seq, summary, snapshot in self.batches(table):
             if found_seq <= seq:
                 if found_seq == seq:
                     return self.manifest(found_seq, summary, snapshot)
+                passed_below = True
                 break
         newest = self.newest(table)
         if newest is not None and seq == int(newest["seq"]):
             return newest
-        if newest is not None and seq < int(newest["seq"]) and newest.get("forgotten_by_table"):
-            return self.forgotten_entry(seq)  # committed, then its snapshot expired with later ones
+        if newest is not None and seq < int(newest["seq"]) and not passed_below:
+            return self.forgotten_entry(seq)  # committed, then its snapshot expired (the chain ends above it)
         return None
 
     def tail(self) -> dict[str, Any] | None:
