@@ -49,8 +49,6 @@ from kafka_batch_provider.sinks.table_support import (
 )
 from kafka_batch_provider.storage import Location
 
-#: Commits that are not batches (optimize, vacuum) moving the table while we commit: retry this often.
-COMMIT_ATTEMPTS = 5
 #: History read per step when looking for batches (most lookups need the newest one or two).
 HISTORY_STEP = 20
 DATE_COLUMN = "date"
@@ -150,6 +148,7 @@ class DeltaSink(TableFiles):
         self.data = location
         self.partition_by = partition_by
         self.name = location.uri
+        self.label = f"Delta table {self.name}"
         self._table_uri = location.root if location.is_local else location.uri
         self._options = delta_storage_options(location)
         self._by_seq: dict[int, dict[str, Any]] = {}  # batches never change once committed
@@ -277,31 +276,20 @@ class DeltaSink(TableFiles):
 
     # -- committing a batch ------------------------------------------------------------------
 
-    def append(self, manifest: dict[str, Any]) -> bool:
+    def commit_once(self, table: Any, manifest: dict[str, Any]) -> bool:
         """One Delta commit: the batch's files, a ``txn`` per partition and the manifest."""
         from deltalake.exceptions import CommitFailedError, DeltaError
 
-        seq = int(manifest["seq"])
-        for _ in range(COMMIT_ATTEMPTS):
-            table = self.table()
-            newest = self.newest(table)
-            newest_seq = int(newest["seq"]) if newest else 0
-            if newest_seq >= seq:
-                return False
-            if newest_seq != seq - 1:
-                raise ManifestError(f"Delta table {self.name} holds batch {newest_seq} as its newest: cannot add {seq}")
-            try:
-                self.save_manifest(manifest)
-                self._commit(table, manifest)
-                self._by_seq.pop(seq, None)
-                return True
-            except CommitFailedError:
-                continue  # the table moved: look again
-            except DeltaError as exc:
-                if "already exists" in str(exc):
-                    continue  # another writer created the table first
-                raise StorageError(f"Delta commit to {self.name} failed: {one_line(exc)}") from None
-        raise StorageError(f"Delta table {self.name} kept changing during {COMMIT_ATTEMPTS} commit attempts")
+        try:
+            self.save_manifest(manifest)
+            self._commit(table, manifest)
+            return True
+        except CommitFailedError:
+            return False  # the table moved: look again
+        except DeltaError as exc:
+            if "already exists" in str(exc):
+                return False  # another writer created the table first
+            raise StorageError(f"Delta commit to {self.name} failed: {one_line(exc)}") from None
 
     def _commit(self, table: Any, manifest: dict[str, Any]) -> None:
         from deltalake import CommitProperties, Schema, Transaction

@@ -38,7 +38,6 @@ from kafka_batch_provider.sinks.table_support import (
 )
 from kafka_batch_provider.storage import Location
 
-COMMIT_ATTEMPTS = 5
 #: In a batch's snapshot summary and (for the newest batch) the table's properties.
 SEQ_KEY, BATCH_ID_KEY, ATTEMPT_KEY = "kafka_batch.seq", "kafka_batch.batch_id", "kafka_batch.attempt"
 #: In the table's properties: the newest batch snapshot's sequence number (tells expiry from a rollback).
@@ -149,6 +148,7 @@ class IcebergSink(TableFiles):
         self.data = data
         self.partition_by = partition_by
         self.name = f"Iceberg table {identifier}"
+        self.label = self.name
         self._by_seq: dict[int, dict[str, Any]] = {}
 
     def table(self):
@@ -255,33 +255,21 @@ class IcebergSink(TableFiles):
 
     # -- committing a batch ------------------------------------------------------------------
 
-    def append(self, manifest: dict[str, Any]) -> bool:
+    def commit_once(self, table: Any, manifest: dict[str, Any]) -> bool:
         from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
-        seq = int(manifest["seq"])
-        for _ in range(COMMIT_ATTEMPTS):
-            table = self.table()
-            newest = self.newest(table)
-            newest_seq = int(newest["seq"]) if newest else 0
-            if newest_seq >= seq:
-                return False
-            if newest_seq != seq - 1:
-                raise ManifestError(f"{self.name} holds batch {newest_seq} as its newest: cannot add {seq}")
-            try:
-                if self.evolve_schema(table, manifest):
-                    continue
-                self.save_manifest(manifest)
-                self._commit(table, manifest)
-                self._by_seq.pop(seq, None)
-                return True
-            except (CommitFailedException, CommitStateUnknownException):
-                continue  # the table moved (or we cannot tell): look again
-            except KafkaBatchError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - catalogs raise their own (SQLAlchemy, HTTP, OS) errors
-                message = f"{self.name}: batch {manifest['batch_id']} not committed: {one_line(exc)}"
-                raise StorageError(message) from None
-        raise StorageError(f"{self.name} kept changing during {COMMIT_ATTEMPTS} commit attempts")
+        try:
+            if self.evolve_schema(table, manifest):
+                return False  # a schema-only commit first: the batch goes on the new state
+            self.save_manifest(manifest)
+            self._commit(table, manifest)
+            return True
+        except (CommitFailedException, CommitStateUnknownException):
+            return False  # the table moved (or we cannot tell): look again
+        except KafkaBatchError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - catalogs raise their own (SQLAlchemy, HTTP, OS) errors
+            raise StorageError(f"{self.name}: batch {manifest['batch_id']} not committed: {one_line(exc)}") from None
 
     def evolve_schema(self, table: Any, manifest: Mapping[str, Any]) -> bool:
         """Add the columns (nested ones too) the batch's files bring; ``True`` if it did."""

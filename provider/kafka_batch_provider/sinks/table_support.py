@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kafka_batch_provider.errors import ConfigError, ManifestError
+from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
 from kafka_batch_provider.storage import Location
 
 #: Where the Spark tasks write the tables' files, relative to the table's location.
@@ -51,8 +51,13 @@ KAFKA_SCHEMA = pa.schema(
 )
 
 
+#: Commits that are not batches (optimize, compaction) moving the table while we commit: retry this often.
+COMMIT_ATTEMPTS = 5
+
+
 class TableFiles:
-    """The file side of the sink interface, the same for Delta and Iceberg.
+    """What the Delta and Iceberg sinks share: the file side of the sink interface, saved
+    manifests, and the append loop around each format's own commit.
 
     Files stay where the tasks wrote them: the table commit names exactly the reported ones,
     so a file a lingering task writes late is never referenced, and nothing is moved.
@@ -60,6 +65,41 @@ class TableFiles:
 
     data: Location
     name: str
+    #: how messages name the table
+    label: str
+    _by_seq: dict[int, dict[str, Any]]
+
+    def table(self) -> Any:
+        """The table at its newest state, or ``None`` while it does not exist."""
+        raise NotImplementedError
+
+    def newest(self, table: Any) -> dict[str, Any] | None:
+        """The newest batch's manifest in ``table``."""
+        raise NotImplementedError
+
+    def commit_once(self, table: Any, manifest: dict[str, Any]) -> bool:
+        """Commit the batch on ``table`` as loaded; ``False`` when the table moved meanwhile (look again)."""
+        raise NotImplementedError
+
+    def append(self, manifest: dict[str, Any]) -> bool:
+        """One table commit holding the batch, only while its entry number is the next free one.
+
+        The commit is made on the table state in which the previous batch was found to be the
+        newest; ``False`` when another batch took the entry.
+        """
+        seq = int(manifest["seq"])
+        for _ in range(COMMIT_ATTEMPTS):
+            table = self.table()
+            newest = self.newest(table)
+            newest_seq = int(newest["seq"]) if newest else 0
+            if newest_seq >= seq:
+                return False
+            if newest_seq != seq - 1:
+                raise ManifestError(f"{self.label} holds batch {newest_seq} as its newest: cannot add {seq}")
+            if self.commit_once(table, manifest):
+                self._by_seq.pop(seq, None)
+                return True
+        raise StorageError(f"{self.label} kept changing during {COMMIT_ATTEMPTS} commit attempts")
 
     def staging_folder(self, batch_id: str) -> str:
         return f"{DATA}/{batch_id}/{uuid.uuid4().hex[:8]}"
