@@ -27,14 +27,16 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from kafka_batch_provider import __version__
 from kafka_batch_provider.batch_store import BatchStore, utc_now
+from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
 from kafka_batch_provider.manifest import build_manifest
 from kafka_batch_provider.plan import OffsetPlan
 from kafka_batch_provider.protocol import check_group_unmoved, check_same_topics
 from kafka_batch_provider.spark.jvm_options import jvm_reader_options
 from kafka_batch_provider.spark.options import WriteOptions
-from kafka_batch_provider.spark.source import KafkaBatchDataSource, ranges_json
+from kafka_batch_provider.spark.slice_reader import ReadAndWrite, SliceReader, slices_of
 from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN, REPORT_SCHEMA, TaskWriter
 from kafka_batch_provider.write_check import TaskReports, check_write
 
@@ -52,17 +54,29 @@ def read_plan(
 
     :param receipts: (python reader) add the ``_receipt`` column that says what each task read.
     """
-    # The plan's end offsets were read with this isolation level: read with it too.
-    config = {**{k: v for k, v in kafka_config.items() if k != "logger"}, "isolation.level": plan.isolation_level}
     if options.reader == "jvm":
-        return spark.read.format("kafka").options(**jvm_reader_options(plan.readable_ranges, config)).load()
-    spark.dataSource.register(KafkaBatchDataSource)
-    source_options = {f"kafka.{k}": str(v) for k, v in config.items()}
-    source_options["ranges"] = ranges_json(plan.readable_ranges)
-    source_options["maxOffsetsPerTask"] = str(options.max_offsets_per_task)
-    source_options["stallTimeoutSeconds"] = str(options.stall_timeout)
-    source_options["receipts"] = str(receipts).lower()
-    return spark.read.format(KafkaBatchDataSource.name()).options(**source_options).load()
+        return (
+            spark.read.format("kafka")
+            .options(**jvm_reader_options(plan.readable_ranges, reader_config(plan, kafka_config)))
+            .load()
+        )
+    return slice_reader(plan, kafka_config, options, receipts).frame(spark)
+
+
+def reader_config(plan: OffsetPlan, kafka_config: Mapping[str, Any]) -> dict[str, Any]:
+    # The plan's end offsets were read with this isolation level: read with it too.
+    return {**{k: v for k, v in kafka_config.items() if k != "logger"}, "isolation.level": plan.isolation_level}
+
+
+def slice_reader(
+    plan: OffsetPlan, kafka_config: Mapping[str, Any], options: WriteOptions, receipts: bool = True
+) -> SliceReader:
+    return SliceReader(
+        slices_of(plan.readable_ranges, options.max_offsets_per_task),
+        reader_config(plan, kafka_config),
+        stall_timeout=options.stall_timeout,
+        receipts=receipts,
+    )
 
 
 def decode_values(df: DataFrame, options: WriteOptions) -> DataFrame:
@@ -97,15 +111,33 @@ def stage_batch(
 ) -> StagedBatch:
     """Steps 1-2: read the plan's ranges and write them, task by task, into a fresh staging folder."""
     staging = store.new_staging(plan.batch_id)
-    receipts = options.reader == "python"
-    df = decode_values(read_plan(spark, plan, kafka_config, options, receipts=receipts), options)
     data = store.sink.data
     # An existing table's partitioning, not the run's flags, decides how files are split.
     writer = TaskWriter(data.output, staging, data.storage_options, partition_by=partition_of(store))
-    rows = df.mapInArrow(writer, REPORT_SCHEMA).collect()
-    reports = TaskReports.merge(json.loads(row["report"]) for row in rows)
+    receipts = options.reader == "python"
+    df = decode_values(read_plan(spark, plan, kafka_config, options, receipts=receipts), options)
+    if receipts and options.value_format != "json":
+        # Read and write in the same Python worker: the records never go through the JVM.
+        reader = slice_reader(plan, kafka_config, options)
+        fused = ReadAndWrite(reader, writer, options.value_format)
+        rows = reader.slice_ids(spark).mapInArrow(fused, REPORT_SCHEMA).collect()
+    else:
+        rows = df.mapInArrow(writer, REPORT_SCHEMA).collect()
+    reports = [json.loads(row["report"]) for row in rows]
+    check_worker_version(reports)
+    # The schema is resolved from the plan, never by running it.
     schema = (df.drop(RECEIPT_COLUMN) if receipts else df).schema.simpleString()
-    return StagedBatch(staging, reports, schema, counted_at_source=receipts)
+    return StagedBatch(staging, TaskReports.merge(reports), schema, counted_at_source=receipts)
+
+
+def check_worker_version(reports: list[dict[str, Any]]) -> None:
+    """Spark's Python workers must run this very version: receipts and reports are its protocol."""
+    found = sorted({str(r.get("version")) for r in reports} - {__version__})
+    if found:
+        raise ConfigError(
+            f"Spark's Python workers run kafka_batch_provider {', '.join(found)}, this driver {__version__}: "
+            "install the same airflow-provider-kafka-batch version where Spark runs"
+        )
 
 
 def partition_of(store: BatchStore) -> str | None:

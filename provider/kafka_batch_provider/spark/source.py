@@ -1,6 +1,8 @@
 """The ``kafka_batch`` PySpark data source: bounded Kafka reads with no JVM connector.
 
-Usage (what :mod:`kafka_batch_provider.spark.ingest` does)::
+For notebooks and jobs of your own (the ingestion itself maps the plan's slices directly,
+see :mod:`kafka_batch_provider.spark.slice_reader`, which spares the data source's lookup and
+planning processes and keeps the Kafka settings out of the query plan)::
 
     spark.dataSource.register(KafkaBatchDataSource)
     df = (spark.read.format("kafka_batch")
@@ -9,14 +11,12 @@ Usage (what :mod:`kafka_batch_provider.spark.ingest` does)::
           .load())
 
 Options use the vocabulary of Spark's own Kafka source: librdkafka settings are passed as
-``kafka.<key>`` options (Spark redacts option values whose keys look like secrets).
+``kafka.<key>`` options (Spark redacts option values whose keys match ``spark.redaction.regex``;
+set it to :data:`~kafka_batch_provider.kafka_config.SECRET_KEY_PATTERN` for SASL settings).
 Each range is split into slices of at most ``maxOffsetsPerTask`` offsets, one Spark task each.
 
-With ``receipts=true`` the schema gains a ``_receipt`` column: null on every record, and each
-task ends its output with one extra row whose ``_receipt`` says what the task read (slice,
-position reached, rows, first and last offset). The receipt travels with the data to the
-writer in the same task, which strips it and reports it to the driver, so the driver can
-compare what was read with what was written, task by task.
+With ``receipts=true`` the schema gains a ``_receipt`` column, as the ingestion's reader has
+(see :func:`~kafka_batch_provider.spark.slice_reader.read_slice`).
 """
 
 from __future__ import annotations
@@ -29,13 +29,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from kafka_batch_provider.offsets import OffsetRange
 from kafka_batch_provider.spark.options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT
+from kafka_batch_provider.spark.slice_reader import KAFKA_SCHEMA_DDL, read_slice, slices_of
 from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN
-
-#: Spark's Kafka source schema, as DDL.
-KAFKA_SCHEMA_DDL = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-    "timestampType int, headers array<struct<key: string, value: binary>>"
-)
 
 
 def ranges_json(ranges: Sequence[OffsetRange]) -> str:
@@ -86,40 +81,14 @@ class KafkaBatchReader(DataSourceReader):
         self.receipts = wants_receipts(options)
 
     def partitions(self) -> list[KafkaRangePartition]:
-        from kafka_batch_provider.planning import split_range
-
         return [
             KafkaRangePartition(piece.topic, piece.partition, piece.start, piece.end)
-            for r in self.ranges
-            for piece in split_range(r, self.max_offsets_per_task)
-            if piece.size > 0
+            for piece in slices_of(self.ranges, self.max_offsets_per_task)
         ]
 
     def read(self, partition: KafkaRangePartition) -> Iterator:
-        # Imported here: this runs in the executor's Python worker.
-        import json
-
-        import pyarrow as pa
-
-        from kafka_batch_provider.spark.kafka_reader import KAFKA_ARROW_SCHEMA, ReadStats, read_range
-
         piece = OffsetRange(partition.topic, partition.partition, partition.start, partition.end)
-        stats = ReadStats(piece.topic, piece.partition, piece.start, piece.end, piece.start)
-        batches = read_range(
-            self.kafka_config, piece, batch_size=self.batch_size, stall_timeout=self.stall_timeout, stats=stats
-        )
-        if not self.receipts:
-            yield from batches
-            return
-        for batch in batches:
-            yield batch.append_column(RECEIPT_COLUMN, pa.nulls(batch.num_rows, pa.string()))
-        receipt = {name: [None] for name in KAFKA_ARROW_SCHEMA.names}
-        receipt.update(
-            topic=[piece.topic], partition=[piece.partition], **{RECEIPT_COLUMN: [json.dumps(stats.to_dict())]}
-        )
-        yield pa.RecordBatch.from_pydict(
-            receipt, schema=KAFKA_ARROW_SCHEMA.append(pa.field(RECEIPT_COLUMN, pa.string()))
-        )
+        yield from read_slice(self.kafka_config, piece, self.batch_size, self.stall_timeout, self.receipts)
 
 
 def wants_receipts(options: Mapping[str, str]) -> bool:

@@ -54,6 +54,7 @@ class TaskWriter:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
+        from kafka_batch_provider import __version__
         from kafka_batch_provider.storage import Location, fsync_dir
 
         context = TaskContext.get()
@@ -75,7 +76,12 @@ class TaskWriter:
             files.close()
         if files.names and location.is_local:
             fsync_dir(location.path(self.staging))
-        report = {"files": files.report(), "written": written.to_list(), "receipts": receipts}
+        report = {
+            "files": files.report(),
+            "written": written.to_list(),
+            "receipts": receipts,
+            "version": __version__,  # the driver refuses reports of another version
+        }
         yield pa.RecordBatch.from_pylist([{"report": json.dumps(report)}])
 
 
