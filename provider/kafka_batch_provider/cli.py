@@ -167,7 +167,13 @@ def add_spark_args(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("Spark")
     WriteOptions.add_arguments(g)
-    g.add_argument("--spark-master", default="local[*]", help="Spark master URL (default local[*])")
+    g.add_argument("--spark-master", help="Spark master URL for spark-submit (default local[*])")
+    g.add_argument(
+        "--spark-remote",
+        default=os.environ.get("SPARK_REMOTE") or None,
+        metavar="sc://HOST:PORT",
+        help="run the Spark step on this Spark Connect server instead of spark-submit (default: $SPARK_REMOTE)",
+    )
     g.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting, repeatable")
 
 
@@ -175,6 +181,7 @@ def write_options(args: argparse.Namespace):
     """The Spark-side flags, checked before anything is planned or read."""
     from kafka_batch_provider.spark.options import WriteOptions
 
+    check_spark_target(args)
     return WriteOptions.from_namespace(args)
 
 
@@ -284,13 +291,43 @@ def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def submit_write(args: argparse.Namespace, options: Any, plan_path: str, store: Any, kafka: Any) -> dict[str, Any]:
+    """The Spark step: through a Spark Connect server (``--spark-remote``) or with spark-submit."""
     from kafka_batch_provider.spark.submit import application_args, run_submit, submit_command
 
     spec = output_spec_from(args, None if args.format == "iceberg" else (args.output or store_output(store)))
+    if args.spark_remote:
+        return connect_write(args, options, plan_path, spec, kafka)
+    master = args.spark_master or "local[*]"
     app_args = application_args(plan_path, spec, options)
-    command = submit_command(app_args, args.spark_master, parse_key_values(args.spark_conf, flag="--spark-conf"))
-    progress(f"spark-submit --master {args.spark_master} ({args.reader} reader, {spec.format} output)")
+    command = submit_command(app_args, master, parse_key_values(args.spark_conf, flag="--spark-conf"))
+    progress(f"spark-submit --master {master} ({args.reader} reader, {spec.format} output)")
     return run_submit(command, kafka.kafka_config, progress, spec.storage_options, spec.catalog_properties)
+
+
+def connect_write(args: argparse.Namespace, options: Any, plan_path: str, spec: Any, kafka: Any) -> dict[str, Any]:
+    from kafka_batch_provider.batch_store import load_plan_file
+    from kafka_batch_provider.outputs import open_store
+    from kafka_batch_provider.spark.connect import remote_address, write_through_connect
+
+    store = open_store(spec, create=False)
+    plan = load_plan_file(plan_path, store.location.storage_options)
+    progress(f"Spark Connect at {remote_address(args.spark_remote)} ({args.reader} reader, {spec.format} output)")
+    entry = write_through_connect(args.spark_remote, plan, store, kafka.kafka_config, options, progress)
+    return {"batch_id": plan.batch_id, "seq": entry["seq"], "rows": entry["rows"], "timings": entry.get("timings", {})}
+
+
+def check_spark_target(args: argparse.Namespace) -> None:
+    """Either a Spark Connect server or a master for spark-submit, before anything is planned."""
+    if args.spark_remote and args.spark_master:
+        raise ConfigError(
+            "--spark-master and --spark-remote (or $SPARK_REMOTE) both given: choose spark-submit or Spark Connect"
+        )
+    if args.spark_remote:
+        from kafka_batch_provider.spark.connect import remote_address
+
+        remote_address(args.spark_remote)
+        if args.spark_conf:
+            raise ConfigError("--spark-conf is for spark-submit; a Spark Connect server has its own settings")
 
 
 def store_output(store: Any) -> str:
@@ -368,7 +405,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     if plan.has_data:
         clock = time.perf_counter()
         written = submit_write(args, options, outcome.plan_path, store, kafka)
-        timings["spark_submit_seconds"] = round(time.perf_counter() - clock, 3)
+        timings["spark_seconds"] = round(time.perf_counter() - clock, 3)  # spark-submit or Spark Connect
         timings.update(written.get("timings", {}))
     else:
         progress(f"batch {plan.batch_id} has nothing to read: Spark is not started")
@@ -383,6 +420,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
         "skipped": False,
         "location": location_of(store, entry),
         "timings": timings,
+        "spark": "connect" if args.spark_remote else "submit",
     }
 
 
@@ -552,6 +590,27 @@ def cmd_s3(args: argparse.Namespace) -> dict[str, Any]:
     return info
 
 
+def cmd_spark_connect(args: argparse.Namespace) -> dict[str, Any]:
+    from kafka_batch_provider.spark import connect_server
+
+    if args.connect_command == "start":
+        conf = parse_key_values(args.spark_conf, flag="--spark-conf")
+        progress(f"starting a Spark Connect server ({args.master}) on 127.0.0.1:{args.port} ...")
+        info = connect_server.start_detached(args.port, args.master, conf, timeout=args.timeout)
+        progress(
+            f"Spark Connect server listening at {info['remote']} (pid {info['pid']}, {info['master']}); "
+            f"use it with: --spark-remote {info['remote']}  or  export SPARK_REMOTE={info['remote']}"
+        )
+        return info
+    if args.connect_command == "stop":
+        info = connect_server.stop_detached()
+        progress("Spark Connect server stopped" if info.get("stopped") else "no Spark Connect server was running")
+        return info
+    info = connect_server.status()
+    progress(f"Spark Connect server: {'running at ' + info['remote'] if info['running'] else 'not running'}")
+    return info
+
+
 # -- parser --------------------------------------------------------------------------------
 
 
@@ -635,6 +694,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=positive_int, default=9000, help="port on 127.0.0.1 (default 9000)")
     p.add_argument("--bucket", action="append", help="bucket to create, repeatable (default: lake)")
     p.set_defaults(func=cmd_s3)
+
+    p = sub.add_parser("spark-connect", help="a local Spark Connect server from the installed pyspark")
+    p.add_argument("connect_command", choices=["start", "stop", "status"])
+    p.add_argument("--port", type=positive_int, default=15002, help="port on 127.0.0.1 (default 15002)")
+    p.add_argument("--master", default="local[*]", help="the server's Spark master (default local[*])")
+    p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="server setting, repeatable")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the server to listen")
+    p.set_defaults(func=cmd_spark_connect)
     return parser
 
 

@@ -29,6 +29,12 @@ class KafkaUnavailableError(KafkaBatchError):
     exit_code = 3
 
 
+class SparkStepError(KafkaBatchError):
+    """The Spark step failed (a task's error, or a Spark Connect server that went away): a retry may pass."""
+
+    exit_code = 3
+
+
 class PlanError(KafkaBatchError):
     """The offsets Kafka reports cannot be turned into a safe plan (unknown topic, data loss, ...)."""
 

@@ -1,4 +1,4 @@
-"""Servers this package runs as plain local processes: the embedded Kafka broker and S3 server.
+"""Servers this package runs as plain local processes: the embedded broker, S3 and Spark Connect servers.
 
 Both bind 127.0.0.1, log to a file, stop with SIGTERM and then SIGKILL, and can be detached
 (``kafka-batch broker|s3 start``): the process then outlives the command, and a state file in
@@ -107,6 +107,10 @@ class LocalServer:
         """Return once the server answers its protocol; raise a one-line error otherwise."""
         raise NotImplementedError
 
+    def environment(self) -> dict[str, str] | None:
+        """The server's environment (default: this process's)."""
+        return None
+
     def start(self, timeout: float = 30.0):
         if port_open(self.port):
             raise ConfigError(f"port {self.port} on {HOST} is already in use; choose another with --port")
@@ -117,6 +121,7 @@ class LocalServer:
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
+                env=self.environment(),
                 start_new_session=self.detach,  # a detached server must not die with our terminal
             )
         finally:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from kafka_batch_provider.batch_store import load_plan_file
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.kafka_config import SECRET_KEY_PATTERN, check_config, config_object, read_config_file
 from kafka_batch_provider.outputs import OutputSpec, add_partition_by_argument, open_store, output_of_plan
+from kafka_batch_provider.spark.error_lines import spark_error_line
 from kafka_batch_provider.spark.options import WriteOptions
 from kafka_batch_provider.storage import read_storage_options_file
 
@@ -56,27 +56,6 @@ def load_storage_options(path: str | None) -> dict[str, Any]:
 def load_catalog_properties(path: str | None) -> dict[str, str]:
     path = path or os.environ.get(CATALOG_PROPERTIES_FILE_ENV)
     return {str(k): str(v) for k, v in read_storage_options_file(path).items()} if path else {}
-
-
-_TASK_ERROR = re.compile(r"kafka_batch_provider\.errors\.(\w+Error): (.+)")
-
-
-def task_error_line(text: str) -> str | None:
-    """The one-line message of a :class:`KafkaBatchError` raised inside a Spark task, if any."""
-    match = _TASK_ERROR.search(text)
-    return match.group(2).strip() if match else None
-
-
-def friendly_spark_error(exc: Exception) -> str:
-    text = str(exc)
-    if "KAFKA_DATA_SOURCE_NOT_ENABLED" in text or "Failed to find data source: kafka" in text:
-        return (
-            "the jvm reader needs Spark's Kafka connector (spark-sql-kafka-0-10) on the cluster, "
-            "e.g. spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>; "
-            "or use --reader python"
-        )
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    return f"{type(exc).__name__}: {first}"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -140,8 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         # An error raised in an executor arrives wrapped in Spark's traceback text.
         traceback.print_exc()
-        message = task_error_line(str(exc)) or friendly_spark_error(exc)
-        print(f"error: {message}", file=sys.stderr)
+        print(f"error: {spark_error_line(exc)}", file=sys.stderr)
         return 2
     finally:
         spark.stop()

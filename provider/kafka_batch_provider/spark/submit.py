@@ -96,6 +96,7 @@ def run_submit(
     # Executors of a local master must use this interpreter, which has the dependencies.
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    env.pop("SPARK_REMOTE", None)  # would turn the application's session into a Spark Connect client
     # spark-submit merges the Python driver's stdout and stderr into its own stdout; its
     # stderr carries the JVM's log, kept for the error message.
     results: list[str] = []

@@ -1,0 +1,43 @@
+"""One line for an error that comes out of Spark (spark-submit's driver or a Spark Connect server).
+
+An error raised in a Spark task arrives wrapped in Spark's traceback text; the user needs the
+one line that says what went wrong, and what to do where there is something to do.
+"""
+
+from __future__ import annotations
+
+import re
+
+_TASK_ERROR = re.compile(r"kafka_batch_provider\.errors\.(\w+Error): (.+)")
+_MISSING_PACKAGE = re.compile(r"No module named '?kafka_batch_provider")
+
+
+def task_error_line(text: str) -> str | None:
+    """The one-line message of a :class:`KafkaBatchError` raised inside a Spark task, if any."""
+    match = _TASK_ERROR.search(text)
+    return match.group(2).strip() if match else None
+
+
+def missing_package(text: str) -> bool:
+    """Spark's Python workers could not import this package."""
+    return bool(_MISSING_PACKAGE.search(text))
+
+
+def spark_error_line(exc: BaseException) -> str:
+    text = str(exc)
+    found = task_error_line(text)
+    if found:
+        return found
+    if missing_package(text):
+        return (
+            "Spark's Python workers cannot import kafka_batch_provider: install airflow-provider-kafka-batch "
+            "(this version) into the Python that Spark runs (PYSPARK_PYTHON of the cluster or the Spark Connect server)"
+        )
+    if "KAFKA_DATA_SOURCE_NOT_ENABLED" in text or "Failed to find data source: kafka" in text:
+        return (
+            "the jvm reader needs Spark's Kafka connector (spark-sql-kafka-0-10) on the cluster, "
+            "e.g. spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>; "
+            "or use --reader python"
+        )
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{type(exc).__name__}: {first}"
