@@ -30,6 +30,7 @@ from airflow.sdk import DAG, Param
 
 from kafka_batch_provider.operators.plan import KafkaReplayPlanOperator
 from kafka_batch_provider.operators.spark import KafkaSparkBatchOperator
+from kafka_batch_provider.operators.spark_connect import KafkaSparkConnectBatchOperator
 from kafka_batch_provider.sinks.base import FORMATS
 
 OFFSETS = {
@@ -114,13 +115,20 @@ with DAG(
         storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
         catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
     )
-    write = KafkaSparkBatchOperator(
-        task_id="spark_write",
-        plan_task_id="plan_replay",
-        kafka_config_id=os.environ.get("KAFKA_BATCH_KAFKA_CONN_ID", "kafka_default"),
-        conn_id=os.environ.get("KAFKA_BATCH_SPARK_CONN_ID", "spark_default"),
-        storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
-        catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
-        conf={"spark.log.level": "WARN"},
-    )
+    spark_step = {
+        "task_id": "spark_write",
+        "plan_task_id": "plan_replay",
+        "kafka_config_id": os.environ.get("KAFKA_BATCH_KAFKA_CONN_ID", "kafka_default"),
+        "storage_conn_id": os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
+        "catalog_conn_id": os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
+    }
+    if os.environ.get("KAFKA_BATCH_SPARK_CONNECT_CONN_ID"):
+        # A Spark Connect server instead of spark-submit: no JVM start per run.
+        write = KafkaSparkConnectBatchOperator(conn_id=os.environ["KAFKA_BATCH_SPARK_CONNECT_CONN_ID"], **spark_step)
+    else:
+        write = KafkaSparkBatchOperator(
+            conn_id=os.environ.get("KAFKA_BATCH_SPARK_CONN_ID", "spark_default"),
+            conf={"spark.log.level": "WARN"},
+            **spark_step,
+        )
     plan >> write

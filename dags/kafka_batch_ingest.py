@@ -26,6 +26,7 @@ RETENTION_RISK, DATA_LOSS; logs WARN).
 | storage connection id (`aws`, `google_cloud_platform`, `wasb`) | - | `KAFKA_BATCH_STORAGE_CONN_ID`, else none |
 | group disagrees with the output's log | - | `KAFKA_BATCH_ON_GROUP_MISMATCH`, else `fail` (`output`, `group`) |
 | Spark connection id | - | `KAFKA_BATCH_SPARK_CONN_ID`, else `spark_default` |
+| Spark Connect connection id (instead of spark-submit) | - | `KAFKA_BATCH_SPARK_CONNECT_CONN_ID`, else none |
 | schedule | - | `KAFKA_BATCH_SCHEDULE`, else `*/15 * * * *` |
 | sensor: records enough to start | - | `KAFKA_BATCH_MIN_LAG`, else `1` |
 | sensor: ingest anyway when older than (s) | - | `KAFKA_BATCH_MAX_DATA_AGE_SECONDS`, else `3600` |
@@ -100,6 +101,7 @@ with DAG(
         catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
         kafka_config_id=os.environ.get("KAFKA_BATCH_KAFKA_CONN_ID", "kafka_default"),
         spark_conn_id=os.environ.get("KAFKA_BATCH_SPARK_CONN_ID", "spark_default"),
+        spark_connect_conn_id=os.environ.get("KAFKA_BATCH_SPARK_CONNECT_CONN_ID") or None,
         storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
         on_group_mismatch=os.environ.get("KAFKA_BATCH_ON_GROUP_MISMATCH", "fail"),
         min_lag=int(os.environ.get("KAFKA_BATCH_MIN_LAG", "1")),

@@ -323,11 +323,11 @@ def check_spark_target(args: argparse.Namespace) -> None:
             "--spark-master and --spark-remote (or $SPARK_REMOTE) both given: choose spark-submit or Spark Connect"
         )
     if args.spark_remote:
-        from kafka_batch_provider.spark.connect import remote_address
+        from kafka_batch_provider.spark.connect import check_reachable
 
-        remote_address(args.spark_remote)
         if args.spark_conf:
             raise ConfigError("--spark-conf is for spark-submit; a Spark Connect server has its own settings")
+        check_reachable(args.spark_remote)  # before a plan is written for a batch that cannot run
 
 
 def store_output(store: Any) -> str:

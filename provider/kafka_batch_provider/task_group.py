@@ -12,6 +12,7 @@ from kafka_batch_provider.operators.commit import KafkaOffsetCommitOperator
 from kafka_batch_provider.operators.health import KafkaLagHealthOperator
 from kafka_batch_provider.operators.plan import KafkaOffsetPlanOperator
 from kafka_batch_provider.operators.spark import KafkaSparkBatchOperator
+from kafka_batch_provider.operators.spark_connect import KafkaSparkConnectBatchOperator
 from kafka_batch_provider.sensors.lag import KafkaLagSensor
 from kafka_batch_provider.spark.submit import DEFAULT_APPLICATION
 
@@ -29,6 +30,7 @@ def kafka_batch_ingest_group(
     group_id: str = "kafka_ingest",
     kafka_config_id: str = "kafka_default",
     spark_conn_id: str = "spark_default",
+    spark_connect_conn_id: str | None = None,
     storage_conn_id: str | None = None,
     on_group_mismatch: str = "fail",
     partitions: Sequence[int] | str | None = None,
@@ -72,6 +74,10 @@ def kafka_batch_ingest_group(
     within ``sensor_timeout`` and nothing has waited longer than ``max_data_age``. The health
     check fails on STALL, STOP, REWIND, RETENTION_RISK and DATA_LOSS (STOP after ``stop_after``
     without a commit while lag > 0).
+    ``spark_write`` runs spark-submit through the ``spark`` connection ``spark_conn_id``, or,
+    when ``spark_connect_conn_id`` names a ``spark_connect`` connection, sends the batch to
+    that Spark Connect server (no JVM start per batch; ``spark_conf`` and ``application``
+    then do not apply: the server has its own settings).
     Every task retries ``retries`` times: a retried Spark task replays the same plan, and a
     failed run's plan is picked up by the next run. Extra keyword arguments go to every task.
     """
@@ -121,19 +127,25 @@ def kafka_batch_ingest_group(
             **output,
             **common,
         )
-        write = KafkaSparkBatchOperator(
-            task_id="spark_write",
-            plan_task_id=plan.task_id,
-            kafka_config_id=kafka_config_id,
-            conn_id=spark_conn_id,
-            reader=reader,
-            value_format=value_format,
-            value_schema=value_schema,
-            conf=dict(spark_conf or {"spark.log.level": "WARN"}),
-            application=application,
+        spark_step = {
+            "task_id": "spark_write",
+            "plan_task_id": plan.task_id,
+            "kafka_config_id": kafka_config_id,
+            "reader": reader,
+            "value_format": value_format,
+            "value_schema": value_schema,
             **connections,
             **common,
-        )
+        }
+        if spark_connect_conn_id:
+            write = KafkaSparkConnectBatchOperator(conn_id=spark_connect_conn_id, **spark_step)
+        else:
+            write = KafkaSparkBatchOperator(
+                conn_id=spark_conn_id,
+                conf=dict(spark_conf or {"spark.log.level": "WARN"}),
+                application=application,
+                **spark_step,
+            )
         commit = KafkaOffsetCommitOperator(
             task_id="commit",
             plan_task_id=plan.task_id,

@@ -40,6 +40,39 @@ def shippable(kafka_config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kafka_config.items() if k != "logger"}
 
 
+def planned_batch(
+    context: Any,
+    plan_task_id: str,
+    storage_conn_id: str | None,
+    catalog_conn_id: str | None,
+    catalog_properties: dict[str, str],
+) -> tuple[dict[str, Any], Any, Any]:
+    """The plan's XCom, its output and the plan; skips the task when there is nothing to read."""
+    summary = pull_summary(context, plan_task_id, "write")
+    output = OutputArgs.from_plan_xcom(summary, storage_conn_id, catalog_conn_id, catalog_properties)
+    with task_errors():
+        spec, store = open_output(output, create=False)
+        plan = load_plan(summary, store)
+    if not plan.has_data:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        raise AirflowSkipException(f"batch {plan.batch_id} has nothing to read: Spark is not started")
+    return summary, spec, plan
+
+
+def batch_result(spec: Any, plan: Any) -> dict[str, Any]:
+    """What the Spark step pushes: the batch's log entry number, rows and data location."""
+    with task_errors():
+        # Reopened: a table's state is read again, after Spark's commit.
+        store = open_store(spec, create=False)
+        entry = store.entry_of(plan)
+    if entry is None:
+        raise KafkaBatchError(f"batch {plan.batch_id}: Spark finished but the output log has no entry {plan.seq}")
+    # The data's location (a table's, not its _kafka_batch/ control folder's).
+    location = store.sink.data.uri_of(entry["location"]) if entry["location"] else None
+    return {"batch_id": plan.batch_id, "seq": plan.seq, "rows": entry["rows"], "location": location}
+
+
 class KafkaSparkBatchOperator(SparkSubmitOperator):
     """Run the Spark application on the plan pushed by ``plan_task_id``, through a ``spark`` connection.
 
@@ -94,15 +127,9 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         self.write_options = WriteOptions(reader, value_format, value_schema, max_offsets_per_task, stall_timeout)
 
     def execute(self, context: Any) -> dict[str, Any]:
-        summary = pull_summary(context, self.plan_task_id, "write")
-        output = OutputArgs.from_plan_xcom(summary, self.storage_conn_id, self.catalog_conn_id, self.catalog_properties)
-        with task_errors():
-            spec, store = open_output(output, create=False)
-            plan = load_plan(summary, store)
-        if not plan.has_data:
-            from airflow.sdk.exceptions import AirflowSkipException
-
-            raise AirflowSkipException(f"batch {plan.batch_id} has nothing to read: Spark is not started")
+        summary, spec, plan = planned_batch(
+            context, self.plan_task_id, self.storage_conn_id, self.catalog_conn_id, self.catalog_properties
+        )
         with task_errors():
             kafka_config = shippable(KafkaOffsetsHook(self.kafka_config_id).kafka_config)
         self.log.info(
@@ -116,15 +143,7 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
             self.application_args = application_args(summary["plan_path"], spec, self.write_options)
             self._hand_over(config_path, storage_path, catalog_path)
             super().execute(context)
-        with task_errors():
-            # Reopened: a table's state is read again, after Spark's commit.
-            store = open_store(spec, create=False)
-            entry = store.entry_of(plan)
-        if entry is None:
-            raise KafkaBatchError(f"batch {plan.batch_id}: Spark finished but the output log has no entry {plan.seq}")
-        # The data's location (a table's, not its _kafka_batch/ control folder's).
-        location = store.sink.data.uri_of(entry["location"]) if entry["location"] else None
-        return {"batch_id": plan.batch_id, "seq": plan.seq, "rows": entry["rows"], "location": location}
+        return batch_result(spec, plan)
 
     def _hand_over(self, config_path: str, storage_path: str, catalog_path: str) -> None:
         """Secrets in files named by the environment; this package as a zip for a cluster master."""

@@ -49,6 +49,18 @@ def remote_address(remote: str) -> str:
     return f"sc://{parts.hostname}:{parts.port or 15002}"
 
 
+def check_reachable(remote: str) -> str:
+    """Fail in one line unless a server listens at ``remote``; returns its printable address."""
+    address = remote_address(remote)
+    parts = urlsplit(remote)
+    if not port_open(parts.port or 15002, parts.hostname, timeout=5.0):
+        raise SparkStepError(
+            f"no Spark Connect server answers at {address}: start one (kafka-batch spark-connect start) "
+            "or fix --spark-remote / SPARK_REMOTE"
+        )
+    return address
+
+
 def shared_session_id(now: float | None = None) -> str:
     """The session id batches of this version share during the current half hour."""
     bucket = int((time.time() if now is None else now) // SHARED_SESSION_SECONDS)
@@ -61,13 +73,7 @@ def connect_session(remote: str) -> Any:
     It joins the shared session of this half hour (see :data:`SHARED_SESSION_SECONDS`) unless
     ``remote`` names its own ``session_id``, and starts a fresh one if the server closed it.
     """
-    address = remote_address(remote)
-    parts = urlsplit(remote)
-    if not port_open(parts.port or 15002, parts.hostname, timeout=5.0):
-        raise SparkStepError(
-            f"no Spark Connect server answers at {address}: start one (kafka-batch spark-connect start) "
-            "or fix --spark-remote / SPARK_REMOTE"
-        )
+    address = check_reachable(remote)
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.retries import DefaultPolicy
 

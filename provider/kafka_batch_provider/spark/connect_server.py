@@ -41,6 +41,10 @@ class SparkConnectServer(LocalServer):
 
     label: ClassVar[str] = "Spark Connect server"
 
+    def start(self, timeout: float = 180.0):
+        """A JVM and a SparkContext: tens of seconds on a busy machine."""
+        return super().start(timeout)
+
     @property
     def remote(self) -> str:
         return f"sc://{HOST}:{self.port}"

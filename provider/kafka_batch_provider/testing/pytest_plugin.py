@@ -13,6 +13,10 @@ Enable in a ``conftest.py`` with ``pytest_plugins = ["kafka_batch_provider.testi
 * ``s3_storage_options``: s3fs/fsspec options for that server.
 * ``new_s3_output``: a factory returning a fresh ``s3://<bucket>/<test>-<uuid8>`` URI on each
   call; ``new_s3_output("dir with space/über")`` puts that name in the key instead.
+* ``spark_connect_remote`` (session): ``$KAFKA_BATCH_TEST_SPARK_REMOTE`` when set (its workers
+  need this package), else the ``sc://`` URL of ``spark_connect_server``, a local Spark
+  Connect server (``local[2]``) from the installed pyspark on a free 127.0.0.1 port for the
+  session (``None`` with an external one; its ``log_path`` is the server's log).
 """
 
 from __future__ import annotations
@@ -81,3 +85,25 @@ def new_s3_output(s3_server: S3Endpoint | EmbeddedS3, request: pytest.FixtureReq
         return f"s3://{s3_server.bucket}/{base}-{uuid.uuid4().hex[:8]}"
 
     return make
+
+
+@pytest.fixture(scope="session")
+def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    if os.environ.get("KAFKA_BATCH_TEST_SPARK_REMOTE"):
+        yield None
+        return
+    from kafka_batch_provider.spark.connect_server import SparkConnectServer
+
+    log_path = Path(tmp_path_factory.mktemp("spark-connect")) / "server.log"
+    # INFO: the log shows every session and execution, so tests can look for secrets in it.
+    server = SparkConnectServer(master="local[2]", log_path=log_path, conf={"spark.log.level": "INFO"})
+    server.start(timeout=180)
+    try:
+        yield server
+    finally:
+        server.stop(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def spark_connect_remote(spark_connect_server: Any) -> str:
+    return os.environ.get("KAFKA_BATCH_TEST_SPARK_REMOTE") or spark_connect_server.remote

@@ -1,0 +1,92 @@
+"""``KafkaSparkConnectBatchOperator``: the read and write steps on a Spark Connect server."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from kafka_batch_provider.errors import SparkStepError
+from kafka_batch_provider.hooks.catalog import check_public_properties
+from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
+from kafka_batch_provider.operators.errors import task_errors
+from kafka_batch_provider.operators.spark import batch_result, planned_batch, shippable
+from kafka_batch_provider.outputs import open_store
+from kafka_batch_provider.spark.options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
+
+
+class KafkaSparkConnectBatchOperator(BaseOperator):
+    """Write the batch planned by ``plan_task_id`` through a ``spark_connect`` connection.
+
+    The sibling of :class:`~kafka_batch_provider.operators.spark.KafkaSparkBatchOperator` for a
+    long-running Spark Connect server: this task is the driver (it checks what the tasks wrote
+    and appends the batch to the output's log), the server runs the tasks, and no JVM starts
+    per batch. Same plan, manifest and guarantees. The server's Python workers need this
+    package (the same version); a missing one fails the task in one line. The Kafka settings
+    and storage credentials reach the tasks inside the pickled reader and writer, never as a
+    session conf or source option. Skips when the plan has nothing to read.
+
+    :param plan_task_id: task id of the plan operator (inside a task group: ``group.plan``).
+    :param conn_id: the ``spark_connect`` connection (apache-airflow-providers-apache-spark):
+        host and port of the server, and optionally a token (``password``) and user.
+    """
+
+    template_fields: Sequence[str] = ("plan_task_id",)
+    ui_color = "#fdf2e0"
+
+    def __init__(
+        self,
+        *,
+        plan_task_id: str,
+        conn_id: str = "spark_connect_default",
+        kafka_config_id: str = "kafka_default",
+        reader: str = "python",
+        value_format: str = "bytes",
+        value_schema: str | None = None,
+        max_offsets_per_task: int = DEFAULT_MAX_OFFSETS_PER_TASK,
+        stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+        storage_conn_id: str | None = None,
+        catalog_conn_id: str | None = None,
+        catalog_properties: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.plan_task_id = plan_task_id
+        self.conn_id = conn_id
+        self.kafka_config_id = kafka_config_id
+        self.storage_conn_id = storage_conn_id
+        self.catalog_conn_id = catalog_conn_id
+        self.catalog_properties = check_public_properties(catalog_properties)
+        # Checked here, so a bad option is a DAG import error rather than a failed run.
+        self.write_options = WriteOptions(reader, value_format, value_schema, max_offsets_per_task, stall_timeout)
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        from kafka_batch_provider.spark.connect import remote_address, write_through_connect
+
+        _, spec, plan = planned_batch(
+            context, self.plan_task_id, self.storage_conn_id, self.catalog_conn_id, self.catalog_properties
+        )
+        with task_errors():
+            kafka_config = shippable(KafkaOffsetsHook(self.kafka_config_id).kafka_config)
+            remote = SparkConnectHook(self.conn_id).get_connection_url()
+            self.log.info(
+                "batch %s: %d range(s), up to %d offsets, through Spark Connect at %s",
+                plan.batch_id,
+                len(plan.readable_ranges),
+                plan.planned_offsets,
+                remote_address(remote),  # without the token
+            )
+            try:
+                write_through_connect(
+                    remote, plan, open_store(spec, create=False), kafka_config, self.write_options, self.log.info
+                )
+            except SparkStepError as exc:
+                # A task's failure or a server that went away: left to Airflow's retries, which
+                # replay the same plan.
+                from airflow.sdk.exceptions import AirflowException
+
+                raise AirflowException(str(exc)) from None
+        return batch_result(spec, plan)

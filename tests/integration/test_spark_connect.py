@@ -1,0 +1,278 @@
+"""The Spark step through Spark Connect: a real local server (``spark_connect_remote``), real broker.
+
+The protocol's main cases through ``kafka-batch run --spark-remote`` as a user runs it, the same
+cases' in-process helpers with a Connect session, what the server can see of the secrets, a
+server whose Python lacks this package, and a server killed in the middle of a batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import venv
+from pathlib import Path
+
+import pytest
+
+from kafka_batch_provider.kafka_offsets import KafkaOffsets
+from kafka_batch_provider.local_servers import free_port
+from kafka_batch_provider.offsets import TopicPartition
+from kafka_batch_provider.planning import PlanPolicy
+from kafka_batch_provider.protocol import plan_batch
+from kafka_batch_provider.spark.connect import connect_session, write_through_connect
+from kafka_batch_provider.spark.connect_server import SparkConnectServer
+from kafka_batch_provider.spark.ingest import read_plan
+from kafka_batch_provider.testing.producers import produce, sample_records
+from tests.integration.helpers import (
+    Output,
+    assert_exactly_once,
+    dataset_keys,
+    produce_committed_aborted_committed,
+    read_dataset,
+)
+from tests.integration.test_cli import SECRET, assert_one_line_error, cli, last_json
+
+pytestmark = pytest.mark.integration
+
+
+def offsets_of(topic: str, ends: dict[int, int], start: int = 0) -> set[tuple[str, int, int]]:
+    return {(topic, p, o) for p, end in ends.items() for o in range(start, end)}
+
+
+def committed(kafka_config, group_id: str, topic: str, partitions: int) -> dict[int, int | None]:
+    found = KafkaOffsets(kafka_config).committed_offsets(
+        group_id, [TopicPartition(topic, p) for p in range(partitions)]
+    )
+    return {tp.partition: offset for tp, offset in found.items()}
+
+
+def test_incremental_runs_through_spark_remote_ingest_only_new_records_exactly_once(
+    kafka_config, kafka_bootstrap_servers, spark_connect_remote, new_topic, group_id, tmp_path
+):
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 40))
+    out = str(tmp_path / "lake")
+    common = ["--bootstrap-servers", kafka_bootstrap_servers, "--topic", topic, "--group", group_id, "--output", out]
+
+    first = last_json(cli("run", *common, "--spark-remote", spark_connect_remote))
+    assert (first["records"], first["spark"]) == (40, "connect"), first
+    produce(kafka_config, topic, sample_records(2, 10, first_id=40))
+    # SPARK_REMOTE works like the flag.
+    second = last_json(cli("run", *common, env={"SPARK_REMOTE": spark_connect_remote}))
+    assert (second["records"], second["spark"]) == (10, "connect"), second
+
+    assert_exactly_once(out, offsets_of(topic, {0: 25, 1: 25}))
+    assert committed(kafka_config, group_id, topic, 2) == {0: 25, 1: 25}
+    assert first["timings"]["read_write_seconds"] > 0 and "spark_seconds" in second["timings"]
+
+
+def test_a_crash_before_the_commit_is_finished_by_the_next_run_without_writing_again(
+    kafka_config, kafka_bootstrap_servers, spark_connect_remote, new_topic, group_id, tmp_path
+):
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 30))
+    out = str(tmp_path / "lake")
+    kafka = ["--bootstrap-servers", kafka_bootstrap_servers]
+    planned = last_json(cli("plan", *kafka, "--topic", topic, "--group", group_id, "--output", out))
+    written = last_json(cli("write", "--plan", planned["plan_path"], *kafka, "--spark-remote", spark_connect_remote))
+    assert written["records"] == 30, written
+    # ... and the process died before `kafka-batch commit`: the group has nothing.
+    assert committed(kafka_config, group_id, topic, 2) == {0: None, 1: None}
+    files_before = sorted(p.name for p in Path(out).rglob("*.parquet"))
+
+    repaired = last_json(
+        cli(
+            "run",
+            *kafka,
+            "--topic",
+            topic,
+            "--group",
+            group_id,
+            "--output",
+            out,
+            "--spark-remote",
+            spark_connect_remote,
+        )
+    )
+
+    assert repaired["repaired"], f"the run must say it finished the pending batch, got {repaired}"
+    assert sorted(p.name for p in Path(out).rglob("*.parquet")) == files_before, "the batch was written again"
+    assert committed(kafka_config, group_id, topic, 2) == {0: 15, 1: 15}
+    assert_exactly_once(out, offsets_of(topic, {0: 15, 1: 15}))
+
+
+def test_transactional_topic_through_spark_remote_skips_control_records(
+    kafka_config, kafka_bootstrap_servers, spark_connect_remote, new_topic, group_id, tmp_path
+):
+    topic = new_topic(partitions=1)
+    produce_committed_aborted_committed(kafka_config, topic)
+    out = str(tmp_path / "lake")
+
+    result = last_json(
+        cli(
+            "run",
+            *("--bootstrap-servers", kafka_bootstrap_servers, "--topic", topic, "--group", group_id),
+            *("--output", out, "--spark-remote", spark_connect_remote),
+        )
+    )
+
+    assert result["committed"] == {f"{topic}:0": 8}, result
+    values = {r["value"] for r in read_dataset(out, ["value"]).to_pylist()}
+    assert {b"committed-0", b"committed-1", b"committed-2", b"committed-3"} <= values
+    assert not {o for (_, _, o) in dataset_keys(out)} & {3, 5, 7}, "control records must never be rows"
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--spark-remote", "http://127.0.0.1:15002"], "--spark-remote must look like sc://host:port"),
+        (["--spark-remote", "sc://127.0.0.1:{closed}"], "no Spark Connect server answers at sc://127.0.0.1:{closed}"),
+        (["--spark-remote", "sc://127.0.0.1:{closed}", "--spark-master", "local[2]"], "choose spark-submit or Spark"),
+        (["--spark-remote", "{remote}", "--spark-conf", "spark.x=1"], "--spark-conf is for spark-submit"),
+    ],
+    ids=["not-sc-url", "no-server", "remote-and-master", "spark-conf-with-remote"],
+)
+def test_bad_spark_remote_flags_fail_in_one_line_and_change_nothing(
+    flags, expected, kafka_config, kafka_bootstrap_servers, spark_connect_remote, new_topic, group_id, tmp_path
+):
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, sample_records(1, 5))
+    out = tmp_path / "lake"
+    closed = str(free_port())
+    flags = [f.format(closed=closed, remote=spark_connect_remote) for f in flags]
+
+    result = cli(
+        "run",
+        "--bootstrap-servers",
+        kafka_bootstrap_servers,
+        "--topic",
+        topic,
+        "--group",
+        group_id,
+        "--output",
+        str(out),
+        *flags,
+    )
+
+    assert_one_line_error(result, expected.format(closed=closed))
+    assert not out.exists() or not any(out.rglob("*")), f"a refused run left {sorted(out.rglob('*'))}"
+    assert committed(kafka_config, group_id, topic, 1) == {0: None}
+
+
+def test_secrets_are_not_in_the_session_conf_the_query_plan_or_the_server_log(
+    kafka_config, spark_connect_server, spark_connect_remote, new_topic, group_id, tmp_path
+):
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, sample_records(1, 10))
+    output = Output(str(tmp_path / "lake"))
+    secret_config = {**kafka_config, "sasl.password": SECRET}  # plaintext broker: librdkafka ignores it
+    store = output.store()
+    plan = plan_batch(KafkaOffsets(kafka_config), store, group_id, [topic], PlanPolicy()).plan
+
+    entry = write_through_connect(spark_connect_remote, plan, store, secret_config)
+    assert entry["rows"] == 10
+
+    spark = connect_session(spark_connect_remote)
+    try:
+        visible_conf = json.dumps(spark.conf.getAll)
+        # The server's own rendering of the plan, as explain() and the Spark UI show it.
+        plan_text = read_plan(spark, plan, secret_config, receipts=True)._explain_string(extended=True)
+    finally:
+        spark.client.close()
+    assert "kafka_batch_read" in plan_text, f"expected the reader in the plan, got {plan_text[:500]}"
+    assert SECRET not in plan_text, "the Kafka password is in the query plan's text"
+    assert SECRET not in visible_conf, "the Kafka password is in the Connect session's conf"
+    if spark_connect_server is not None:  # a local server: its log is here to read
+        log_text = spark_connect_server.log_path.read_text(errors="replace")
+        assert "ExecuteHolder" in log_text, f"expected the server's INFO log of executions, got {log_text[-300:]}"
+        assert SECRET not in log_text, "the Kafka password is in the Spark Connect server's log"
+
+
+def test_a_server_whose_python_lacks_the_package_fails_in_one_line(
+    kafka_config, kafka_bootstrap_servers, new_topic, group_id, tmp_path
+):
+    # A venv that sees pyspark, pyarrow and confluent-kafka (a .pth to this venv's site-packages)
+    # but not this package (an editable install's finder is not loaded through a plain .pth).
+    bare = tmp_path / "bare-venv"
+    venv.create(bare, with_pip=False)
+    site = next((bare / "lib").glob("python3*/site-packages"))
+    ours = next(p for p in sys.path if p.endswith("site-packages") and Path(p, "pyspark").is_dir())
+    (site / "deps.pth").write_text(ours + "\n")
+    probe = subprocess.run(
+        [str(bare / "bin" / "python"), "-c", "import pyspark, pyarrow; import kafka_batch_provider"],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+    assert "No module named 'kafka_batch_provider'" in probe.stderr, f"the probe venv is not bare: {probe.stderr}"
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, sample_records(1, 5))
+    env = {**os.environ, "PYSPARK_PYTHON": str(bare / "bin" / "python")}
+    env.pop("PYTHONPATH", None)
+    server = SparkConnectServer(master="local[1]", log_path=tmp_path / "server.log")
+    server.environment = lambda: env  # this server's workers run the bare venv
+    server.start(timeout=180)
+    try:
+        result = cli(
+            "run",
+            *("--bootstrap-servers", kafka_bootstrap_servers, "--topic", topic, "--group", group_id),
+            *("--output", str(tmp_path / "lake"), "--spark-remote", server.remote),
+        )
+    finally:
+        server.stop(timeout=30)
+    # Progress lines come first (the batch was planned); the error is one last line.
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert lines[-1].startswith("error: Spark's Python workers cannot import kafka_batch_provider"), lines[-3:]
+    assert committed(kafka_config, group_id, topic, 1) == {0: None}
+
+
+def test_the_server_killed_mid_batch_then_a_retry_finishes_it_exactly_once(
+    kafka_config, kafka_bootstrap_servers, new_topic, group_id, tmp_path
+):
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 200_000, value_size=100))  # 100,000 per partition
+    out = tmp_path / "lake"
+    port = free_port()
+    args = ["run", "--bootstrap-servers", kafka_bootstrap_servers, "--topic", topic, "--group", group_id]
+    args += ["--output", str(out), "--spark-remote", f"sc://127.0.0.1:{port}", "--max-offsets-per-task", "25000"]
+
+    server = SparkConnectServer(port=port, master="local[2]", log_path=tmp_path / "server-1.log", detach=True)
+    server.start(timeout=180)
+    run = subprocess.Popen(
+        [str(Path(sys.executable).parent / "kafka-batch"), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Mid-batch: the tasks have started writing their staging files.
+        deadline = time.monotonic() + 180
+        while not list(out.glob("_staging/**/*.parquet")) and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.1)
+        assert run.poll() is None, f"the batch ended before the kill: {run.communicate()}"
+        assert list(out.glob("_staging/**/*.parquet")), "no task started writing within 180 s"
+        os.killpg(server.pid, signal.SIGKILL)  # the JVM and its Python workers
+        server.stop()
+        _, stderr = run.communicate(timeout=180)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode != 0, "the run must fail when its server dies"
+    lines = stderr.strip().splitlines()
+    assert len(lines) >= 1 and lines[-1].startswith("error: ") and "Spark Connect" in lines[-1], lines[-3:]
+    assert committed(kafka_config, group_id, topic, 2) == {0: None, 1: None}
+    assert not dataset_keys(str(out)), "a batch of the killed attempt is visible"
+
+    with SparkConnectServer(port=port, master="local[2]", log_path=tmp_path / "server-2.log") as restarted:
+        assert restarted.remote.endswith(str(port))
+        retried = last_json(cli(*args, timeout=600))
+
+    assert retried["reused"] and retried["records"] == 200_000, f"the retry must replay the same plan: {retried}"
+    assert committed(kafka_config, group_id, topic, 2) == {0: 100_000, 1: 100_000}
+    assert_exactly_once(str(out), offsets_of(topic, {0: 100_000, 1: 100_000}))
+    assert not list(out.glob("_staging/**/*.parquet")), "the killed attempt's staging files were not cleaned up"
