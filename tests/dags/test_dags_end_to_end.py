@@ -154,6 +154,41 @@ def test_ingest_dag_first_run_then_nothing_new_then_only_new_data(
     assert SECRET not in stored, "the Kafka secret leaked into XCom or rendered template fields"
 
 
+def test_ingest_dag_through_a_spark_connect_connection_twice_without_spark_submit(
+    airflow_env, kafka_config, kafka_bootstrap_servers, spark_connect_remote, new_topic, group_id, monkeypatch, capfd
+):
+    topic = new_topic(partitions=2)
+    monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_TOPICS", topic)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_DEFAULT",
+        json.dumps(
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap_servers, "sasl.password": SECRET}}
+        ),
+    )
+    host, port = spark_connect_remote.removeprefix("sc://").split(":")
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT",
+        json.dumps({"conn_type": "spark_connect", "host": host, "port": int(port)}),
+    )
+    monkeypatch.setenv("KAFKA_BATCH_SPARK_CONNECT_CONN_ID", "spark_connect_default")  # read when the DAG is parsed
+    launched = record_spark_submits(monkeypatch)
+    produce(kafka_config, topic, sample_records(2, 30))
+
+    first = run("kafka_batch_ingest")
+    produce(kafka_config, topic, sample_records(2, 8, first_id=30))
+    second = run("kafka_batch_ingest")
+
+    assert set(first.values()) == {"success"} and set(second.values()) == {"success"}, (first, second)
+    assert committed(kafka_config, group_id, topic, [0, 1]) == {0: 19, 1: 19}
+    assert_exactly_once(airflow_env, {(topic, p, o) for p in (0, 1) for o in range(19)})
+    assert launched == [], f"the Spark Connect path must not start spark-submit, saw {len(launched)}"
+    logs = capfd.readouterr()
+    assert "through Spark Connect at sc://" in logs.out + logs.err, "the task log must say which path it took"
+    assert SECRET not in logs.out + logs.err, "the Kafka secret leaked into the task logs"
+    stored = metadata_db_text("xcom", "value") + metadata_db_text("rendered_task_instance_fields", "rendered_fields")
+    assert SECRET not in stored, "the Kafka secret leaked into XCom or rendered template fields"
+
+
 def test_spark_failure_leaves_offsets_untouched_and_the_next_run_replays_the_same_plan(
     airflow_env, kafka_config, new_topic, group_id, monkeypatch
 ):
