@@ -3,8 +3,11 @@
 1. start the embedded Kafka-protocol broker (or use $KAFKA_BOOTSTRAP_SERVERS) and the
    embedded S3-protocol server (or use $AWS_ENDPOINT_URL with $AWS_ACCESS_KEY_ID),
 2. produce sample events to two topics,
-3. run the `kafka_batch_ingest` DAG (`airflow dags test`): plan -> Spark local[*] -> commit,
-   the lake on S3 (`s3://lake/...`, credentials in an Airflow `aws` connection),
+3. run the `kafka_batch_ingest` DAG (`airflow dags test`): plan -> Spark -> commit, the lake
+   on S3 (`s3://lake/...`, credentials in an Airflow `aws` connection). Spark is a local
+   Spark Connect server (`local[*]`): the demo runs five Spark batches, and one warm server
+   costs one JVM start instead of five spark-submits (KAFKA_BATCH_DEMO_SPARK=submit runs
+   spark-submit per batch instead),
 4. produce more events and run it again: the second batch holds only the new events,
 5. delete the consumer group (as Kafka does when offsets expire), produce more, run again:
    the batch resumes from the output's offset log and reads only the new events,
@@ -52,6 +55,7 @@ from kafka_batch_provider.broker.embedded import EmbeddedBroker  # noqa: E402
 from kafka_batch_provider.kafka_offsets import KafkaOffsets  # noqa: E402
 from kafka_batch_provider.lag_monitor import lag_report  # noqa: E402
 from kafka_batch_provider.objectstore.embedded import EmbeddedS3, S3Endpoint  # noqa: E402
+from kafka_batch_provider.spark.connect_server import SparkConnectServer  # noqa: E402
 from kafka_batch_provider.testing.producers import (  # noqa: E402
     broker_supports_offsets_for_times,
     create_topics,
@@ -120,10 +124,18 @@ def main() -> int:
         if s3 is None:
             s3 = stack.enter_context(EmbeddedS3(log_path=WORK / "s3.log")).endpoint
             say(f"embedded S3 server (moto, memory storage) on {s3.endpoint_url}, bucket {s3.bucket}")
-        return run_demo(bootstrap, s3, started)
+        spark_remote = None
+        if os.environ.get("KAFKA_BATCH_DEMO_SPARK", "connect") == "connect":
+            say("Spark: starting a local Spark Connect server (local[*]); the demo's five Spark batches share it ...")
+            server = stack.enter_context(SparkConnectServer(master="local[*]", log_path=WORK / "spark-connect.log"))
+            spark_remote = server.remote
+            say(f"Spark Connect server at {spark_remote}")
+        else:
+            say("Spark: spark-submit per batch (local[*]), as KAFKA_BATCH_DEMO_SPARK=submit asks")
+        return run_demo(bootstrap, s3, started, spark_remote)
 
 
-def run_demo(bootstrap: str, s3: S3Endpoint, started: float) -> int:
+def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str | None) -> int:
     config = {"bootstrap.servers": bootstrap}
     suffix = time.strftime("%H%M%S")
     topics = {f"demo.orders.{suffix}": 3, f"demo.payments.{suffix}": 2}
@@ -135,6 +147,12 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float) -> int:
     # storage credentials live in an Airflow `aws` connection, never in the DAG or XCom.
     os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps({"conn_type": "kafka", "extra": config})
     os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": "local[*]"})
+    if spark_remote:
+        host, port = spark_remote.removeprefix("sc://").split(":")
+        os.environ["AIRFLOW_CONN_SPARK_CONNECT_DEMO"] = json.dumps(
+            {"conn_type": "spark_connect", "host": host, "port": int(port)}
+        )
+        os.environ["KAFKA_BATCH_SPARK_CONNECT_CONN_ID"] = "spark_connect_demo"  # the DAGs pick the Connect operator
     os.environ["AIRFLOW_CONN_DEMO_LAKE"] = json.dumps(
         {
             "conn_type": "aws",
@@ -200,6 +218,7 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float) -> int:
         "run",
         *("--bootstrap-servers", bootstrap, *topic_args, "--group", delta_group),
         *("--format", "delta", "--output", str(delta_path)),
+        *(["--spark-remote", spark_remote] if spark_remote else []),
         log_name="kafka-batch-delta-run",
     )
     delta_rows, delta_once, duckdb_rows = read_delta(delta_path)
@@ -254,6 +273,8 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float) -> int:
     say(f"  query it (copy-paste; {BIN}/python and kafka-batch):")
     for snippet in delta_snippets(delta_path):
         say(f"    {snippet}")
+    path = f"a Spark Connect server at {spark_remote} for all 5 batches" if spark_remote else "spark-submit per batch"
+    say(f"  Spark: {path}")
     say(f"  Airflow task logs: {WORK}/airflow-*.log; done in {time.perf_counter() - started:.0f}s")
     ok = (
         [e["rows"] for e in entries] == [20_000, 4_000, 2_000]

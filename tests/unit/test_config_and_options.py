@@ -128,3 +128,19 @@ def test_bad_write_options_are_refused_with_one_line(kwargs, expected):
 
     with pytest.raises(ConfigError, match=expected):
         WriteOptions(**kwargs)
+
+
+def test_reader_batches_are_bounded_by_bytes_as_well_as_by_count():
+    import pyarrow as pa
+
+    from kafka_batch_provider.spark.kafka_reader import MAX_BATCH_BYTES, messages_per_batch
+
+    def batch(rows: int, value_size: int) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pydict(
+            {"key": pa.array([b"k"] * rows, pa.binary()), "value": pa.array([b"v" * value_size] * rows, pa.binary())}
+        )
+
+    big = messages_per_batch(batch(10, 64 * 1024), batch_size=50_000)
+    assert big * (64 * 1024 + 1) <= MAX_BATCH_BYTES < (big + 1) * (64 * 1024 + 1), f"64 KB values: {big} per batch"
+    assert messages_per_batch(batch(1000, 100), batch_size=50_000) == 50_000, "small records: the count bound"
+    assert messages_per_batch(batch(1, 64 * 1024 * 1024), batch_size=50_000) == 1, "never fewer than one"
