@@ -18,10 +18,25 @@ meaningful on a shared, noisy machine:
   and by this package's writer (pyarrow in each task, reporting what it wrote), best of two
   each; ``pyarrow_over_spark`` is the ratio of their times.
 
+* ``connect_rps``: the same batch through a warm local Spark Connect server (``local[2]``,
+  its own group; a 1,000-record batch warms it first); ``connect_over_baseline``;
+* ``airflow_kafka_rps``: apache-airflow-providers-apache-kafka's ``ConsumeFromTopicOperator``
+  writing the same records to Parquet from its ``apply_function``, the way users do it today,
+  timed from its first record (its consumer-group join, ~23 s on the embedded broker, is
+  reported apart as ``airflow_kafka_join_seconds``); ``best_over_airflow_kafka``;
+* ``scaling``: ``connect_rps`` with ``local[2]`` over a ``local[1]`` server's;
+* ``fixed_seconds``: a 1,000-record batch through spark-submit (``kafka-batch run``);
+* ``empty_batch_seconds``: ``kafka-batch run`` with nothing new (no Spark is started);
+* ``large``: rows/s through the warm Connect server at ``--large-records`` (5M) next to 1M;
+* ``plan_commit_seconds``: plan + compare-and-set commit at 1, 50 and 200 partitions;
+* ``peak_worker_rss_mb``: the Connect server's Python workers' peak RSS while ingesting
+  ``--rss-gb`` (2) GB of 64 KB records.
+
 The last stdout line is one JSON object with all of it.
 
     python bench/bench.py [--records 1000000] [--value-size 200] [--partitions 4]
         [--formats parquet,delta,iceberg] [--no-s3] [--no-writers]
+        [--large-records 5000000] [--rss-gb 2] [--no-connect] [--no-airflow-kafka]
 """
 
 from __future__ import annotations
@@ -44,6 +59,8 @@ from kafka_batch_provider.kafka_offsets import KafkaOffsets
 from kafka_batch_provider.offsets import OffsetRange, TopicPartition
 from kafka_batch_provider.spark.kafka_reader import reader_consumer_config
 from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
+
+KAFKA_BATCH = str(Path(sys.executable).parent / "kafka-batch")
 
 
 def say(line: str) -> None:
@@ -144,6 +161,258 @@ def compare_writers(config: dict, topic: str, ends: dict[int, int], work: Path, 
     return {"seconds": best, "pyarrow_over_spark": round(best["pyarrow_tasks"] / best["spark_parquet"], 3)}
 
 
+def produce_topic(config: dict, topic: str, partitions: int, records: int, value_size: int) -> dict[int, int]:
+    """A new topic holding ``records`` records; returns its end offsets."""
+    create_topics(config, {topic: partitions})
+    started = time.perf_counter()
+    counts = produce(config, topic, sample_records(partitions, records, value_size=value_size))
+    say(f"produced {records:,} records of {value_size:,} bytes to {topic} in {time.perf_counter() - started:.1f}s")
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    ends = {tp.partition: end for tp, end in KafkaOffsets(config).log_end_offsets(tps).items()}
+    assert sum(ends.values()) == sum(counts.values()), f"end offsets {ends} do not match produced {counts}"
+    return ends
+
+
+def run_cli(bootstrap: str, topic: str, group: str, output: Path, *spark: str) -> tuple[dict, float]:
+    return run_pipeline(
+        [
+            KAFKA_BATCH,
+            "run",
+            "--bootstrap-servers",
+            bootstrap,
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--output",
+            str(output),
+            *spark,
+        ]
+    )
+
+
+class WorkerMemory:
+    """Peak RSS of the Python processes below ``pid`` (Spark's workers), sampled every 0.2 s."""
+
+    def __init__(self, pid: int) -> None:
+        import threading
+
+        self.pid, self.peak_mb, self.peak_total_mb = pid, 0.0, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> WorkerMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.2):
+            sizes = [rss_mb(p) for p in descendants(self.pid) if b"python" in cmdline(p)]
+            self.peak_mb = max([self.peak_mb, *sizes])
+            self.peak_total_mb = max(self.peak_total_mb, sum(sizes))
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int(entry.joinpath("stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def connect_measures(args: argparse.Namespace, config: dict, bootstrap: str, topic: str, work: Path) -> dict:
+    """Warm Spark Connect servers (local[2], then local[1]): the 1M batch, an empty batch, 5M, worker RSS."""
+    from kafka_batch_provider.spark.connect_server import SparkConnectServer
+
+    warm_topic = f"{topic}-warm"
+    produce_topic(config, warm_topic, args.partitions, 1_000, args.value_size)
+    result: dict = {}
+    rates: dict[int, float] = {}
+    for cores in (2, 1):
+        say(f"connect: starting a Spark Connect server (local[{cores}]) ...")
+        with SparkConnectServer(master=f"local[{cores}]", log_path=work / f"connect-{cores}.log") as server:
+            remote = ("--spark-remote", server.remote)
+            run_cli(bootstrap, warm_topic, f"bench-warm-{cores}", work / f"warm-{cores}", *remote)
+            run, seconds = run_cli(bootstrap, topic, f"bench-connect-{cores}", work / f"connect-{cores}", *remote)
+            rates[cores] = run["records"] / seconds
+            say(f"connect local[{cores}]: {run['records']:,} records in {seconds:.2f}s")
+            if cores == 1:
+                continue
+            result.update(
+                connect_seconds=round(seconds, 3),
+                connect_records=run["records"],
+                connect_timings=run.get("timings", {}),
+            )
+            _, empty = run_cli(bootstrap, topic, f"bench-connect-{cores}", work / f"connect-{cores}", *remote)
+            result["empty_batch_seconds"] = round(empty, 3)
+            say(f"empty batch (nothing new; no Spark job): {empty:.2f}s")
+            if args.large_records:
+                large_topic = f"{topic}-large"
+                produce_topic(config, large_topic, args.partitions, args.large_records, args.value_size)
+                big, big_seconds = run_cli(bootstrap, large_topic, "bench-large", work / "large", *remote)
+                result["large"] = {
+                    "records": big["records"],
+                    "seconds": round(big_seconds, 3),
+                    "rps": round(big["records"] / big_seconds),
+                    "rps_1m_scale": round(rates[2]),
+                    "large_over_1m": round((big["records"] / big_seconds) / rates[2], 3),
+                }
+                say(f"connect, {big['records']:,} records: {big_seconds:.2f}s")
+                if not args.keep:
+                    shutil.rmtree(work / "large", ignore_errors=True)
+            if args.rss_gb:
+                value_size = 64 * 1024
+                count = int(args.rss_gb * 1024**3 / value_size) + 1
+                rss_topic = f"{topic}-rss"
+                produce_topic(config, rss_topic, args.partitions, count, value_size)
+                with WorkerMemory(server.pid) as memory:
+                    rss_run, rss_seconds = run_cli(bootstrap, rss_topic, "bench-rss", work / "rss", *remote)
+                result.update(
+                    peak_worker_rss_mb=round(memory.peak_mb, 1),
+                    peak_workers_total_rss_mb=round(memory.peak_total_mb, 1),
+                    rss_ingested_gb=round(rss_run["records"] * value_size / 1024**3, 2),
+                    rss_seconds=round(rss_seconds, 3),
+                )
+                say(
+                    f"{rss_run['records']:,} records of 64 KB in {rss_seconds:.1f}s; workers' peak RSS "
+                    f"{memory.peak_mb:.0f} MB each, {memory.peak_total_mb:.0f} MB together"
+                )
+                shutil.rmtree(work / "rss", ignore_errors=True)
+    result["connect_rps"] = round(rates[2])
+    result["connect_local1_rps"] = round(rates[1])
+    result["scaling"] = round(rates[2] / rates[1], 3)
+    result["scaling_of"] = "connect_rps, local[2] over local[1]"
+    return result
+
+
+class ParquetBuffer:
+    """What a user's ``apply_function`` does: collect the messages, write Parquet every 50,000."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.rows, self.first_at, self.writer = path, [], None, None
+        self.count = 0
+
+    def add(self, message) -> None:
+        if self.first_at is None:
+            self.first_at = time.perf_counter()
+        kind, stamp = message.timestamp()
+        self.rows.append(
+            (message.key(), message.value(), message.topic(), message.partition(), message.offset(), stamp)
+        )
+        if len(self.rows) >= 50_000:
+            self.flush()
+
+    def flush(self) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not self.rows:
+            return
+        names = ["key", "value", "topic", "partition", "offset", "timestamp"]
+        table = pa.Table.from_arrays([pa.array(list(column)) for column in zip(*self.rows)], names=names)
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(str(self.path), table.schema)
+        self.writer.write_table(table)
+        self.count += len(self.rows)
+        self.rows = []
+
+    def close(self) -> None:
+        self.flush()
+        if self.writer is not None:
+            self.writer.close()
+
+
+def airflow_kafka_measure(bootstrap: str, topic: str, records: int, work: Path) -> dict:
+    """``ConsumeFromTopicOperator`` + an ``apply_function`` writing Parquet, timed from its first record."""
+    os.environ["AIRFLOW_CONN_KAFKA_BATCH_BENCH"] = json.dumps(
+        {
+            "conn_type": "kafka",
+            "extra": {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"bench-airflow-{int(time.time())}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            },
+        }
+    )
+    from airflow.providers.apache.kafka.operators.consume import ConsumeFromTopicOperator
+
+    buffer = ParquetBuffer(work / "airflow-kafka.parquet")
+    operator = ConsumeFromTopicOperator(
+        task_id="consume",
+        topics=[topic],
+        kafka_config_id="kafka_batch_bench",
+        apply_function=buffer.add,
+        max_messages=records,
+        max_batch_size=10_000,
+        poll_timeout=60,
+        commit_cadence="end_of_operator",
+    )
+    started = time.perf_counter()
+    operator.execute(context={})
+    buffer.close()
+    finished = time.perf_counter()
+    if buffer.count != records or buffer.first_at is None:
+        raise SystemExit(f"ConsumeFromTopicOperator wrote {buffer.count} records, expected {records}")
+    return {
+        "airflow_kafka_rps": round(records / (finished - buffer.first_at)),
+        "airflow_kafka_seconds_from_first_record": round(finished - buffer.first_at, 3),
+        "airflow_kafka_join_seconds": round(buffer.first_at - started, 3),
+    }
+
+
+def plan_commit_measure(config: dict, topic: str, work: Path) -> dict:
+    """Plan (group, end and start offsets; the plan file) and compare-and-set commit, at 1, 50, 200 partitions."""
+    from kafka_batch_provider.batch_store import BatchStore
+    from kafka_batch_provider.planning import PlanPolicy
+    from kafka_batch_provider.protocol import plan_batch
+
+    seconds = {}
+    for partitions in (1, 50, 200):
+        name = f"{topic}-pc{partitions}"
+        produce_topic(config, name, partitions, partitions * 2, 100)
+        kafka = KafkaOffsets(config)
+        store = BatchStore(str(work / f"pc-{partitions}"))
+        started = time.perf_counter()
+        plan = plan_batch(kafka, store, f"bench-pc-{partitions}", [name], PlanPolicy()).plan
+        planned = time.perf_counter()
+        kafka.commit(plan.group_id, plan.expected_committed(), plan.end_offsets(), metadata=plan.batch_id)
+        done = time.perf_counter()
+        seconds[str(partitions)] = {"plan": round(planned - started, 3), "commit": round(done - planned, 3)}
+        say(f"plan + commit, {partitions} partitions: {planned - started:.3f}s + {done - planned:.3f}s")
+    return seconds
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -159,6 +428,10 @@ def main() -> int:
     )
     parser.add_argument("--no-s3", action="store_true", help="skip the run with the output on the S3 server")
     parser.add_argument("--no-writers", action="store_true", help="skip the writer comparison")
+    parser.add_argument("--no-connect", action="store_true", help="skip the Spark Connect runs")
+    parser.add_argument("--no-airflow-kafka", action="store_true", help="skip ConsumeFromTopicOperator")
+    parser.add_argument("--large-records", type=int, default=5_000_000, help="the large batch (0: skip)")
+    parser.add_argument("--rss-gb", type=float, default=2.0, help="GB of 64 KB records for the RSS run (0: skip)")
     args = parser.parse_args()
     formats = list(dict.fromkeys(f.strip() for f in args.formats.split(",") if f.strip()))
     unknown = sorted(set(formats) - {"parquet", *TABLES})
@@ -253,6 +526,21 @@ def main() -> int:
                 s3_ratio=round(pipe_seconds / s3_seconds, 3),
                 s3_timings=s3_run.get("timings", {}),
             )
+        say("fixed cost: a 1,000-record batch through spark-submit ...")
+        small = f"{topic}-small"
+        produce_topic(config, small, args.partitions, 1_000, args.value_size)
+        _, fixed = run_cli(bootstrap, small, "bench-fixed", work / "fixed", "--spark-master", "local[2]")
+        summary["fixed_seconds"] = round(fixed, 3)
+        say(f"fixed cost: {fixed:.2f}s")
+        summary["plan_commit_seconds"] = plan_commit_measure(config, topic, work)
+        if not args.no_connect:
+            summary.update(connect_measures(args, config, bootstrap, topic, work))
+            summary["connect_over_baseline"] = round(summary["connect_rps"] / summary["baseline_rps"], 3)
+        if not args.no_airflow_kafka:
+            say("ConsumeFromTopicOperator (apache-airflow-providers-apache-kafka) writing Parquet ...")
+            summary.update(airflow_kafka_measure(bootstrap, topic, base_records, work))
+            best = max(summary["pipeline_rps"], summary.get("connect_rps", 0))
+            summary["best_over_airflow_kafka"] = round(best / summary["airflow_kafka_rps"], 3)
         if not args.no_writers:
             say("writers: Spark's Parquet writer and the pyarrow task writer on the same DataFrame ...")
             summary["writers"] = compare_writers(config, topic, ends, work, args.spark_master)

@@ -276,3 +276,24 @@ def test_the_server_killed_mid_batch_then_a_retry_finishes_it_exactly_once(
     assert committed(kafka_config, group_id, topic, 2) == {0: 100_000, 1: 100_000}
     assert_exactly_once(str(out), offsets_of(topic, {0: 100_000, 1: 100_000}))
     assert not list(out.glob("_staging/**/*.parquet")), "the killed attempt's staging files were not cleaned up"
+
+
+def test_batches_share_a_server_session_and_a_closed_one_is_replaced(spark_connect_remote, monkeypatch):
+    import uuid
+
+    import kafka_batch_provider.spark.connect as connect
+
+    shared = str(uuid.uuid4())  # this test's own "shared" id: the other tests' session stays open
+    monkeypatch.setattr(connect, "shared_session_id", lambda now=None: shared)
+    first = connect_session(spark_connect_remote)
+    second = connect_session(spark_connect_remote)
+    assert first.session_id == second.session_id == shared, (first.session_id, second.session_id)
+    second.client.close()
+    first.stop()  # releases the session: the server refuses its id from now on
+
+    replaced = connect_session(spark_connect_remote)
+    try:
+        assert replaced.session_id != shared, "a closed session's id must not be reused"
+        assert replaced.range(3).count() == 3
+    finally:
+        replaced.stop()
