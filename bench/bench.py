@@ -284,8 +284,8 @@ def connect_measures(args: argparse.Namespace, config: dict, bootstrap: str, top
                     "records": big["records"],
                     "seconds": round(big_seconds, 3),
                     "rps": round(big["records"] / big_seconds),
-                    "rps_1m_scale": round(rates[2]),
-                    "large_over_1m": round((big["records"] / big_seconds) / rates[2], 3),
+                    "base_records": run["records"],  # the --records batch: connect_rps
+                    "large_over_base": round((big["records"] / big_seconds) / rates[2], 3),
                 }
                 say(f"connect, {big['records']:,} records: {big_seconds:.2f}s")
                 if not args.keep:
@@ -392,7 +392,10 @@ def airflow_kafka_measure(bootstrap: str, topic: str, records: int, work: Path) 
 
 
 def plan_commit_measure(config: dict, topic: str, work: Path) -> dict:
-    """Plan (group, end and start offsets; the plan file) and compare-and-set commit, at 1, 50, 200 partitions."""
+    """Plan (group, end and start offsets; the plan file) and compare-and-set commit, at 1, 50, 200 partitions.
+
+    Each Kafka call covers every partition at once, so the time barely grows with them.
+    """
     from kafka_batch_provider.batch_store import BatchStore
     from kafka_batch_provider.planning import PlanPolicy
     from kafka_batch_provider.protocol import plan_batch
@@ -402,14 +405,17 @@ def plan_commit_measure(config: dict, topic: str, work: Path) -> dict:
         name = f"{topic}-pc{partitions}"
         produce_topic(config, name, partitions, partitions * 2, 100)
         kafka = KafkaOffsets(config)
-        store = BatchStore(str(work / f"pc-{partitions}"))
-        started = time.perf_counter()
-        plan = plan_batch(kafka, store, f"bench-pc-{partitions}", [name], PlanPolicy()).plan
-        planned = time.perf_counter()
-        kafka.commit(plan.group_id, plan.expected_committed(), plan.end_offsets(), metadata=plan.batch_id)
-        done = time.perf_counter()
-        seconds[str(partitions)] = {"plan": round(planned - started, 3), "commit": round(done - planned, 3)}
-        say(f"plan + commit, {partitions} partitions: {planned - started:.3f}s + {done - planned:.3f}s")
+        best = {"plan": float("inf"), "commit": float("inf")}
+        for attempt in range(2):  # best of two: the first call also opens the connections
+            store = BatchStore(str(work / f"pc-{partitions}-{attempt}"))
+            started = time.perf_counter()
+            plan = plan_batch(kafka, store, f"bench-pc-{partitions}-{attempt}", [name], PlanPolicy()).plan
+            planned = time.perf_counter()
+            kafka.commit(plan.group_id, plan.expected_committed(), plan.end_offsets(), metadata=plan.batch_id)
+            done = time.perf_counter()
+            best = {"plan": min(best["plan"], planned - started), "commit": min(best["commit"], done - planned)}
+        seconds[str(partitions)] = {k: round(v, 3) for k, v in best.items()}
+        say(f"plan + commit, {partitions} partitions: {best['plan']:.3f}s + {best['commit']:.3f}s (best of 2)")
     return seconds
 
 
