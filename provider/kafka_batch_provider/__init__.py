@@ -4,7 +4,7 @@ The protocol has four steps, each in its own place:
 
 * plan    -- :mod:`kafka_batch_provider.planning` (pure) fed by
              :mod:`kafka_batch_provider.kafka_offsets` (Kafka I/O)
-* read    -- :mod:`kafka_batch_provider.spark.source` (PySpark Python data source)
+* read    -- :mod:`kafka_batch_provider.spark.slice_reader` (one Spark task per slice of the plan)
 * write   -- :mod:`kafka_batch_provider.spark.ingest` (staging, publish, manifest)
 * commit  -- :mod:`kafka_batch_provider.protocol` (manifest check, compare-and-set commit)
 """
@@ -39,6 +39,7 @@ def get_provider_info() -> dict:
                 "python-modules": [
                     "kafka_batch_provider.operators.plan",
                     "kafka_batch_provider.operators.spark",
+                    "kafka_batch_provider.operators.spark_connect",
                     "kafka_batch_provider.operators.commit",
                 ],
             }
