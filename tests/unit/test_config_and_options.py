@@ -144,3 +144,19 @@ def test_reader_batches_are_bounded_by_bytes_as_well_as_by_count():
     assert big * (64 * 1024 + 1) <= MAX_BATCH_BYTES < (big + 1) * (64 * 1024 + 1), f"64 KB values: {big} per batch"
     assert messages_per_batch(batch(1000, 100), batch_size=50_000) == 50_000, "small records: the count bound"
     assert messages_per_batch(batch(1, 64 * 1024 * 1024), batch_size=50_000) == 1, "never fewer than one"
+
+
+def test_value_string_in_arrow_replaces_bytes_that_are_not_utf8_and_keeps_the_rest():
+    import pyarrow as pa
+
+    from kafka_batch_provider.spark.slice_reader import decode_in_arrow
+
+    values = pa.array([b"plain", None, b"\xff\xfeab", "ü".encode()], pa.binary())
+    batch = pa.RecordBatch.from_pydict({"value": values})
+
+    decoded = decode_in_arrow(batch, "string")
+
+    assert decoded.column("value").equals(values), "the raw value column must keep every byte"
+    assert decoded.column("value_string").to_pylist() == ["plain", None, "\ufffd\ufffdab", "ü"]
+    decoded.column("value_string").validate(full=True)
+    assert decode_in_arrow(batch, "bytes").schema.names == ["value"]

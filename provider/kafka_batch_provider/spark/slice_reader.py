@@ -104,10 +104,21 @@ class SliceReader:
 
 
 def decode_in_arrow(batch: pa.RecordBatch, value_format: str) -> pa.RecordBatch:
-    """``value_string`` as Spark's ``CAST(value AS STRING)`` gives it: the same bytes, unchecked."""
+    """``value_string`` as Spark's ``make_valid_utf8(CAST(value AS STRING))`` gives it."""
     if value_format != "string":
         return batch
-    return batch.append_column("value_string", batch.column("value").view(pa.string()))
+    return batch.append_column("value_string", valid_utf8(batch.column("value")))
+
+
+def valid_utf8(values: pa.Array) -> pa.Array:
+    """The bytes as strings; sequences that are not UTF-8 become U+FFFD (a Parquet string
+    column that is not UTF-8 breaks its readers). Valid batches, the usual case, are not copied."""
+    text = values.view(pa.string())
+    try:
+        text.validate(full=True)
+        return text
+    except pa.ArrowInvalid:
+        return pa.array([None if v is None else v.decode("utf-8", "replace") for v in values.to_pylist()], pa.string())
 
 
 @dataclass(frozen=True)
