@@ -327,6 +327,10 @@ def check_spark_target(args: argparse.Namespace) -> None:
 
         if args.spark_conf:
             raise ConfigError("--spark-conf is for spark-submit; a Spark Connect server has its own settings")
+        if "token=" in args.spark_remote and args.spark_remote != os.environ.get("SPARK_REMOTE"):
+            raise ConfigError(
+                "--spark-remote with a token would show it in ps and shell history: export SPARK_REMOTE=... instead"
+            )
         check_reachable(args.spark_remote)  # before a plan is written for a batch that cannot run
 
 

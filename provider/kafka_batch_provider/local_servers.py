@@ -183,7 +183,7 @@ class Detached:
         running = self.status()
         if running["running"]:
             raise ConfigError(
-                f"an {self.label} is already running at {running[self.address]} (pid {running['pid']}); "
+                f"the {self.label} is already running at {running[self.address]} (pid {running['pid']}); "
                 f"stop it first with: kafka-batch {self.name} stop"
             )
         state_dir().mkdir(parents=True, exist_ok=True)

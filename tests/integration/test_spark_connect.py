@@ -129,12 +129,13 @@ def test_transactional_topic_through_spark_remote_skips_control_records(
 @pytest.mark.parametrize(
     ("flags", "expected"),
     [
+        (["--spark-remote", "sc://127.0.0.1:{closed}/;token=hunter2"], "would show it in ps"),
         (["--spark-remote", "http://127.0.0.1:15002"], "--spark-remote must look like sc://host:port"),
         (["--spark-remote", "sc://127.0.0.1:{closed}"], "no Spark Connect server answers at sc://127.0.0.1:{closed}"),
         (["--spark-remote", "sc://127.0.0.1:{closed}", "--spark-master", "local[2]"], "choose spark-submit or Spark"),
         (["--spark-remote", "{remote}", "--spark-conf", "spark.x=1"], "--spark-conf is for spark-submit"),
     ],
-    ids=["not-sc-url", "no-server", "remote-and-master", "spark-conf-with-remote"],
+    ids=["token-in-argv", "not-sc-url", "no-server", "remote-and-master", "spark-conf-with-remote"],
 )
 def test_bad_spark_remote_flags_fail_in_one_line_and_change_nothing(
     flags, expected, kafka_config, kafka_bootstrap_servers, spark_connect_remote, new_topic, group_id, tmp_path
@@ -243,13 +244,14 @@ def test_the_server_killed_mid_batch_then_a_retry_finishes_it_exactly_once(
 
     server = SparkConnectServer(port=port, master="local[2]", log_path=tmp_path / "server-1.log", detach=True)
     server.start(timeout=180)
-    run = subprocess.Popen(
-        [str(Path(sys.executable).parent / "kafka-batch"), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    run = None
     try:
+        run = subprocess.Popen(
+            [str(Path(sys.executable).parent / "kafka-batch"), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         # Mid-batch: the tasks have started writing their staging files.
         deadline = time.monotonic() + 180
         while not list(out.glob("_staging/**/*.parquet")) and time.monotonic() < deadline and run.poll() is None:
@@ -257,10 +259,10 @@ def test_the_server_killed_mid_batch_then_a_retry_finishes_it_exactly_once(
         assert run.poll() is None, f"the batch ended before the kill: {run.communicate()}"
         assert list(out.glob("_staging/**/*.parquet")), "no task started writing within 180 s"
         os.killpg(server.pid, signal.SIGKILL)  # the JVM and its Python workers
-        server.stop()
         _, stderr = run.communicate(timeout=180)
     finally:
-        if run.poll() is None:
+        server.stop()  # also when an assertion above failed: a detached server would outlive pytest
+        if run is not None and run.poll() is None:
             run.kill()
     assert run.returncode != 0, "the run must fail when its server dies"
     lines = stderr.strip().splitlines()

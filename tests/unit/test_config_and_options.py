@@ -160,3 +160,39 @@ def test_value_string_in_arrow_replaces_bytes_that_are_not_utf8_and_keeps_the_re
     assert decoded.column("value_string").to_pylist() == ["plain", None, "\ufffd\ufffdab", "ü"]
     decoded.column("value_string").validate(full=True)
     assert decode_in_arrow(batch, "bytes").schema.names == ["value"]
+
+
+@pytest.mark.parametrize(
+    ("remote", "address", "shared"),
+    [
+        ("sc://h:1", "sc://h:1", "sc://h:1/;session_id=S"),
+        ("sc://h", "sc://h:15002", "sc://h/;session_id=S"),
+        ("sc://h:1/;token=T", "sc://h:1", "sc://h:1/;token=T;session_id=S"),
+        ("sc://h:1;token=T;", "sc://h:1", "sc://h:1/;token=T;session_id=S"),
+        ("sc://[::1]:1", "sc://[::1]:1", "sc://[::1]:1/;session_id=S"),
+        ("sc://h:1/;session_id=A;user_id=u", "sc://h:1", "sc://h:1/;user_id=u;session_id=S"),
+    ],
+)
+def test_spark_remote_address_is_printable_and_the_shared_session_id_is_added(remote, address, shared):
+    from kafka_batch_provider.spark.connect import remote_address, with_session_id
+
+    assert remote_address(remote) == address
+    assert with_session_id(remote, "S") == shared
+
+
+@pytest.mark.parametrize("remote", ["http://h:1", "sc://", "sc://h:port/;token=T", "h:15002"])
+def test_a_malformed_spark_remote_is_refused_without_echoing_its_parameters(remote):
+    from kafka_batch_provider.spark.connect import remote_address
+
+    with pytest.raises(ConfigError, match="must look like sc://host:port") as refused:
+        remote_address(remote)
+    assert "T" not in str(refused.value).split("got")[1].replace("port", ""), str(refused.value)
+
+
+def test_pyspark_errors_lose_the_urls_token():
+    from kafka_batch_provider.spark.connect import connect_error
+
+    error = connect_error("sc://h:1/;token=T0KEN", RuntimeError("cannot reach sc://h:1/;token=T0KEN"))
+    assert "T0KEN" not in str(error) and "sc://h:1" in str(error), str(error)
+    refused = connect_error("sc://h:1/;token=T0KEN", RuntimeError("[INVALID_CONNECT_URL] bad param token=T0KEN"))
+    assert isinstance(refused, ConfigError) and "T0KEN" not in str(refused), str(refused)

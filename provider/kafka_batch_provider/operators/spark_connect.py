@@ -66,6 +66,7 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
 
         from kafka_batch_provider.spark.connect import remote_address, write_through_connect
 
+        self._running: tuple[str, str] | None = None
         _, spec, plan = planned_batch(
             context, self.plan_task_id, self.storage_conn_id, self.catalog_conn_id, self.catalog_properties
         )
@@ -79,6 +80,7 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
                 plan.planned_offsets,
                 remote_address(remote),  # without the token
             )
+            self._running = (remote, plan.batch_id)
             try:
                 write_through_connect(
                     remote, plan, open_store(spec, create=False), kafka_config, self.write_options, self.log.info
@@ -89,4 +91,14 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
                 from airflow.sdk.exceptions import AirflowException
 
                 raise AirflowException(str(exc)) from None
+            finally:
+                self._running = None
         return batch_result(spec, plan)
+
+    def on_kill(self) -> None:
+        """A killed task stops its Spark job on the server, so a retry does not race it."""
+        running = getattr(self, "_running", None)
+        if running:
+            from kafka_batch_provider.spark.connect import interrupt_batch
+
+            interrupt_batch(*running)

@@ -23,17 +23,25 @@ from kafka_batch_provider.batch_store import BatchStore
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError, SparkStepError
 from kafka_batch_provider.local_servers import port_open
 from kafka_batch_provider.plan import OffsetPlan
-from kafka_batch_provider.spark.error_lines import missing_package, spark_error_line
+from kafka_batch_provider.spark.error_lines import missing_package, spark_error_line, task_error_kind
 from kafka_batch_provider.spark.options import WriteOptions
 
 log = logging.getLogger(__name__)
 
+DEFAULT_PORT = 15002
+
 #: Batches share a server-side session for this long, so they find its Python workers warm
 #: (each new session starts its own: ~5 s measured on a busy 2-core machine, 0.7 s warm).
-#: Half an hour stays below the server's default idle timeout (60 min), after which a
-#: session's id is refused for good.
-SHARED_SESSION_SECONDS = 1800
+#: Below the server's default idle timeout (60 min): no session is idle longer than this
+#: between two of its batches, so none is closed under a batch (a closed id is refused for good).
+SHARED_SESSION_SECONDS = 55 * 60
 SESSION_NAMESPACE = uuid.UUID("5b0c7d5e-6f0a-4d8e-9a51-7c1c2b4e9f30")
+#: Settings the batch relies on, set on every (shared) session before it runs.
+SESSION_CONF = {"spark.sql.session.timeZone": "UTC", "spark.sql.execution.arrow.useLargeVarTypes": "false"}
+#: Errors no retry can fix: the task fails at once instead of spending its retries.
+NOT_RETRYABLE = ("UNAUTHENTICATED", "PERMISSION_DENIED", "INVALID_CONNECT_URL", "INVALID_HANDLE")
+#: Errors of tasks that a retry may get past (a broker or a store that was unreachable).
+RETRYABLE_TASK_ERRORS = ("ReadError", "KafkaUnavailableError", "StorageError", "SparkStepError")
 
 #: How long the client keeps retrying a server that stopped answering (~25 s in all): long
 #: enough for a network blip, short enough that the task fails and is retried by its scheduler
@@ -43,17 +51,21 @@ RETRY_POLICY = {"max_retries": 6, "backoff_multiplier": 4.0, "initial_backoff": 
 
 def remote_address(remote: str) -> str:
     """``sc://host:port`` without its parameters (a token may be among them): safe to print."""
-    parts = urlsplit(remote)
-    if parts.scheme != "sc" or not parts.hostname:
-        raise ConfigError(f"--spark-remote must look like sc://host:port, got {remote.split(';')[0]!r}")
-    return f"sc://{parts.hostname}:{parts.port or 15002}"
+    try:
+        parts = urlsplit(remote.split(";")[0])
+        host, port = parts.hostname, parts.port or DEFAULT_PORT
+    except ValueError:
+        host = None
+    if not remote.startswith("sc://") or not host:
+        raise ConfigError(f"--spark-remote must look like sc://host:port, got {remote.split(';')[0].split('/;')[0]!r}")
+    return f"sc://[{host}]:{port}" if ":" in host else f"sc://{host}:{port}"
 
 
 def check_reachable(remote: str) -> str:
     """Fail in one line unless a server listens at ``remote``; returns its printable address."""
     address = remote_address(remote)
-    parts = urlsplit(remote)
-    if not port_open(parts.port or 15002, parts.hostname, timeout=5.0):
+    parts = urlsplit(remote.split(";")[0])
+    if not port_open(parts.port or DEFAULT_PORT, parts.hostname, timeout=5.0):
         raise SparkStepError(
             f"no Spark Connect server answers at {address}: start one (kafka-batch spark-connect start) "
             "or fix --spark-remote / SPARK_REMOTE"
@@ -62,38 +74,72 @@ def check_reachable(remote: str) -> str:
 
 
 def shared_session_id(now: float | None = None) -> str:
-    """The session id batches of this version share during the current half hour."""
+    """The session id batches of this version share during the current :data:`SHARED_SESSION_SECONDS`."""
     bucket = int((time.time() if now is None else now) // SHARED_SESSION_SECONDS)
     return str(uuid.uuid5(SESSION_NAMESPACE, f"kafka-batch/{__version__}/{bucket}"))
+
+
+def with_session_id(remote: str, session_id: str) -> str:
+    """``remote`` with its ``session_id`` parameter set (the other parameters kept)."""
+    base, _, params = remote.partition(";")
+    kept = [p for p in params.split(";") if p and not p.startswith("session_id=")]
+    return f"{base.rstrip('/')}/;" + ";".join([*kept, f"session_id={session_id}"])
+
+
+def scrub(text: str, remote: str) -> str:
+    """``text`` without the values of ``remote``'s parameters (``token=...``)."""
+    for param in remote.split(";")[1:]:
+        value = param.partition("=")[2]
+        if value:
+            text = text.replace(value, "***")
+    return text
+
+
+def connect_error(remote: str, exc: BaseException) -> KafkaBatchError:
+    """A pyspark error as one line that names the address only (pyspark may quote the URL)."""
+    address = remote_address(remote)
+    text = str(exc)
+    code = next((c for c in NOT_RETRYABLE if c in text), None)
+    if code:
+        return ConfigError(
+            f"Spark Connect at {address} refused the session ({code}): check the URL, the token and the user"
+        )
+    return SparkStepError(f"Spark Connect at {address}: {scrub(spark_error_line(exc), remote)}")
 
 
 def connect_session(remote: str) -> Any:
     """A Spark Connect session, after checking a server answers (a missing one would be retried for minutes).
 
-    It joins the shared session of this half hour (see :data:`SHARED_SESSION_SECONDS`) unless
-    ``remote`` names its own ``session_id``, and starts a fresh one if the server closed it.
+    It joins the shared session (see :data:`SHARED_SESSION_SECONDS`) unless ``remote`` names its
+    own ``session_id``, and starts a fresh one if the server closed the shared one.
     """
-    address = check_reachable(remote)
+    check_reachable(remote)
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
     def session(url: str) -> Any:
         spark = SparkSession.builder.remote(url).create()
-        spark.client.set_retry_policies([DefaultPolicy(**RETRY_POLICY)])
-        spark.conf.set("spark.sql.session.timeZone", "UTC")  # the first call: fails if the session was closed
+        try:
+            spark.client.set_retry_policies([DefaultPolicy(**RETRY_POLICY)])
+            for key, value in SESSION_CONF.items():  # the first call fails if the session was closed
+                spark.conf.set(key, value)
+        except BaseException:
+            spark.client.close()
+            raise
         return spark
 
-    if "session_id=" in remote:
-        return session(remote)
-    base = remote.rstrip("/")
-    shared = f"{base};session_id={shared_session_id()}" if ";" in base else f"{base}/;session_id={shared_session_id()}"
     try:
-        return session(shared)
+        if "session_id=" in remote:
+            return session(remote)
+        try:
+            return session(with_session_id(remote, shared_session_id()))
+        except Exception as exc:
+            if "SESSION_CLOSED" not in str(exc):
+                raise
+            log.info("the shared Spark Connect session was closed on the server; using a new one")
+            return session(remote)
     except Exception as exc:
-        if "SESSION_CLOSED" not in str(exc):
-            raise SparkStepError(f"Spark Connect at {address}: {spark_error_line(exc)}") from None
-        log.info("the shared Spark Connect session was closed on the server; using a new one")
-        return session(remote)
+        raise connect_error(remote, exc) from None
 
 
 def write_through_connect(
@@ -113,17 +159,48 @@ def write_through_connect(
     from kafka_batch_provider.spark.ingest import write_batch
 
     spark = connect_session(remote)
+    tag = batch_tag(plan.batch_id)
+    spark.addTag(tag)  # so a failed or killed attempt's Spark job can be stopped on the shared session
     try:
         return write_batch(spark, plan, store, kafka_config, options, progress)
     except KafkaBatchError:
+        interrupt(spark, tag)
         raise
     except Exception as exc:
-        line = spark_error_line(exc)
-        if missing_package(str(exc)):
+        interrupt(spark, tag)
+        text = str(exc)
+        line = scrub(spark_error_line(exc), remote)
+        if missing_package(text):
             raise ConfigError(line) from None
-        raise SparkStepError(
-            f"batch {plan.batch_id} through Spark Connect at {remote_address(remote)}: {line}"
-        ) from None
+        where = f"batch {plan.batch_id} through Spark Connect at {remote_address(remote)}: {line}"
+        kind = task_error_kind(text)
+        if kind is not None and kind not in RETRYABLE_TASK_ERRORS:
+            raise KafkaBatchError(where) from None  # bad input or a broken invariant: no retry fixes it
+        raise SparkStepError(where) from None
     finally:
         # The server-side session stays for the next batch (warm workers); the client's channel goes.
+        spark.client.close()
+
+
+def batch_tag(batch_id: str) -> str:
+    return f"kafka-batch-{batch_id}"
+
+
+def interrupt(spark: Any, tag: str) -> None:
+    """Stop this batch's Spark jobs still running on the (shared) session, never another batch's."""
+    try:
+        spark.interruptTag(tag)
+    except Exception:  # the server may be gone: nothing is running there then
+        log.debug("interrupting %s failed", tag, exc_info=True)
+
+
+def interrupt_batch(remote: str, batch_id: str) -> None:
+    """Stop a batch's Spark jobs from another process (Airflow's on_kill): they run in the shared session."""
+    try:
+        spark = connect_session(remote)
+    except KafkaBatchError:
+        return
+    try:
+        interrupt(spark, batch_tag(batch_id))
+    finally:
         spark.client.close()

@@ -18,6 +18,12 @@ def task_error_line(text: str) -> str | None:
     return match.group(2).strip() if match else None
 
 
+def task_error_kind(text: str) -> str | None:
+    """The class name of a :class:`KafkaBatchError` raised inside a Spark task (``ReadError``, ...), if any."""
+    match = _TASK_ERROR.search(text)
+    return match.group(1) if match else None
+
+
 def missing_package(text: str) -> bool:
     """Spark's Python workers could not import this package."""
     return bool(_MISSING_PACKAGE.search(text))

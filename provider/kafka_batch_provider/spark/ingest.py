@@ -1,6 +1,6 @@
 """Read and write steps, run by the Spark driver: plan in, batch in the output's log out.
 
-1. Read exactly the plan's ranges (Python data source with receipts, or Spark's JVM source).
+1. Read exactly the plan's ranges (the slice reader with receipts, or Spark's JVM source).
 2. Each Spark task writes its rows with pyarrow into the batch's staging folder and
    reports what it read and wrote (:mod:`kafka_batch_provider.spark.task_writer`).
 3. The driver lists the staging folder, reads the files' footers and checks the reports

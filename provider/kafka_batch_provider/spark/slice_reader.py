@@ -33,7 +33,8 @@ from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN
 
 #: Spark's Kafka source schema, as DDL.
 KAFKA_SCHEMA_DDL = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+    # timestamp_ltz, not timestamp: a session's spark.sql.timestampType must not change it.
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp_ltz, "
     "timestampType int, headers array<struct<key: string, value: binary>>"
 )
 

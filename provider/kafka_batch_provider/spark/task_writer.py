@@ -6,7 +6,7 @@ in the batch's staging folder, on any
 filesystem fsspec reaches (so a cluster needs no Hadoop connector for S3, GCS or Azure), and
 yields one JSON report: the file, its rows and bytes, per Kafka partition the rows and offset
 and timestamp bounds it wrote, and the reader's receipts (what the reading task read, see
-:mod:`kafka_batch_provider.spark.source`). ``collect()`` brings the reports of the successful
+:mod:`kafka_batch_provider.spark.slice_reader`). ``collect()`` brings the reports of the successful
 task attempts to the driver, which checks them before anything is published
 (:mod:`kafka_batch_provider.write_check`). Files of failed attempts are never reported and
 never published.
