@@ -26,7 +26,7 @@ from confluent_kafka import (
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
-from kafka_batch_provider.errors import CommitConflictError, KafkaUnavailableError, PlanError
+from kafka_batch_provider.errors import CommitConflictError, ConfigError, KafkaUnavailableError, PlanError
 from kafka_batch_provider.kafka_config import READ_COMMITTED, admin_config, check_config, consumer_config
 from kafka_batch_provider.offsets import PartitionOffsets, TopicPartition
 
@@ -104,6 +104,9 @@ class KafkaOffsets:
                     f"({error.name()}); is the broker running and reachable?"
                 ) from None
             text = error.str() if isinstance(error, KafkaError) else str(exc)
+            if isinstance(error, KafkaError) and error.code() == KafkaError._INVALID_ARG:
+                # librdkafka refused the configuration (unknown key, bad value): no retry can fix it.
+                raise ConfigError(f"Kafka configuration refused: {text}") from None
             raise KafkaUnavailableError(f"Kafka {what} failed: {text}") from None
 
     # -- metadata --------------------------------------------------------------------------
