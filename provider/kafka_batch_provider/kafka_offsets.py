@@ -29,6 +29,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, Resou
 from kafka_batch_provider.errors import CommitConflictError, ConfigError, KafkaUnavailableError, PlanError
 from kafka_batch_provider.kafka_config import READ_COMMITTED, admin_config, check_config, consumer_config
 from kafka_batch_provider.offsets import PartitionOffsets, TopicPartition
+from kafka_batch_provider.validation import check_topics
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,8 @@ class KafkaOffsets:
         Asks for the metadata of all topics, because asking for a named topic can create it
         on brokers with ``auto.create.topics.enable``.
         """
+        if topics:  # an empty list only probes the connection
+            check_topics(topics)
         metadata = self._call("list_topics", lambda: self.admin.list_topics(timeout=self.timeout))
         missing = [t for t in topics if t not in metadata.topics]
         if missing:

@@ -23,6 +23,7 @@ from kafka_batch_provider.planning import DataLossPolicy, NewPartitionPolicy, Pl
 from kafka_batch_provider.protocol import plan_batch
 from kafka_batch_provider.reconcile import GroupMismatchPolicy
 from kafka_batch_provider.replay import plan_replay_batch
+from kafka_batch_provider.validation import check_group_id, check_topics, positive_seconds
 
 BACKFILL_RUN_TYPE = "backfill"
 
@@ -143,8 +144,12 @@ class KafkaOffsetPlanOperator(BaseOperator):
         )
         self.replay_output_path = replay_output_path
         self.replay_table = replay_table
-        self.kafka_timeout = kafka_timeout
+        self.kafka_timeout = positive_seconds("kafka_timeout", kafka_timeout)
         # Checked here, so a bad combination is a DAG import error rather than a failed run.
+        if not is_template(topics):
+            check_topics(as_list(topics))
+        if not is_template(group_id):
+            check_group_id(group_id)
         output = output_args_of(self)
         output.check()
         replay_args = (self.output_format, self.output_path, self.table, self.replay_output_path, self.replay_table)
@@ -160,8 +165,9 @@ class KafkaOffsetPlanOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         hook = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout)
-        topics, partitions = as_list(self.topics), as_int_list(self.partitions)
         with task_errors():
+            topics, partitions = check_topics(as_list(self.topics)), as_int_list(self.partitions)
+            check_group_id(self.group_id)
             spec, store = open_output(self.output_args(context), create=True)
             if run_type_of(context) == BACKFILL_RUN_TYPE:
                 start, end = context["data_interval_start"], context["data_interval_end"]
