@@ -196,10 +196,11 @@ def add_spark_args(p: argparse.ArgumentParser) -> None:
 
 
 def write_options(args: argparse.Namespace):
-    """The Spark-side flags, checked before anything is planned or read."""
+    """The Spark-side flags, checked before anything is planned or read (a refused run leaves no plan)."""
     from kafka_batch_provider.spark.options import WriteOptions
 
     check_spark_target(args)
+    spark_conf_from(args)
     return WriteOptions.from_namespace(args)
 
 
@@ -308,6 +309,10 @@ def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def spark_conf_from(args: argparse.Namespace) -> dict[str, str]:
+    return parse_key_values(args.spark_conf, flag="--spark-conf")
+
+
 def submit_write(args: argparse.Namespace, options: Any, plan_path: str, store: Any, kafka: Any) -> dict[str, Any]:
     """The Spark step: through a Spark Connect server (``--spark-remote``) or with spark-submit."""
     from kafka_batch_provider.spark.submit import application_args, run_submit, submit_command
@@ -317,7 +322,7 @@ def submit_write(args: argparse.Namespace, options: Any, plan_path: str, store: 
         return connect_write(args, options, plan_path, spec, kafka)
     master = args.spark_master or "local[*]"
     app_args = application_args(plan_path, spec, options)
-    command = submit_command(app_args, master, parse_key_values(args.spark_conf, flag="--spark-conf"))
+    command = submit_command(app_args, master, spark_conf_from(args))
     progress(f"spark-submit --master {master} ({args.reader} reader, {spec.format} output)")
     return run_submit(command, kafka.kafka_config, progress, spec.storage_options, spec.catalog_properties)
 
