@@ -272,9 +272,9 @@ class KafkaReplayPlanOperator(BaseOperator):
         if not is_template(topics):
             check_topics(as_list(topics))
         if not any(is_template(v) for v in (start_offsets, end_offsets, start_time, end_time, whole_topic)):
-            self.replay_range()
+            self.replay_range(refuse_future=False)
 
-    def replay_range(self) -> dict[str, Any]:
+    def replay_range(self, refuse_future: bool = True) -> dict[str, Any]:
         """The range arguments, parsed and checked (one way of choosing it, complete, in the past)."""
         from kafka_batch_provider.operators.params import parse_bool, parse_offsets, parse_time
         from kafka_batch_provider.replay import check_replay_range
@@ -286,7 +286,7 @@ class KafkaReplayPlanOperator(BaseOperator):
             "end_ms": parse_time("end_time", self.end_time),
             "whole_topic": parse_bool("whole_topic", self.whole_topic),
         }
-        check_replay_range(**chosen)
+        check_replay_range(**chosen, refuse_future=refuse_future)
         return chosen
 
     def execute(self, context: Any) -> dict[str, Any]:
