@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.bad_input.scene import Scene, one_line_problems
-from tests.dags.conftest import DAGS
+from tests.dags.conftest import DAGS, airflow_db  # noqa: F401 - the migrated metadata DB fixture
 
 # -- operator arguments: the DAG file fails to import, with one line ------------------------
 
@@ -230,4 +230,51 @@ def test_bad_backfill_param_fails_the_first_task_once_with_one_line(
         problems += one_line_problems(str(exc), case.expected)
     except Exception as exc:  # noqa: BLE001 - any other type would be retried: part of the verdict
         problems.append(f"expected AirflowFailException (no retry), got {type(exc).__name__}: {exc}")
+    verdict.judge(problems, before, scene.snapshot())
+
+
+# -- one whole run of the DAG: the task fails once, not retried ----------------------------
+
+RUN_CASES = [
+    ParamCase("dag-run-without-a-range", lambda s: {"topic": s.topic}, "a replay needs a range"),
+    ParamCase("dag-run-topic-2024", lambda s: {"topic": "2024", "whole_topic": True}, "unknown topic(s) '2024'"),
+]
+
+
+def run_backfill(conf: dict[str, Any]) -> dict[str, tuple[str, int]]:
+    """``dag.test()`` of a freshly parsed backfill DAG with one immediate retry allowed:
+    ``{task_id: (state, tries)}``. A retryable failure would be run twice."""
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    dag = DagBag(str(DAGS)).dags["kafka_batch_backfill"]
+    for task in dag.tasks:
+        task.retries, task.retry_delay = 1, timedelta(0)
+    dag_run = dag.test(run_conf=conf)
+    with create_session() as session:
+        tis = session.scalars(
+            select(TaskInstance).where(TaskInstance.dag_id == dag.dag_id, TaskInstance.run_id == dag_run.run_id)
+        ).all()
+        return {ti.task_id: (str(ti.state), ti.try_number) for ti in tis}
+
+
+@pytest.mark.usefixtures("airflow_db")
+@pytest.mark.parametrize("case", RUN_CASES, ids=[c.id for c in RUN_CASES])
+def test_a_refused_backfill_run_fails_its_first_task_once(
+    case: ParamCase, scene: Scene, kafka_connection, capfd, verdict
+) -> None:
+    conf = {"output_path": str(scene.root / "replay"), **case.conf(scene)}
+    before = scene.snapshot()
+    states = run_backfill(conf)
+    log = capfd.readouterr().out
+    problems = []
+    if states.get("plan_replay") != ("failed", 1):
+        problems.append(f"expected plan_replay failed after 1 try (no retry), got {states.get('plan_replay')}")
+    if states.get("spark_write", ("upstream_failed",))[0] != "upstream_failed":
+        problems.append(f"expected spark_write upstream_failed, got {states.get('spark_write')}")
+    lines = [line for line in log.splitlines() if case.expected in line]
+    if not lines:
+        problems.append(f"expected a task log line saying {case.expected!r}")
     verdict.judge(problems, before, scene.snapshot())
