@@ -97,7 +97,7 @@ def check_replay_range(
     if not (by_time or by_offset or whole_topic):
         raise ConfigError(
             "a replay needs a range: start/end offsets, start/end times, or whole_topic=true "
-            "(--whole-topic) to replay every offset of the chosen partitions"
+            "to replay every offset of the chosen partitions (the backfill DAG's Whole topic param)"
         )
     if by_time and (start_ms is None or end_ms is None):
         raise ConfigError("a replay by time needs both a start and an end time")
