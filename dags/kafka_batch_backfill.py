@@ -8,7 +8,9 @@ Choose the range **either** by offsets (`start_offsets` / `end_offsets`, objects
 `"partition": offset`; the partitions named there are replayed unless `partitions` says
 otherwise, and a chosen partition without a start or end offset starts at the log start or
 ends at the log end)
-**or** by time (`start_time` / `end_time`, ISO 8601, end exclusive). `dry_run` only plans:
+**or** by time (`start_time` / `end_time`, ISO 8601, end exclusive, not in the future)
+**or** tick `whole_topic` to replay every offset of the chosen partitions. A run with none of
+these is refused: it would otherwise read the whole topic by accident. `dry_run` only plans:
 the ranges appear in the log and XCom and nothing is read or written.
 
 The *Output* section chooses the format: `parquet` (a folder) or `delta` (a table location)
@@ -17,8 +19,8 @@ connection `KAFKA_BATCH_CATALOG_CONN_ID`); `output_path` is used for parquet and
 `table` for iceberg only.
 
 Replaying the same range again replaces its batch (same deterministic batch id), never adds.
-Semantic errors (end before start, unknown topic, offsets beyond the end) fail the first
-task with one line.
+Semantic errors (no range, end before start, an end time in the future, unknown topic,
+offsets beyond the end) fail the first task with one line, without retries.
 """
 
 from __future__ import annotations
@@ -74,6 +76,12 @@ with DAG(
         "end_time": Param(
             None, type=["null", "string"], format="date-time", title="End time (exclusive)", section="Range by time"
         ),
+        "whole_topic": Param(
+            False,
+            type="boolean",
+            title="Whole topic: replay every offset of the chosen partitions (no range given)",
+            section="Whole topic",
+        ),
         "output_path": Param(
             os.environ.get("KAFKA_BATCH_OUTPUT", "/tmp/kafka-batch/lake") + "_replay",
             type="string",
@@ -100,12 +108,14 @@ with DAG(
 ) as dag:
     plan = KafkaReplayPlanOperator(
         task_id="plan_replay",
-        topics="{{ params.topic }}",
+        # tojson: native rendering would turn a topic named 2024 (or 1e3) into a number.
+        topics="{{ params.topic | tojson }}",
         partitions="{{ params.partitions }}",
         start_offsets="{{ params.start_offsets }}",
         end_offsets="{{ params.end_offsets }}",
         start_time="{{ params.start_time }}",
         end_time="{{ params.end_time }}",
+        whole_topic="{{ params.whole_topic }}",
         output_format="{{ params.output_format }}",
         # Each format reads its own field, so the other one's default does not get in the way.
         output_path="{{ params.output_path if params.output_format != 'iceberg' else None }}",

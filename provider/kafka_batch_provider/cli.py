@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from kafka_batch_provider import __version__
+from kafka_batch_provider import __version__, validation
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.kafka_config import LIBRDKAFKA_LOGGER, parse_key_values, read_config_file
 from kafka_batch_provider.planning import DataLossPolicy, NewPartitionPolicy, PlanPolicy
@@ -60,6 +60,22 @@ positive_int = int_at_least(1, "a positive integer")
 non_negative_int = int_at_least(0, "an integer >= 0")
 
 
+def checked(check):
+    """An argparse type from a :mod:`kafka_batch_provider.validation` check (a one-line usage error)."""
+
+    def parse(text: str):
+        try:
+            return check("the value", text)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+positive_seconds = checked(validation.positive_seconds)
+fraction = checked(validation.fraction)
+
+
 # -- arguments shared between commands ------------------------------------------------------
 
 
@@ -83,7 +99,9 @@ def add_kafka_args(p: argparse.ArgumentParser) -> None:
         help="JSON object of librdkafka settings, for secrets: they stay out of ps and shell history "
         "(default: $KAFKA_BATCH_KAFKA_CONFIG_FILE); --kafka-config and --bootstrap-servers override it",
     )
-    g.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for a broker request (default 30)")
+    g.add_argument(
+        "--timeout", type=positive_seconds, default=30.0, help="seconds to wait for a broker request (default 30)"
+    )
 
 
 def add_plan_args(p: argparse.ArgumentParser) -> None:
@@ -178,10 +196,11 @@ def add_spark_args(p: argparse.ArgumentParser) -> None:
 
 
 def write_options(args: argparse.Namespace):
-    """The Spark-side flags, checked before anything is planned or read."""
+    """The Spark-side flags, checked before anything is planned or read (a refused run leaves no plan)."""
     from kafka_batch_provider.spark.options import WriteOptions
 
     check_spark_target(args)
+    spark_conf_from(args)
     return WriteOptions.from_namespace(args)
 
 
@@ -290,6 +309,10 @@ def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def spark_conf_from(args: argparse.Namespace) -> dict[str, str]:
+    return parse_key_values(args.spark_conf, flag="--spark-conf")
+
+
 def submit_write(args: argparse.Namespace, options: Any, plan_path: str, store: Any, kafka: Any) -> dict[str, Any]:
     """The Spark step: through a Spark Connect server (``--spark-remote``) or with spark-submit."""
     from kafka_batch_provider.spark.submit import application_args, run_submit, submit_command
@@ -299,7 +322,7 @@ def submit_write(args: argparse.Namespace, options: Any, plan_path: str, store: 
         return connect_write(args, options, plan_path, spec, kafka)
     master = args.spark_master or "local[*]"
     app_args = application_args(plan_path, spec, options)
-    command = submit_command(app_args, master, parse_key_values(args.spark_conf, flag="--spark-conf"))
+    command = submit_command(app_args, master, spark_conf_from(args))
     progress(f"spark-submit --master {master} ({args.reader} reader, {spec.format} output)")
     return run_submit(command, kafka.kafka_config, progress, spec.storage_options, spec.catalog_properties)
 
@@ -675,9 +698,11 @@ def build_parser() -> argparse.ArgumentParser:
         "10 WARN, 11 STALL, 12 STOP, 13 REWIND, 14 RETENTION_RISK, 15 DATA_LOSS",
     )
     p.add_argument("--window", type=positive_int, default=5, help="batches the trend statuses look at (default 5)")
-    p.add_argument("--stop-after", type=float, help="STOP when lag > 0 and no batch committed for this many seconds")
     p.add_argument(
-        "--retention-risk", type=float, default=0.8, help="fraction of retention.ms that is at risk (default 0.8)"
+        "--stop-after", type=positive_seconds, help="STOP when lag > 0 and no batch committed for this many seconds"
+    )
+    p.add_argument(
+        "--retention-risk", type=fraction, default=0.8, help="fraction of retention.ms that is at risk (default 0.8)"
     )
     p.set_defaults(func=cmd_lag)
 
@@ -690,7 +715,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("broker", help="the embedded Kafka-protocol broker (tansu) for demos and tests")
     p.add_argument("broker_command", choices=["start", "stop", "status"])
     p.add_argument("--port", type=positive_int, default=9092, help="port on 127.0.0.1 (default 9092)")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for readiness")
+    p.add_argument("--timeout", type=positive_seconds, default=30.0, help="seconds to wait for readiness")
     p.set_defaults(func=cmd_broker)
 
     p = sub.add_parser("s3", help="the embedded S3-protocol server (moto) for demos and tests")
@@ -717,6 +742,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # librdkafka retries loudly while a broker is down; the error we raise says it in one line.
     LIBRDKAFKA_LOGGER.setLevel(logging.DEBUG if args.debug else logging.CRITICAL)
     try:
+        if getattr(args, "topic", None) is not None:
+            validation.check_topics(args.topic)
+        if getattr(args, "group", None) is not None:
+            validation.check_group_id(args.group)
         emit(args.func(args))
         return 0
     except KafkaBatchError as exc:

@@ -63,6 +63,13 @@ class StorageError(KafkaBatchError):
     exit_code = 3
 
 
+class StorageAccessError(StorageError):
+    """The output's store refused access (credentials, permissions, a path that cannot be created):
+    retrying cannot help, so Airflow fails the task at once."""
+
+    exit_code = 2
+
+
 class GroupMismatchError(PlanError):
     """The consumer group's offsets disagree with the output's offset log (moved by someone else)."""
 

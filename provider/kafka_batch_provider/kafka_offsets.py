@@ -2,25 +2,34 @@
 
 Every call has a timeout and turns librdkafka errors into one-line
 :class:`~kafka_batch_provider.errors.KafkaBatchError` messages. Consumers are only used for
-offset APIs (``committed``, ``commit``); they never ``subscribe``, so no group join happens and
-no rebalance can move anything.
+offset APIs (``committed``; commits go through the admin API, which has a timeout); they never
+``subscribe``, so no group join happens and no rebalance can move anything.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicCollection
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicCollection,
+)
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
-from kafka_batch_provider.errors import CommitConflictError, KafkaUnavailableError, PlanError
+from kafka_batch_provider.errors import CommitConflictError, ConfigError, KafkaUnavailableError, PlanError
 from kafka_batch_provider.kafka_config import READ_COMMITTED, admin_config, check_config, consumer_config
 from kafka_batch_provider.offsets import PartitionOffsets, TopicPartition
+from kafka_batch_provider.validation import check_topics
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +105,9 @@ class KafkaOffsets:
                     f"({error.name()}); is the broker running and reachable?"
                 ) from None
             text = error.str() if isinstance(error, KafkaError) else str(exc)
+            if isinstance(error, KafkaError) and error.code() == KafkaError._INVALID_ARG:
+                # librdkafka refused the configuration (unknown key, bad value): no retry can fix it.
+                raise ConfigError(f"Kafka configuration refused: {text}") from None
             raise KafkaUnavailableError(f"Kafka {what} failed: {text}") from None
 
     # -- metadata --------------------------------------------------------------------------
@@ -106,6 +118,8 @@ class KafkaOffsets:
         Asks for the metadata of all topics, because asking for a named topic can create it
         on brokers with ``auto.create.topics.enable``.
         """
+        if topics:  # an empty list only probes the connection
+            check_topics(topics)
         metadata = self._call("list_topics", lambda: self.admin.list_topics(timeout=self.timeout))
         missing = [t for t in topics if t not in metadata.topics]
         if missing:
@@ -234,10 +248,8 @@ class KafkaOffsets:
             raise CommitConflictError(
                 f"group {group_id!r} moved since the plan was made ({details}); nothing was committed"
             )
-        consumer = self._consumer(group_id)
         request = [KafkaTopicPartition(tp.topic, tp.partition, offsets[tp], metadata=metadata) for tp in tps]
-        # asynchronous=False: return only once the coordinator has answered for every partition.
-        answer = self._call(f"commit({group_id})", lambda: consumer.commit(offsets=request, asynchronous=False))
+        answer = self._call(f"commit({group_id})", lambda: self._commit_synchronously(group_id, request))
         failed = [f"{a.topic}[{a.partition}]: {a.error.str()}" for a in answer or [] if a.error is not None]
         if failed:
             raise KafkaUnavailableError(f"commit of group {group_id!r} failed for {', '.join(failed)}")
@@ -248,6 +260,23 @@ class KafkaOffsets:
             raise CommitConflictError(f"group {group_id!r} does not show the committed offsets ({details})")
         log.info("committed group %s: %s", group_id, ", ".join(f"{tp}={offsets[tp]}" for tp in tps))
         return {tp: offsets[tp] for tp in tps}
+
+    def _commit_synchronously(self, group_id: str, request: list[KafkaTopicPartition]) -> list[KafkaTopicPartition]:
+        """Commit and wait for the coordinator's answer for every partition, at most ``timeout``.
+
+        ``Consumer.commit(asynchronous=False)`` has no timeout: with the coordinator gone it
+        blocks until the task itself times out. The admin API's OffsetCommit takes one
+        (``request_timeout``) and answers per partition. The group must have no active
+        members, as for a commit from a consumer that never joined it (ours never do).
+        """
+        futures = self.admin.alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group_id, request)], request_timeout=self.timeout
+        )
+        try:
+            # librdkafka ends the request at request_timeout; the margin only guards against a lost callback.
+            return futures[group_id].result(timeout=self.timeout + 5).topic_partitions
+        except concurrent.futures.TimeoutError:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT)) from None
 
     def topic_retention_ms(self, topics: Sequence[str]) -> dict[str, int | None]:
         """Each topic's ``retention.ms`` (``None`` when the broker does not say; ``-1``: forever)."""

@@ -175,6 +175,8 @@ class OffsetPlan:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"plan file is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"plan file is malformed: a JSON object was expected, found a {type(data).__name__}")
         try:
             return cls.from_dict(data)
         except (KeyError, TypeError, ValueError) as exc:

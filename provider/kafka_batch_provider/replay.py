@@ -10,8 +10,10 @@ another replay overlapping it is refused. The consumer group is not touched.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime, timezone
 
 from kafka_batch_provider.batch_store import BatchStore, utc_now
 from kafka_batch_provider.errors import ConfigError, PlanError
@@ -71,6 +73,51 @@ def _per_partition(
     return {tp: int(offsets[tp.partition]) if tp.partition in offsets else default[tp] for tp in tps}
 
 
+def check_replay_range(
+    start_offsets: Mapping[int, int] | None,
+    end_offsets: Mapping[int, int] | None,
+    start_ms: int | None,
+    end_ms: int | None,
+    whole_topic: bool,
+    now_ms: int | None = None,
+    refuse_future: bool = True,
+) -> None:
+    """Exactly one way of choosing the range, complete and in the past; pure, so operators
+    check it when the DAG is parsed as well as when the task runs.
+
+    :param refuse_future: ``False`` when the DAG is parsed: a window still open then may have
+        closed by the time the task runs, and a DAG must not fail to import because of the clock.
+    """
+    by_time = start_ms is not None or end_ms is not None
+    by_offset = start_offsets is not None or end_offsets is not None
+    if by_time and by_offset:
+        raise ConfigError("give either start/end offsets or start/end times, not both")
+    if whole_topic and (by_time or by_offset):
+        raise ConfigError("whole_topic replays everything: give it without start/end offsets or times")
+    if not (by_time or by_offset or whole_topic):
+        raise ConfigError(
+            "a replay needs a range: start/end offsets, start/end times, or whole_topic=true "
+            "to replay every offset of the chosen partitions (the backfill DAG's Whole topic param)"
+        )
+    if by_time and (start_ms is None or end_ms is None):
+        raise ConfigError("a replay by time needs both a start and an end time")
+    if by_time and end_ms <= start_ms:  # type: ignore[operator]
+        raise PlanError(f"end time {iso(end_ms)} is not after start time {iso(start_ms)}")
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    if refuse_future and by_time and end_ms > now_ms:  # type: ignore[operator]
+        # Records of a window still open keep arriving: the replay would be silently short.
+        raise PlanError(
+            f"end time {iso(end_ms)} is in the future (now {iso(now_ms)}): the window is not complete yet; "
+            "replay it once it has passed"
+        )
+
+
+def iso(epoch_ms: int | None) -> str:
+    if epoch_ms is None:
+        return "None"
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc).isoformat(timespec="seconds")
+
+
 def plan_replay_batch(
     kafka: KafkaOffsets,
     store: BatchStore,
@@ -81,10 +128,12 @@ def plan_replay_batch(
     end_offsets: Mapping[int, int] | None = None,
     start_ms: int | None = None,
     end_ms: int | None = None,
+    whole_topic: bool = False,
     dry_run: bool = False,
     progress: Callable[[str], None] = log.info,
+    now_ms: int | None = None,
 ) -> PlanOutcome:
-    """Plan a replay by offsets or by time.
+    """Plan a replay by offsets, by time, or of the whole topic.
 
     By offsets, the partitions are ``partitions`` or else those named in the offsets; a
     chosen partition without a start offset starts at the log start, one without an end
@@ -94,16 +143,14 @@ def plan_replay_batch(
     end_ms)``: exactly the records with ``start_ms <= timestamp < end_ms`` (for timestamps
     that grow with offsets, as producers' CreateTime usually does).
 
+    ``whole_topic`` replays every chosen partition from its log start to its end: it must be
+    asked for, because a replay without a range would otherwise read everything there is.
+
     :param dry_run: plan and validate only; nothing is persisted.
     """
-    by_time = start_ms is not None or end_ms is not None
+    check_replay_range(start_offsets, end_offsets, start_ms, end_ms, whole_topic, now_ms)
     by_offset = start_offsets is not None or end_offsets is not None
-    if by_time and by_offset:
-        raise ConfigError("give either start/end offsets or start/end times, not both")
-    if by_time and (start_ms is None or end_ms is None):
-        raise ConfigError("a replay by time needs both a start and an end time")
-    if by_time and end_ms <= start_ms:  # type: ignore[operator]
-        raise PlanError(f"end time {end_ms} is not after start time {start_ms}")
+    by_time = start_ms is not None
 
     if by_offset and partitions is None:
         # Naming partitions in the offsets chooses them; the others are not replayed.

@@ -23,6 +23,7 @@ Two operations carry the protocol's guarantees and differ per filesystem:
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import posixpath
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from kafka_batch_provider.errors import ConfigError, StorageError
+from kafka_batch_provider.errors import ConfigError, KafkaBatchError, StorageAccessError, StorageError
 
 #: Scheme -> (fsspec protocol, the package that provides it, pip extra).
 SCHEMES: dict[str, tuple[str, str, str]] = {
@@ -163,7 +164,7 @@ class Location:
             return self.fs.cat_file(self.path(name))
         except FileNotFoundError:
             raise
-        except OSError as exc:
+        except (OSError, TypeError) as exc:
             raise self._error(f"read {name}", exc) from None
 
     def list_names(self, folder: str) -> list[str]:
@@ -209,9 +210,9 @@ class Location:
                 os.replace(tmp, target)
                 fsync_dir(target.parent)
 
-            self._io(f"write {name}", replace)
+            self._io(f"write {name}", replace, writing=True)
             return
-        self._io(f"write {name}", lambda: self.fs.pipe_file(self.path(name), data))
+        self._io(f"write {name}", lambda: self.fs.pipe_file(self.path(name), data), writing=True)
 
     def create_exclusive(self, name: str, data: bytes) -> bool:
         """Create ``name`` with ``data`` only if it does not exist; ``False`` when it already did.
@@ -234,14 +235,14 @@ class Location:
                 return True
 
             try:
-                return self._io(f"create {name}", link)
+                return self._io(f"create {name}", link, writing=True)
             except FileExistsError:  # a file where a folder should be: not a race, a broken output
                 raise StorageError(f"cannot create {name} in {self}: a file is in the way") from None
         try:
             self.fs.pipe_file(self.path(name), data, mode="create")
         except FileExistsError:
             return False
-        except OSError as exc:
+        except (OSError, TypeError) as exc:
             if "precondition" in str(exc).lower():  # 412 where a library does not map it
                 return False
             raise self._error(f"create {name}", exc) from None
@@ -322,17 +323,42 @@ class Location:
             self.delete([probe])
         return first and not second
 
-    def _io(self, what: str, fn):
+    def _io(self, what: str, fn, writing: bool = False):
+        """Run ``fn``; a missing file stays :class:`FileNotFoundError` for readers, but a write
+        whose folder cannot be created (``/proc/...``) is an error like any other."""
         try:
             return fn()
-        except (FileNotFoundError, FileExistsError):
+        except FileExistsError:
             raise
-        except (OSError, ValueError) as exc:
+        except FileNotFoundError as exc:
+            if writing:
+                raise self._error(what, exc) from None
+            raise
+        except (OSError, ValueError, TypeError) as exc:
             raise self._error(what, exc) from None
 
-    def _error(self, what: str, exc: Exception) -> StorageError:
+    def _error(self, what: str, exc: Exception) -> KafkaBatchError:
         reason = " ".join(str(exc).split()) or type(exc).__name__
+        if isinstance(exc, TypeError):
+            if "unexpected keyword argument" not in reason:
+                raise exc  # a bug, not a setting: keep its traceback
+            # s3fs, gcsfs, adlfs pass storage options on to their sessions when first used.
+            return ConfigError(f"bad storage option for {self}: {reason}")
+        if refused_access(exc):
+            return StorageAccessError(
+                f"cannot {what} in {self}: access refused ({reason}); check the output's path, credentials "
+                "and permissions"
+            )
         return StorageError(f"cannot {what} in {self}: {reason}")
+
+
+def refused_access(exc: BaseException) -> bool:
+    """Whether the store refused access rather than failed: permissions, credentials (s3fs, gcsfs
+    and adlfs raise :class:`PermissionError` for HTTP 401/403), a read-only filesystem, or a
+    folder that cannot exist (a path below a file, below ``/proc``). No retry changes these."""
+    if isinstance(exc, (PermissionError, FileNotFoundError, NotADirectoryError)):
+        return True
+    return getattr(exc, "errno", None) in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR)
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

@@ -245,7 +245,7 @@ def test_backfill_dag_by_offsets_replays_the_range_and_leaves_the_group_alone(
     [
         ({"start_offsets": {"0": 15}, "end_offsets": {"0": 5}}, "end offset 5 is before start offset 15"),
         ({"end_offsets": {"0": 500}}, "end offset 500 is beyond the end offset 20"),
-        ({"topic": "no-such-topic-here"}, "unknown topic(s) 'no-such-topic-here'"),
+        ({"topic": "no-such-topic-here", "whole_topic": True}, "unknown topic(s) 'no-such-topic-here'"),
         (
             {"start_offsets": {"0": 1}, "start_time": "2026-01-01T00:00:00Z", "end_time": "2026-01-02T00:00:00Z"},
             "either start/end offsets or start/end times",

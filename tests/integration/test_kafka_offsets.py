@@ -115,3 +115,17 @@ def test_auto_commit_config_is_refused_before_any_io():
     kafka = KafkaOffsets({"bootstrap.servers": "127.0.0.1:1", "enable.auto.commit": "true"})
     with pytest.raises(ConfigError, match="enable.auto.commit=true is not allowed"):
         kafka.topic_partitions(["t"])
+
+
+@pytest.mark.parametrize(
+    "setting, expected",
+    [
+        ({"no.such.setting": "1"}, 'No such configuration property: "no.such.setting"'),
+        ({"socket.timeout.ms": "soon"}, 'Invalid value for configuration property "socket.timeout.ms"'),
+    ],
+)
+def test_a_setting_librdkafka_refuses_is_a_config_error_not_an_outage(kafka_config, setting, expected):
+    # A KafkaUnavailableError would be retried by Airflow; no retry fixes a bad setting.
+    with pytest.raises(ConfigError) as refused:
+        KafkaOffsets({**kafka_config, **setting}, timeout=5).topic_partitions([])
+    assert expected in str(refused.value), f"expected {expected!r} in {refused.value}"

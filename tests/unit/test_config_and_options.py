@@ -120,7 +120,7 @@ def test_write_options_round_trip_through_the_application_flags():
         ({"value_format": "json"}, "--value-format json needs --value-schema"),
         ({"value_schema": "id long"}, "--value-schema is only used with --value-format json"),
         ({"max_offsets_per_task": 0}, "max offsets per task must be positive"),
-        ({"stall_timeout": 0}, "stall timeout must be positive"),
+        ({"stall_timeout": 0}, "stall timeout must be a positive, finite number"),
     ],
 )
 def test_bad_write_options_are_refused_with_one_line(kwargs, expected):

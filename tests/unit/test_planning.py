@@ -231,3 +231,9 @@ def test_a_checkpoint_from_the_output_log_is_named_as_such_when_it_is_beyond_the
     states = [state(None, 0, 6)]
     with pytest.raises(PlanError, match=r"the output's offset log position 10 is beyond the end offset 6"):
         plan_incremental("g", ["t"], states, PlanPolicy(), "read_committed", NOW, checkpoints={states[0].tp: 10})
+
+
+@pytest.mark.parametrize("text", ["[1, 2, 3]", '"a plan"', "42", "null"])
+def test_a_plan_file_that_is_not_a_json_object_is_one_line(text):
+    with pytest.raises(ConfigError, match="plan file is malformed: a JSON object was expected"):
+        OffsetPlan.from_json(text)

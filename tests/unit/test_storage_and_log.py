@@ -264,3 +264,21 @@ def test_a_publisher_that_loses_the_race_to_another_stops_quietly(tmp_path):
     store.log.append(manifest)
     store.publish(manifest)  # found nothing published, then nothing staged: the other one won
     assert store.sink.is_published(manifest)
+
+
+def test_an_output_that_cannot_be_written_is_refused_access_not_an_outage(tmp_path):
+    from kafka_batch_provider.errors import StorageAccessError
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    # Below /proc no folder can be created; below a file neither: no retry changes that.
+    for output in ("/proc/kafka-batch/lake", str(blocker / "lake")):
+        with pytest.raises(StorageAccessError) as refused:
+            Location(output).put_atomic("_plans/1.json", b"{}")
+        assert "cannot write _plans/1.json" in str(refused.value) and "access refused" in str(refused.value)
+
+
+def test_an_unknown_storage_option_is_a_config_error_at_first_use():
+    # s3fs hands its options to the session it creates on the first request.
+    with pytest.raises(ConfigError, match="bad storage option for s3://lake/x: .*'bogus_option'"):
+        Location("s3://lake/x", {"bogus_option": 1}).read_bytes("_log/_tail.json")

@@ -113,9 +113,12 @@ class EmbeddedS3(LocalServer):
     :param port: port to listen on; ``0`` picks a free one.
     :param log_path: file for the server's output (default: discarded).
     :param buckets: buckets that exist once ``start()`` returns; the first is :attr:`bucket`.
+    :param check_access_key: refuse requests signed with another access key id than
+        :data:`ACCESS_KEY` (HTTP 403 InvalidAccessKeyId, as S3 answers), to test bad credentials.
     """
 
     buckets: tuple[str, ...] = (DEFAULT_BUCKET,)
+    check_access_key: bool = False
 
     label: ClassVar[str] = "embedded S3 server"
 
@@ -157,6 +160,8 @@ class EmbeddedS3(LocalServer):
         command = [sys.executable, "-m", SERVER_MODULE, "--port", str(self.port)]
         for bucket in self.buckets:
             command += ["--bucket", bucket]
+        if self.check_access_key:
+            command += ["--access-key", ACCESS_KEY]
         return command
 
     def wait_until_ready(self, timeout: float) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import signal
 import sys
 import threading
@@ -54,12 +55,42 @@ def serialise_conditional_requests(app: WsgiApp) -> WsgiApp:
     return middleware
 
 
-def build_app(serialise_conditional: bool = True) -> WsgiApp:
-    """moto's S3 application, wrapped so that conditional writes are atomic as on S3."""
+#: SigV4 names its access key id in the Authorization header or, presigned, in the query.
+_CREDENTIAL = re.compile(r"Credential=([^/,\s&]+)/|X-Amz-Credential=([^%/&]+)(?:%2F|/)")
+
+_INVALID_ACCESS_KEY = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InvalidAccessKeyId</Code>'
+    b"<Message>The AWS Access Key Id you provided does not exist in our records.</Message></Error>"
+)
+
+
+def refuse_other_access_keys(app: WsgiApp, access_key: str) -> WsgiApp:
+    """Answer a request signed with another access key id as S3 does: HTTP 403 InvalidAccessKeyId.
+
+    moto accepts any credentials; with this, a client configured with wrong ones fails as it
+    would against S3. Only the key id is checked, not the signature; unsigned requests pass.
+    """
+
+    def middleware(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        signed = f"{environ.get('HTTP_AUTHORIZATION', '')} {environ.get('QUERY_STRING', '')}"
+        match = _CREDENTIAL.search(signed)
+        if match and (match.group(1) or match.group(2)) != access_key:
+            body = b"" if environ.get("REQUEST_METHOD") == "HEAD" else _INVALID_ACCESS_KEY  # HEAD: headers only
+            start_response("403 Forbidden", [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
+            return [body]
+        return app(environ, start_response)
+
+    return middleware
+
+
+def build_app(serialise_conditional: bool = True, access_key: str | None = None) -> WsgiApp:
+    """moto's S3 application, wrapped so that conditional writes are atomic as on S3 (and,
+    given ``access_key``, requests signed with another key id are refused)."""
     from moto.moto_server.werkzeug_app import create_backend_app
 
     app = create_backend_app("s3")
-    return serialise_conditional_requests(app) if serialise_conditional else app
+    app = serialise_conditional_requests(app) if serialise_conditional else app
+    return refuse_other_access_keys(app, access_key) if access_key else app
 
 
 def create_buckets(app: WsgiApp, buckets: Sequence[str]) -> None:
@@ -89,12 +120,14 @@ def _stop(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # serve_forever() ends on it and closes the socket
 
 
-def serve(port: int, buckets: Sequence[str] = (), serialise_conditional: bool = True) -> None:
+def serve(
+    port: int, buckets: Sequence[str] = (), serialise_conditional: bool = True, access_key: str | None = None
+) -> None:
     """Serve S3 on ``127.0.0.1:port`` until SIGTERM/SIGINT."""
     from werkzeug.serving import make_server
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    app = build_app(serialise_conditional)
+    app = build_app(serialise_conditional, access_key)
     create_buckets(app, buckets)
     server = make_server(HOST, port, app, threaded=True, request_handler=_request_handler())
     signal.signal(signal.SIGTERM, _stop)
@@ -107,9 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kafka_batch_provider.objectstore.server", description=__doc__)
     parser.add_argument("--port", type=int, required=True, help="port on 127.0.0.1")
     parser.add_argument("--bucket", action="append", default=[], help="bucket to create at start-up (repeatable)")
+    parser.add_argument("--access-key", help="refuse requests signed with another access key id (HTTP 403)")
     args = parser.parse_args(argv)
     try:
-        serve(args.port, args.bucket)
+        serve(args.port, args.bucket, access_key=args.access_key)
     except KafkaBatchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

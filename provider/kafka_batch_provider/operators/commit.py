@@ -14,6 +14,7 @@ from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.output import OutputArgs, open_output
 from kafka_batch_provider.operators.xcom import load_plan, pull_summary
 from kafka_batch_provider.protocol import commit_batch
+from kafka_batch_provider.validation import positive_seconds
 
 
 class KafkaOffsetCommitOperator(BaseOperator):
@@ -54,7 +55,7 @@ class KafkaOffsetCommitOperator(BaseOperator):
         self.storage_conn_id = storage_conn_id
         self.catalog_conn_id = catalog_conn_id
         self.catalog_properties = check_public_properties(catalog_properties)
-        self.kafka_timeout = kafka_timeout
+        self.kafka_timeout = positive_seconds("kafka_timeout", kafka_timeout)
 
     def execute(self, context: Any) -> dict[str, Any]:
         summary = pull_summary(context, self.plan_task_id, "commit")

@@ -15,6 +15,7 @@ from kafka_batch_provider.lag_monitor import lag_report
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.output import OUTPUT_TEMPLATE_FIELDS, open_existing_output, output_args_of
 from kafka_batch_provider.operators.xcom import as_list
+from kafka_batch_provider.validation import positive_seconds
 
 #: WARN (lag growing) is logged, not failed: the batch itself went fine.
 DEFAULT_FAIL_ON = frozenset(s for s in LagStatus if s not in (LagStatus.OK, LagStatus.WARN))
@@ -78,7 +79,7 @@ class KafkaLagHealthOperator(BaseOperator):
             output_args_of(self).check()
         self.policy = HealthPolicy(window=window, stop_after=stop_after, retention_risk=retention_risk)
         self.fail_on = frozenset(LagStatus(s) for s in fail_on)
-        self.kafka_timeout = kafka_timeout
+        self.kafka_timeout = positive_seconds("kafka_timeout", kafka_timeout)
 
     def execute(self, context: Any) -> dict[str, Any]:
         hook = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout)

@@ -26,7 +26,7 @@ def parse_offsets(name: str, value: Any) -> dict[int, int] | None:
         raise ConfigError(f"{name} must be an object of partition -> offset, got {value!r}")
     try:
         parsed = {int(k): int(v) for k, v in value.items()}
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
         raise ConfigError(f"{name} must map partition numbers to integer offsets, got {value!r}") from None
     negative = {p: o for p, o in parsed.items() if o < 0 or p < 0}
     if negative:
@@ -48,3 +48,15 @@ def parse_time(name: str, value: Any) -> int | None:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return int(moment.timestamp() * 1000)
+
+
+def parse_bool(name: str, value: Any) -> bool:
+    """A flag from a param or template: a bool, or the text true/false (any case)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no", "", "none", "null"):
+        return False
+    raise ConfigError(f"{name} must be true or false, got {value!r}")

@@ -23,6 +23,7 @@ from kafka_batch_provider.planning import DataLossPolicy, NewPartitionPolicy, Pl
 from kafka_batch_provider.protocol import plan_batch
 from kafka_batch_provider.reconcile import GroupMismatchPolicy
 from kafka_batch_provider.replay import plan_replay_batch
+from kafka_batch_provider.validation import check_group_id, check_topics, positive_seconds
 
 BACKFILL_RUN_TYPE = "backfill"
 
@@ -143,8 +144,12 @@ class KafkaOffsetPlanOperator(BaseOperator):
         )
         self.replay_output_path = replay_output_path
         self.replay_table = replay_table
-        self.kafka_timeout = kafka_timeout
+        self.kafka_timeout = positive_seconds("kafka_timeout", kafka_timeout)
         # Checked here, so a bad combination is a DAG import error rather than a failed run.
+        if not is_template(topics):
+            check_topics(as_list(topics))
+        if not is_template(group_id):
+            check_group_id(group_id)
         output = output_args_of(self)
         output.check()
         replay_args = (self.output_format, self.output_path, self.table, self.replay_output_path, self.replay_table)
@@ -160,8 +165,9 @@ class KafkaOffsetPlanOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         hook = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout)
-        topics, partitions = as_list(self.topics), as_int_list(self.partitions)
         with task_errors():
+            topics, partitions = check_topics(as_list(self.topics)), as_int_list(self.partitions)
+            check_group_id(self.group_id)
             spec, store = open_output(self.output_args(context), create=True)
             if run_type_of(context) == BACKFILL_RUN_TYPE:
                 start, end = context["data_interval_start"], context["data_interval_end"]
@@ -195,8 +201,10 @@ class KafkaReplayPlanOperator(BaseOperator):
     Give either ``start_offsets``/``end_offsets`` (``{partition: offset}``; the partitions
     named there are replayed unless ``partitions`` is given, and a chosen partition without a
     start or end starts at the log start or ends at the log end) or ``start_time``/``end_time``
-    (ISO 8601 or datetimes; end exclusive). Semantic errors (end before start, unknown topic,
-    offsets beyond the end) fail the task with one line.
+    (ISO 8601 or datetimes; end exclusive, not in the future) or ``whole_topic=True`` (every
+    offset of the chosen partitions: a replay without a range is refused rather than read
+    everything). Semantic errors (end before start, unknown topic, offsets beyond the end)
+    fail the task with one line, not retried.
 
     :param dry_run: plan and validate only; the plan is shown in the log and XCom and the
         Spark task is skipped.
@@ -214,6 +222,7 @@ class KafkaReplayPlanOperator(BaseOperator):
         "end_offsets",
         "start_time",
         "end_time",
+        "whole_topic",
         "dry_run",
     )
     ui_color = "#fbf1e8"
@@ -234,6 +243,7 @@ class KafkaReplayPlanOperator(BaseOperator):
         end_offsets: dict[Any, int] | None = None,
         start_time: str | datetime | None = None,
         end_time: str | datetime | None = None,
+        whole_topic: bool | str = False,
         dry_run: bool | str = False,
         storage_conn_id: str | None = None,
         kafka_timeout: float = 30.0,
@@ -254,28 +264,48 @@ class KafkaReplayPlanOperator(BaseOperator):
         self.end_offsets = end_offsets
         self.start_time = start_time
         self.end_time = end_time
+        self.whole_topic = whole_topic
         self.dry_run = dry_run
-        self.kafka_timeout = kafka_timeout
-        output_args_of(self).check()  # a bad combination is a DAG import error
+        self.kafka_timeout = positive_seconds("kafka_timeout", kafka_timeout)
+        # Checked here, so bad arguments are a DAG import error; templates are checked when the task runs.
+        output_args_of(self).check()
+        if not is_template(topics):
+            check_topics(as_list(topics))
+        if not any(is_template(v) for v in (start_offsets, end_offsets, start_time, end_time, whole_topic)):
+            self.replay_range(refuse_future=False)
+
+    def replay_range(self, refuse_future: bool = True) -> dict[str, Any]:
+        """The range arguments, parsed and checked (one way of choosing it, complete, in the past)."""
+        from kafka_batch_provider.operators.params import parse_bool, parse_offsets, parse_time
+        from kafka_batch_provider.replay import check_replay_range
+
+        chosen = {
+            "start_offsets": parse_offsets("start_offsets", self.start_offsets),
+            "end_offsets": parse_offsets("end_offsets", self.end_offsets),
+            "start_ms": parse_time("start_time", self.start_time),
+            "end_ms": parse_time("end_time", self.end_time),
+            "whole_topic": parse_bool("whole_topic", self.whole_topic),
+        }
+        check_replay_range(**chosen, refuse_future=refuse_future)
+        return chosen
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from kafka_batch_provider.operators.params import parse_offsets, parse_time
+        from kafka_batch_provider.operators.params import parse_bool
 
-        dry_run = self.dry_run if isinstance(self.dry_run, bool) else str(self.dry_run).lower() == "true"
-        hook = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout)
         with task_errors():
+            dry_run = parse_bool("dry_run", self.dry_run)
+            topics = check_topics(as_list(self.topics))
+            chosen = self.replay_range()
+            hook = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout)
             # A dry run creates no Iceberg table: replaying into a new one is planned for real only.
             spec, store = open_output(output_args_of(self), create=not dry_run)
             outcome = plan_replay_batch(
                 hook,
                 store,
-                as_list(self.topics),
+                topics,
                 partitions=as_int_list(self.partitions),
-                start_offsets=parse_offsets("start_offsets", self.start_offsets),
-                end_offsets=parse_offsets("end_offsets", self.end_offsets),
-                start_ms=parse_time("start_time", self.start_time),
-                end_ms=parse_time("end_time", self.end_time),
                 dry_run=dry_run,
                 progress=self.log.info,
+                **chosen,
             )
         return plan_xcom(outcome, spec, store, dry_run=dry_run)

@@ -14,6 +14,7 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowSkipException
 
 from kafka_batch_provider.batch_store import BatchStore, load_plan_file
+from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.outputs import OutputSpec
 from kafka_batch_provider.plan import OffsetPlan
 from kafka_batch_provider.protocol import PlanOutcome
@@ -61,9 +62,16 @@ def as_list(value: Any) -> list[str]:
         return []
     if isinstance(value, str):
         return [v.strip() for v in value.split(",") if v.strip()]
-    return [str(v) for v in value]
+    if not isinstance(value, (list, tuple, set)):
+        # A native template rendered "2024" as 2024: str() would turn 1e3 into "1000.0", so
+        # the value is passed on as it is and the topic check names the problem.
+        return [value]
+    return [v if isinstance(v, (int, float)) else str(v) for v in value]
 
 
 def as_int_list(value: Any) -> list[int] | None:
     items = as_list(value)
-    return [int(v) for v in items] if items else None
+    try:
+        return [int(v) for v in items] if items else None
+    except (TypeError, ValueError):
+        raise ConfigError(f"partitions must be partition numbers, got {value!r}") from None

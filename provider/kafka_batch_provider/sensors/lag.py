@@ -14,6 +14,7 @@ from kafka_batch_provider.operators.output import OUTPUT_TEMPLATE_FIELDS, output
 from kafka_batch_provider.operators.plan import BACKFILL_RUN_TYPE, run_type_of
 from kafka_batch_provider.operators.xcom import as_list
 from kafka_batch_provider.triggers.lag import KafkaLagTrigger, check_lag
+from kafka_batch_provider.validation import positive_seconds
 
 
 class KafkaLagSensor(BaseSensorOperator):
@@ -72,7 +73,7 @@ class KafkaLagSensor(BaseSensorOperator):
             max_data_age.total_seconds() if isinstance(max_data_age, timedelta) else max_data_age
         )
         self.deferrable = deferrable
-        self.kafka_timeout = kafka_timeout
+        self.kafka_timeout = positive_seconds("kafka_timeout", kafka_timeout)
         self.output_path = output_path
         self.storage_conn_id = storage_conn_id
         self.output_format = output_format

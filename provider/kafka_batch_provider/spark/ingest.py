@@ -84,9 +84,11 @@ def decode_values(df: DataFrame, options: WriteOptions) -> DataFrame:
 
     ``string`` adds ``value_string``; ``json`` adds ``value_json`` parsed with the DDL
     ``value_schema`` (malformed JSON gives null fields; the raw bytes remain in ``value``).
+    Bytes that are not UTF-8 become U+FFFD in ``value_string``: a plain cast would keep them,
+    and a Parquet string column that is not UTF-8 breaks its readers (pyarrow cannot decode it).
     """
     if options.value_format == "string":
-        return df.withColumn("value_string", F.col("value").cast("string"))
+        return df.withColumn("value_string", F.make_valid_utf8(F.col("value").cast("string")))
     if options.value_format == "json":
         return df.withColumn("value_json", F.from_json(F.col("value").cast("string"), options.value_schema))
     return df

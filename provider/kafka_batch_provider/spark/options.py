@@ -8,8 +8,10 @@ defaults and checks in one place.
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass
 
+from kafka_batch_provider.ddl import check_ddl_schema
 from kafka_batch_provider.errors import ConfigError
 
 READERS = ("python", "jvm")
@@ -46,8 +48,10 @@ class WriteOptions:
             raise ConfigError("--value-schema is only used with --value-format json")
         if self.max_offsets_per_task < 1:
             raise ConfigError(f"max offsets per task must be positive, got {self.max_offsets_per_task}")
-        if self.stall_timeout <= 0:
-            raise ConfigError(f"stall timeout must be positive, got {self.stall_timeout:g}")
+        if not math.isfinite(self.stall_timeout) or self.stall_timeout <= 0:
+            raise ConfigError(f"stall timeout must be a positive, finite number of seconds, got {self.stall_timeout:g}")
+        if self.value_schema:
+            check_ddl_schema(self.value_schema)  # Spark would refuse it only after the batch was planned
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

@@ -121,7 +121,10 @@ class KafkaLagTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        check = sync_to_async(check_lag)  # Kafka calls block: keep them off the event loop
+        # Kafka and storage calls block for up to kafka_timeout: run them in a thread of their own.
+        # thread_sensitive=True (the default) would queue every trigger's check on one shared
+        # thread, so a broker that is slow to answer would stall the other triggers' checks.
+        check = sync_to_async(check_lag, thread_sensitive=False)
         while True:
             try:
                 ready, reason, total = await check(

@@ -1,0 +1,169 @@
+"""Bad flags, values and config of ``kafka-batch plan/run/lag``: one ``error:`` line, nothing changed.
+
+Each row: the command (built from the scene), and what the one error line must say.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+from kafka_batch_provider.local_servers import free_port
+from tests.bad_input.scene import Scene, cli, cli_refusal_problems
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    args: Callable[[Scene], list[str]]
+    expected: str
+
+
+def run(s: Scene, *extra: str) -> list[str]:
+    """``kafka-batch run`` of the scene's topic, group and lake, plus ``extra`` (later flags win)."""
+    return ["run", "--bootstrap-servers", s.bootstrap_servers, "--topic", s.topic, "--group", s.group,
+            "--output", str(s.lake), *extra]  # fmt: skip
+
+
+def plan(s: Scene, *extra: str) -> list[str]:
+    return ["plan", "--bootstrap-servers", s.bootstrap_servers, "--group", s.group, "--output", str(s.lake), *extra]
+
+
+def lag(s: Scene, *extra: str) -> list[str]:
+    return ["lag", "--bootstrap-servers", s.bootstrap_servers, "--group", s.group, "--topic", s.topic, *extra]
+
+
+CASES = [
+    # -- topics, partitions, group
+    Case("unknown-topic", lambda s: plan(s, "--topic", "no-such-topic-here"), "unknown topic(s) 'no-such-topic-here'"),
+    Case("unknown-partition", lambda s: run(s, "--partition", "7"), "has no partition(s) [7]"),
+    Case("repeated-topic", lambda s: run(s, "--topic", s.topic), "given more than once"),
+    Case("repeated-topic-lag", lambda s: lag(s, "--topic", s.topic), "given more than once"),
+    Case("illegal-topic-name", lambda s: plan(s, "--topic", "orders and more"), "is not a legal Kafka topic name"),
+    Case("empty-topic-name", lambda s: plan(s, "--topic", ""), "is not a legal Kafka topic name"),
+    Case("empty-group", lambda s: run(s, "--group", ""), "consumer group id is required"),
+    Case("negative-partition", lambda s: run(s, "--partition", "-1"), "expected an integer >= 0, got -1"),
+    Case("non-numeric-partition", lambda s: run(s, "--partition", "first"), "expected an integer >= 0, got 'first'"),
+    # -- numbers: negative, non-numeric, nan, inf
+    Case("max-records-zero", lambda s: run(s, "--max-records", "0"), "expected a positive integer, got 0"),
+    Case("max-records-nan", lambda s: run(s, "--max-records", "nan"), "expected a positive integer, got 'nan'"),
+    Case(
+        "max-records-per-partition-negative",
+        lambda s: run(s, "--max-records-per-partition", "-5"),
+        "expected a positive integer, got -5",
+    ),
+    Case("timeout-nan", lambda s: run(s, "--timeout", "nan"), "argument --timeout: the value must be a positive"),
+    Case("timeout-inf", lambda s: run(s, "--timeout", "inf"), "argument --timeout: the value must be a positive"),
+    Case("timeout-negative", lambda s: plan(s, "--topic", s.topic, "--timeout", "-1"), "--timeout: the value must"),
+    Case("timeout-zero", lambda s: lag(s, "--timeout", "0"), "--timeout: the value must be a positive"),
+    Case("stall-timeout-nan", lambda s: run(s, "--stall-timeout", "nan"), "stall timeout must be a positive, finite"),
+    Case("stall-timeout-inf", lambda s: run(s, "--stall-timeout", "inf"), "stall timeout must be a positive, finite"),
+    Case("max-offsets-per-task-zero", lambda s: run(s, "--max-offsets-per-task", "0"), "max offsets per task"),
+    Case("lag-stop-after-nan", lambda s: lag(s, "--stop-after", "nan"), "--stop-after: the value must be a positive"),
+    Case("lag-retention-risk-above-one", lambda s: lag(s, "--retention-risk", "2"), "must be a fraction in (0, 1]"),
+    Case("lag-window-zero", lambda s: lag(s, "--window", "0"), "argument --window: expected a positive integer"),
+    # -- Kafka: broker, settings
+    Case(
+        "unreachable-broker",
+        lambda s: run(s, "--bootstrap-servers", f"127.0.0.1:{free_port()}", "--timeout", "1"),
+        "did not answer list_topics within 1s",
+    ),
+    Case("auto-commit", lambda s: run(s, "--kafka-config", "enable.auto.commit=true"), "enable.auto.commit=true"),
+    Case(
+        "auto-commit-in-config-file",
+        lambda s: run(s, "--kafka-config-file", s.file("kafka.json", json.dumps({"enable.auto.commit": "TRUE"}))),
+        "enable.auto.commit=true is not allowed",
+    ),
+    Case(
+        "unknown-librdkafka-key",
+        lambda s: run(s, "--kafka-config", "no.such.setting=1"),
+        'Kafka configuration refused: No such configuration property: "no.such.setting"',
+    ),
+    Case(
+        "bad-librdkafka-value",
+        lambda s: run(s, "--kafka-config", "socket.timeout.ms=soon"),
+        'Invalid value for configuration property "socket.timeout.ms"',
+    ),
+    Case("bad-isolation-level", lambda s: run(s, "--kafka-config", "isolation.level=dirty"), "isolation.level must be"),
+    # -- KEY=VALUE pairs and config files
+    Case("kafka-config-pair-without-equals", lambda s: run(s, "--kafka-config", "acks"), "--kafka-config expects key="),
+    Case("kafka-config-pair-without-key", lambda s: run(s, "--kafka-config", "=1"), "--kafka-config expects key=value"),
+    Case("spark-conf-pair-without-equals", lambda s: run(s, "--spark-conf", "spark.ui"), "--spark-conf expects key="),
+    Case(
+        "catalog-property-pair-without-equals",
+        lambda s: run(s, "--catalog-property", "uri"),
+        "--catalog-property expects key=value",
+    ),
+    Case(
+        "storage-option-pair-without-equals",
+        lambda s: run(s, "--storage-option", "anon"),
+        "--storage-option expects key=value",
+    ),
+    Case(
+        "kafka-config-file-missing",
+        lambda s: run(s, "--kafka-config-file", str(s.root / "no-such.json")),
+        "cannot read Kafka config file",
+    ),
+    Case(
+        "kafka-config-file-not-json",
+        lambda s: run(s, "--kafka-config-file", s.file("kafka.json", "{'acks': 1}")),
+        "is not valid JSON",
+    ),
+    Case(
+        "kafka-config-file-not-an-object",
+        lambda s: run(s, "--kafka-config-file", s.file("kafka.json", "[1, 2]")),
+        "Kafka config must be a JSON object",
+    ),
+    Case(
+        "storage-options-file-missing",
+        lambda s: run(s, "--storage-options-file", str(s.root / "no-such.json")),
+        "cannot read storage options file",
+    ),
+    Case(
+        "storage-options-file-not-json",
+        lambda s: run(s, "--storage-options-file", s.file("storage.json", "key=AKIA")),
+        "storage options file",
+    ),
+    # -- the output and how values are decoded
+    Case("unknown-value-format", lambda s: run(s, "--value-format", "xml"), "argument --value-format: invalid choice"),
+    Case(
+        "bad-value-schema-ddl",
+        lambda s: run(s, "--value-format", "json", "--value-schema", "id lon g,,"),
+        "is not a Spark DDL schema",
+    ),
+    Case(
+        "value-schema-without-json",
+        lambda s: run(s, "--value-schema", "id long"),
+        "--value-schema is only used with --value-format json",
+    ),
+    Case("json-without-value-schema", lambda s: run(s, "--value-format", "json"), "--value-format json needs"),
+    Case(
+        "unwritable-output",
+        lambda s: run(s, "--output", "/proc/kafka-batch/lake"),
+        "cannot write _plans/",
+    ),
+    Case(
+        "output-below-a-file",
+        lambda s: run(s, "--output", str(s.file("a-file", "not a folder")) + "/lake"),
+        "access refused",
+    ),
+    Case("hdfs-output", lambda s: run(s, "--output", "hdfs://namenode/lake"), "hdfs:// outputs are not supported"),
+    Case(
+        "unknown-storage-option",
+        lambda s: run(s, "--output", "s3://lake/x", "--storage-option", "bogus_option=1"),
+        "bad storage option for s3://lake/x",
+    ),
+    Case("partition-by-on-parquet", lambda s: run(s, "--partition-by", "date"), "--partition-by applies to"),
+    Case("iceberg-without-table", lambda s: run(s, "--format", "iceberg"), "--format iceberg needs --table"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_flag_is_one_line_and_changes_nothing(case: Case, scene: Scene, verdict) -> None:
+    args = case.args(scene)
+    before = scene.snapshot()
+    result = cli(*args)
+    verdict.judge(cli_refusal_problems(result, case.expected), before, scene.snapshot())
