@@ -729,7 +729,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=positive_int, default=15002, help="port on 127.0.0.1 (default 15002)")
     p.add_argument("--master", default="local[*]", help="the server's Spark master (default local[*])")
     p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="server setting, repeatable")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the server to listen")
+    p.add_argument("--timeout", type=positive_seconds, default=120.0, help="seconds to wait for the server to listen")
     p.set_defaults(func=cmd_spark_connect)
     return parser
 
