@@ -41,6 +41,14 @@ ARGUMENT_CASES = [
     ArgumentCase("spark-stall-timeout-nan", "spark", {"stall_timeout": float("nan")}, "stall timeout must be"),
     ArgumentCase("spark-bad-value-schema", "spark", {"value_format": "json", "value_schema": "id,"}, "Spark DDL"),
     ArgumentCase("spark-unknown-value-format", "spark", {"value_format": "xml"}, "unknown value format 'xml'"),
+    ArgumentCase("connect-unknown-reader", "spark_connect", {"reader": "scala"}, "unknown reader 'scala'"),
+    ArgumentCase("connect-stall-timeout-inf", "spark_connect", {"stall_timeout": float("inf")}, "stall timeout must"),
+    ArgumentCase(
+        "connect-secret-catalog-property",
+        "spark_connect",
+        {"catalog_properties": {"credential": "id:secret"}},
+        "catalog_conn_id",
+    ),
     ArgumentCase("replay-no-range", "replay", {"start_offsets": None}, "a replay needs a range"),
     ArgumentCase(
         "replay-offsets-and-times",
@@ -70,6 +78,7 @@ def build(kind: str, kwargs: dict[str, Any]):
     from kafka_batch_provider.operators.commit import KafkaOffsetCommitOperator
     from kafka_batch_provider.operators.plan import KafkaOffsetPlanOperator, KafkaReplayPlanOperator
     from kafka_batch_provider.operators.spark import KafkaSparkBatchOperator
+    from kafka_batch_provider.operators.spark_connect import KafkaSparkConnectBatchOperator
 
     with DAG(dag_id=f"bad_{kind}", schedule=None):
         if kind == "plan":
@@ -78,6 +87,8 @@ def build(kind: str, kwargs: dict[str, Any]):
             return KafkaReplayPlanOperator(task_id="replay", **{**REPLAY, **kwargs})
         if kind == "commit":
             return KafkaOffsetCommitOperator(task_id="commit", plan_task_id="plan", **kwargs)
+        if kind == "spark_connect":
+            return KafkaSparkConnectBatchOperator(task_id="write", plan_task_id="plan", **kwargs)
         return KafkaSparkBatchOperator(task_id="write", plan_task_id="plan", **kwargs)
 
 
