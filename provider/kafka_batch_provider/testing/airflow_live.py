@@ -184,12 +184,12 @@ class AirflowStack:
             self._token = response.json()["access_token"]
         return self._token
 
-    def api(self, method: str, path: str, **kwargs: Any) -> Any:
+    def api(self, method: str, path: str, headers: Mapping[str, str] | None = None, **kwargs: Any) -> Any:
         """A call to ``/api/v2<path>``; returns the decoded JSON (None for 204)."""
         response = httpx.request(
             method,
             f"{self.base_url}/api/v2{path}",
-            headers={"Authorization": f"Bearer {self.token()}"},
+            headers={"Authorization": f"Bearer {self.token()}", **(headers or {})},
             timeout=60,
             **kwargs,
         )
