@@ -75,7 +75,8 @@ def main() -> int:
             return 1
         print(
             f"\nAirflow UI: {airflow.base_url}  (every user is an admin: local use only)\n"
-            f"Kafka: {broker.bootstrap_servers} (topic {TOPIC}, 1,000 records)   S3: {s3.endpoint_url} (bucket {s3.bucket})\n"
+            f"Kafka: {broker.bootstrap_servers} (topic {TOPIC}, 1,000 records)\n"
+            f"S3: {s3.endpoint_url} (bucket {s3.bucket}; the ingest DAG writes s3://{s3.bucket}/{TOPIC})\n"
             f"AIRFLOW_HOME={args.home}; service logs in {airflow.log_dir}\n"
             "kafka_batch_ingest is paused: unpause it in the UI. Ctrl-C stops everything.",
             flush=True,
