@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.exceptions import AirflowException
 
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.hooks.catalog import check_public_properties
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
-from kafka_batch_provider.operators.errors import task_errors
+from kafka_batch_provider.operators.errors import spark_step_error, task_errors
 from kafka_batch_provider.operators.output import OutputArgs, open_output
 from kafka_batch_provider.operators.xcom import load_plan, pull_summary
 from kafka_batch_provider.outputs import open_store
@@ -115,7 +116,10 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         ):
             self.application_args = application_args(summary["plan_path"], spec, self.write_options)
             self._hand_over(config_path, storage_path, catalog_path)
-            super().execute(context)
+            try:
+                super().execute(context)
+            except AirflowException:
+                raise self._spark_step_error() from None
         with task_errors():
             # Reopened: a table's state is read again, after Spark's commit.
             store = open_store(spec, create=False)
@@ -125,6 +129,14 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         # The data's location (a table's, not its _kafka_batch/ control folder's).
         location = store.sink.data.uri_of(entry["location"]) if entry["location"] else None
         return {"batch_id": plan.batch_id, "seq": plan.seq, "rows": entry["rows"], "location": location}
+
+    def _spark_step_error(self) -> AirflowException:
+        """The application's one error line instead of the hook's command line and output tail
+        (already in the log above); errors a retry cannot fix are not retried."""
+        hook = self._hook
+        process = getattr(hook, "_submit_sp", None)
+        lines = list(getattr(hook, "_last_submit_log_lines", []))
+        return spark_step_error(lines, process.returncode if process is not None else None)
 
     def _hand_over(self, config_path: str, storage_path: str, catalog_path: str) -> None:
         """Secrets in files named by the environment; this package as a zip for a cluster master."""

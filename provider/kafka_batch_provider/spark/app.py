@@ -23,6 +23,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from kafka_batch_provider import errors
 from kafka_batch_provider.batch_store import load_plan_file
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.kafka_config import SECRET_KEY_PATTERN, check_config, config_object, read_config_file
@@ -67,9 +68,29 @@ def task_error_line(text: str) -> str | None:
     return match.group(2).strip() if match else None
 
 
+def jvm_connector_missing(text: str) -> bool:
+    return "KAFKA_DATA_SOURCE_NOT_ENABLED" in text or "Failed to find data source: kafka" in text
+
+
+def spark_failure_exit_code(exc: Exception) -> int:
+    """The exit code of an error that reached the driver through Spark.
+
+    A :class:`KafkaBatchError` raised in a Spark task keeps its class's code; the JVM reader
+    without its connector is a configuration error; anything else (an executor lost, the JVM)
+    exits 1, which a retry may get past.
+    """
+    text = str(exc)
+    match = _TASK_ERROR.search(text)
+    if match:
+        return getattr(errors, match.group(1), KafkaBatchError).exit_code
+    if jvm_connector_missing(text):
+        return ConfigError.exit_code
+    return 1
+
+
 def friendly_spark_error(exc: Exception) -> str:
     text = str(exc)
-    if "KAFKA_DATA_SOURCE_NOT_ENABLED" in text or "Failed to find data source: kafka" in text:
+    if jvm_connector_missing(text):
         return (
             "the jvm reader needs Spark's Kafka connector (spark-sql-kafka-0-10) on the cluster, "
             "e.g. spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>; "
@@ -142,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exc()
         message = task_error_line(str(exc)) or friendly_spark_error(exc)
         print(f"error: {message}", file=sys.stderr)
-        return 2
+        return spark_failure_exit_code(exc)
     finally:
         spark.stop()
     result = {
