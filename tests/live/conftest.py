@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_batch_provider.testing.airflow_live import AirflowStack
+from kafka_batch_provider.testing.airflow_live import AirflowStack, orphans_of
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 INGEST = "kafka_batch_ingest"
@@ -53,6 +53,8 @@ def airflow_stack(kafka_bootstrap_servers: str, tmp_path_factory: pytest.TempPat
         stack.set_connection("spark_default", "spark", host="local[2]")
         stack.wait_for_dags([INGEST, BACKFILL])
         yield stack
+    left = [f"{p.pid} {' '.join(p.cmdline())[:100]}" for p in orphans_of(home)]
+    assert not left, f"expected every process of the Airflow stack to be gone after stop(), found {left}"
 
 
 @pytest.fixture

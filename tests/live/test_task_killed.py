@@ -1,4 +1,5 @@
-"""A Spark task whose process is SIGKILLed mid-run is retried by the scheduler; the batch lands once."""
+"""A Spark task whose process (and its spark-submit) is SIGKILLed mid-run is retried by the scheduler;
+the batch lands once."""
 
 from __future__ import annotations
 
@@ -49,7 +50,9 @@ def test_task_process_killed_mid_run_is_retried_and_the_batch_lands_exactly_once
     assert task_process is not None and running[0]["id"] in task_process.name(), (
         f"expected spark-submit's parent to be the task process of TI {running[0]['id']}, found {task_process}"
     )
+    # The task dies with its spark-submit, as when its worker's container is killed.
     os.kill(task_process.pid, signal.SIGKILL)
+    os.kill(jvm.pid, signal.SIGKILL)
 
     run = airflow_stack.wait_for_run(INGEST, run_id, timeout=420)
     states = airflow_stack.task_states(INGEST, run_id)

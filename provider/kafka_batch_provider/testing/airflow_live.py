@@ -17,6 +17,7 @@ import json
 import os
 import secrets
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -66,6 +67,10 @@ class AirflowStack:
         return f"http://{HOST}:{self.port}"
 
     @property
+    def db_path(self) -> Path:
+        return self.home / "airflow.db"
+
+    @property
     def log_dir(self) -> Path:
         return self.home / "service-logs"
 
@@ -79,7 +84,8 @@ class AirflowStack:
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+            # Five processes share one SQLite file: wait for its lock instead of failing at once.
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.db_path}?timeout=60",
             "AIRFLOW__API__HOST": HOST,
             "AIRFLOW__API__PORT": str(self.port),
             "AIRFLOW__API__BASE_URL": self.base_url,
@@ -133,6 +139,9 @@ class AirflowStack:
         self._write_config()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.run_cli("db", "migrate")
+        # Write-ahead logging: readers no longer block the writer (the file keeps the mode).
+        with sqlite3.connect(self.db_path) as db:
+            db.execute("PRAGMA journal_mode=WAL")
         try:
             for service in SERVICES:
                 log = open(self.log_dir / f"{service}.log", "ab")  # noqa: SIM115 - the child owns it
