@@ -118,8 +118,8 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
             self._hand_over(config_path, storage_path, catalog_path)
             try:
                 super().execute(context)
-            except AirflowException:
-                raise self._spark_step_error() from None
+            except AirflowException as exc:
+                raise self._spark_step_error(exc) from None
         with task_errors():
             # Reopened: a table's state is read again, after Spark's commit.
             store = open_store(spec, create=False)
@@ -130,13 +130,14 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         location = store.sink.data.uri_of(entry["location"]) if entry["location"] else None
         return {"batch_id": plan.batch_id, "seq": plan.seq, "rows": entry["rows"], "location": location}
 
-    def _spark_step_error(self) -> AirflowException:
+    def _spark_step_error(self, exc: AirflowException) -> AirflowException:
         """The application's one error line instead of the hook's command line and output tail
-        (already in the log above); errors a retry cannot fix are not retried."""
-        hook = self._hook
-        process = getattr(hook, "_submit_sp", None)
-        lines = list(getattr(hook, "_last_submit_log_lines", []))
-        return spark_step_error(lines, process.returncode if process is not None else None)
+        (already in the log above); errors a retry cannot fix are not retried. An error before
+        spark-submit ran (a bad connection) stays as the hook raised it."""
+        process = getattr(self._hook, "_submit_sp", None)
+        if process is None or process.returncode is None:
+            return exc
+        return spark_step_error(list(getattr(self._hook, "_last_submit_log_lines", [])), process.returncode)
 
     def _hand_over(self, config_path: str, storage_path: str, catalog_path: str) -> None:
         """Secrets in files named by the environment; this package as a zip for a cluster master."""
