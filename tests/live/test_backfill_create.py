@@ -32,8 +32,9 @@ def test_backfill_create_replays_two_intervals_into_the_replay_output_without_co
     tps = [TopicPartition(topic, p) for p in (0, 1)]
     KafkaOffsets(kafka_config).commit(group, {tp: None for tp in tps}, {tp: 4 for tp in tps})
     known = {r["dag_run_id"] for r in airflow_stack.dag_runs(INGEST)}
-    airflow_stack.set_paused(INGEST, False)
 
+    # Created while the DAG is paused: unpausing makes the scheduler write too, and SQLite
+    # refuses a second writer's read-then-write transaction ("database is locked") at once.
     airflow_stack.run_cli(
         "backfill",
         "create",
@@ -44,6 +45,7 @@ def test_backfill_create_replays_two_intervals_into_the_replay_output_without_co
         "--to-date",
         (INTERVAL_START + timedelta(minutes=1)).isoformat(),
     )
+    airflow_stack.set_paused(INGEST, False)  # backfill runs start only on an unpaused DAG
     runs = wait_for(
         "two backfill runs",
         lambda: ((found := runs_since(airflow_stack, INGEST, known, "backfill"))[1:] and found, found),

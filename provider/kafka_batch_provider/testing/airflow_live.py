@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import sqlite3
@@ -131,8 +132,12 @@ class AirflowStack:
             [airflow_bin(), *args], env=self.service_env(), capture_output=True, text=True, timeout=timeout
         )
         if result.returncode != 0:
-            tail = " | ".join(result.stderr.strip().splitlines()[-3:])
-            raise AirflowStackError(f"airflow {' '.join(args)} exited with {result.returncode}: {tail}")
+            lines = result.stderr.strip().splitlines()
+            # The exception's own line says more than SQLAlchemy's statement dump after it.
+            errors = [line for line in lines if re.match(r"^[\w.]+(Error|Exception): ", line)]
+            raise AirflowStackError(
+                f"airflow {' '.join(args)} exited with {result.returncode}: {(errors or lines or [''])[-1][:500]}"
+            )
         return result
 
     def start(self, timeout: float = 240) -> AirflowStack:
