@@ -15,10 +15,14 @@ export KAFKA_BATCH_STATE_DIR ?= $(CURDIR)/.kafka-batch
 
 LINTED := provider dags spark_apps tests scripts bench
 
-.PHONY: venv test lint demo bench prereqs constraints clean
+.PHONY: venv test lint demo bench airflow prereqs browser-prereqs constraints clean
 
 prereqs:
 	@scripts/check-prereqs.sh "$(PYTHON)"
+
+# The browser tests' Chromium (installed with apt-get when run as root).
+browser-prereqs:
+	@scripts/check-chromium.sh
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt scripts/check-prereqs.sh | prereqs
 	@echo "== creating $(VENV) and installing pinned dependencies (constraints.txt)"
@@ -37,11 +41,15 @@ lint: venv
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 
-test: prereqs venv lint
+test: prereqs browser-prereqs venv lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 demo: prereqs venv
 	$(BIN)/python scripts/demo.py
+
+# The live Airflow services with the project's DAGs, the embedded broker and S3 server (Ctrl-C stops).
+airflow: prereqs venv
+	$(BIN)/python scripts/live_airflow.py
 
 bench: prereqs venv
 	$(BIN)/python bench/bench.py $(BENCH_ARGS)
@@ -54,4 +62,4 @@ constraints: venv
 	mv constraints.txt.new constraints.txt
 
 clean:
-	rm -rf $(VENV) .airflow .kafka-batch .demo .bench .pytest_cache
+	rm -rf $(VENV) .airflow .airflow-live .kafka-batch .demo .bench .pytest_cache

@@ -32,6 +32,8 @@ RETENTION_RISK, DATA_LOSS; logs WARN).
 | sensor: ingest anyway when older than (s) | - | `KAFKA_BATCH_MAX_DATA_AGE_SECONDS`, else `3600` |
 | sensor: give up and skip after (s) | - | `KAFKA_BATCH_SENSOR_TIMEOUT_SECONDS`, else `600` |
 | sensor: check every (s) | - | `KAFKA_BATCH_SENSOR_POKE_SECONDS`, else `60` |
+| sensor: wait in the triggerer (no worker slot) | - | `KAFKA_BATCH_SENSOR_DEFERRABLE`, else `false` |
+| retries: wait between attempts (s) | - | `KAFKA_BATCH_RETRY_DELAY_SECONDS`, else `120` |
 | health: STOP after no commit for (s) | - | `KAFKA_BATCH_STOP_AFTER_SECONDS`, else `2700` (3 intervals) |
 
 Runs of type *backfill* (`airflow backfill create --dag-id kafka_batch_ingest ...`) replay
@@ -108,5 +110,7 @@ with DAG(
         max_data_age=seconds("KAFKA_BATCH_MAX_DATA_AGE_SECONDS", 3600),
         sensor_timeout=seconds("KAFKA_BATCH_SENSOR_TIMEOUT_SECONDS", 600),
         sensor_poke_interval=seconds("KAFKA_BATCH_SENSOR_POKE_SECONDS", 60),
+        deferrable=os.environ.get("KAFKA_BATCH_SENSOR_DEFERRABLE", "false").lower() in ("1", "true", "yes"),
+        retry_delay=seconds("KAFKA_BATCH_RETRY_DELAY_SECONDS", 120),
         stop_after=seconds("KAFKA_BATCH_STOP_AFTER_SECONDS", 2700),
     )

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.exceptions import AirflowException
 
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.hooks.catalog import check_public_properties
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
-from kafka_batch_provider.operators.errors import task_errors
+from kafka_batch_provider.operators.errors import spark_step_error, task_errors
 from kafka_batch_provider.operators.output import OutputArgs, open_output
 from kafka_batch_provider.operators.xcom import load_plan, pull_summary
 from kafka_batch_provider.outputs import open_store
@@ -142,8 +143,20 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         ):
             self.application_args = application_args(summary["plan_path"], spec, self.write_options)
             self._hand_over(config_path, storage_path, catalog_path)
-            super().execute(context)
+            try:
+                super().execute(context)
+            except AirflowException as exc:
+                raise self._spark_step_error(exc) from None
         return batch_result(spec, plan)
+
+    def _spark_step_error(self, exc: AirflowException) -> AirflowException:
+        """The application's one error line instead of the hook's command line and output tail
+        (already in the log above); errors a retry cannot fix are not retried. An error before
+        spark-submit ran (a bad connection) stays as the hook raised it."""
+        process = getattr(self._hook, "_submit_sp", None)
+        if process is None or process.returncode is None:
+            return exc
+        return spark_step_error(list(getattr(self._hook, "_last_submit_log_lines", [])), process.returncode)
 
     def _hand_over(self, config_path: str, storage_path: str, catalog_path: str) -> None:
         """Secrets in files named by the environment; this package as a zip for a cluster master."""

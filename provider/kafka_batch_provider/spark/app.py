@@ -26,7 +26,7 @@ from kafka_batch_provider.batch_store import load_plan_file
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.kafka_config import SECRET_KEY_PATTERN, check_config, config_object, read_config_file
 from kafka_batch_provider.outputs import OutputSpec, add_partition_by_argument, open_store, output_of_plan
-from kafka_batch_provider.spark.error_lines import spark_error_line
+from kafka_batch_provider.spark.error_lines import spark_error_line, spark_failure_exit_code
 from kafka_batch_provider.spark.options import WriteOptions
 from kafka_batch_provider.storage import read_storage_options_file
 
@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # An error raised in an executor arrives wrapped in Spark's traceback text.
         traceback.print_exc()
         print(f"error: {spark_error_line(exc)}", file=sys.stderr)
-        return 2
+        return spark_failure_exit_code(exc)
     finally:
         spark.stop()
     result = {

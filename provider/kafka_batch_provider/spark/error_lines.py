@@ -29,6 +29,28 @@ def missing_package(text: str) -> bool:
     return bool(_MISSING_PACKAGE.search(text))
 
 
+def jvm_connector_missing(text: str) -> bool:
+    return "KAFKA_DATA_SOURCE_NOT_ENABLED" in text or "Failed to find data source: kafka" in text
+
+
+def spark_failure_exit_code(exc: BaseException) -> int:
+    """The exit code of an error that reached the driver through Spark.
+
+    A :class:`KafkaBatchError` raised in a Spark task keeps its class's code; a missing package
+    or the JVM reader without its connector is a configuration error; anything else (an
+    executor lost, the JVM) exits 1, which a retry may get past.
+    """
+    from kafka_batch_provider import errors
+
+    text = str(exc)
+    kind = task_error_kind(text)
+    if kind:
+        return getattr(errors, kind, errors.KafkaBatchError).exit_code
+    if jvm_connector_missing(text) or missing_package(text):
+        return errors.ConfigError.exit_code
+    return 1
+
+
 def spark_error_line(exc: BaseException) -> str:
     text = str(exc)
     found = task_error_line(text)
@@ -39,7 +61,7 @@ def spark_error_line(exc: BaseException) -> str:
             "Spark's Python workers cannot import kafka_batch_provider: install airflow-provider-kafka-batch "
             "(this version) into the Python that Spark runs (PYSPARK_PYTHON of the cluster or the Spark Connect server)"
         )
-    if "KAFKA_DATA_SOURCE_NOT_ENABLED" in text or "Failed to find data source: kafka" in text:
+    if jvm_connector_missing(text):
         return (
             "the jvm reader needs Spark's Kafka connector (spark-sql-kafka-0-10) on the cluster, "
             "e.g. spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>; "

@@ -1,0 +1,80 @@
+"""One live Airflow for the whole session: api-server, scheduler, dag-processor and triggerer.
+
+The stack runs the project's dags/ with a test-local AIRFLOW_HOME (SQLite, LocalExecutor),
+its ``kafka_default`` connection pointing at the session's broker and ``spark_default`` at a
+local Spark. The ingest DAG gets a one-minute schedule, a deferrable sensor and a short retry
+delay through its environment knobs; each test picks its topic, group and output through the
+DAG's Variables and leaves the DAG paused with nothing running (``live_dag``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from kafka_batch_provider.testing.airflow_live import AirflowStack, orphans_of
+
+DAGS = Path(__file__).resolve().parents[2] / "dags"
+INGEST = "kafka_batch_ingest"
+BACKFILL = "kafka_batch_backfill"
+
+# What the ingest DAG reads when it is parsed (its environment knobs) for the live stack.
+LIVE_DAG_ENV = {
+    "KAFKA_BATCH_SCHEDULE": "* * * * *",  # cron's shortest interval
+    "KAFKA_BATCH_SENSOR_DEFERRABLE": "true",
+    "KAFKA_BATCH_SENSOR_POKE_SECONDS": "2",
+    "KAFKA_BATCH_SENSOR_TIMEOUT_SECONDS": "120",
+    "KAFKA_BATCH_RETRY_DELAY_SECONDS": "3",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.airflow_live)
+
+
+@pytest.fixture(scope="session")
+def airflow_stack(kafka_bootstrap_servers: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
+    home = tmp_path_factory.mktemp("airflow-live")
+    env = {
+        **LIVE_DAG_ENV,
+        # Defaults only: every test sets its own through the Variables.
+        "KAFKA_BATCH_TOPICS": "live-unused",
+        "KAFKA_BATCH_OUTPUT": str(home / "lake-default"),
+    }
+    stack = AirflowStack(home=home, dags_folder=DAGS, env=env)
+    with stack:
+        stack.set_connection("kafka_default", "kafka", extra={"bootstrap.servers": kafka_bootstrap_servers})
+        stack.set_connection("spark_default", "spark", host="local[2]")
+        stack.wait_for_dags([INGEST, BACKFILL])
+        yield stack
+    left = [f"{p.pid} {' '.join(p.cmdline())[:100]}" for p in orphans_of(home)]
+    assert not left, f"expected every process of the Airflow stack to be gone after stop(), found {left}"
+
+
+@pytest.fixture
+def live_ingest(
+    airflow_stack: AirflowStack, tmp_path: Path, group_id: str, new_topic: Callable[..., str]
+) -> Iterator[dict[str, str]]:
+    """A fresh topic, group and output for the ingest DAG, set as its Variables.
+
+    Afterwards the DAG is paused, its unfinished runs failed and waited for, so the next test
+    starts from a quiet DAG even when this one failed halfway.
+    """
+    settings = {
+        "topic": new_topic(partitions=2),
+        "group": group_id,
+        "output": str(tmp_path / f"lake-{uuid.uuid4().hex[:6]}"),
+    }
+    airflow_stack.set_variable("kafka_batch_topics", settings["topic"])
+    airflow_stack.set_variable("kafka_batch_group", settings["group"])
+    airflow_stack.set_variable("kafka_batch_output", settings["output"])
+    try:
+        yield settings
+    finally:
+        airflow_stack.quiesce(INGEST)

@@ -1,0 +1,49 @@
+"""Which Spark step failures are retried, and the one line each one shows."""
+
+from __future__ import annotations
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from kafka_batch_provider.operators.errors import spark_step_error
+from kafka_batch_provider.spark.error_lines import spark_failure_exit_code
+
+OUTPUT = [
+    "26/11/22 09:00:01 WARN NativeCodeLoader: Unable to load native-hadoop library",
+    "error: batch b-1: a file of _staging/b-1.1 vanished before it was published (part-0.parquet)",
+    "26/11/22 09:00:02 INFO ShutdownHookManager: Shutdown hook called",
+]
+
+
+@pytest.mark.parametrize(
+    "exit_code, retried",
+    [(2, False), (4, False), (3, True), (1, True), (-9, True), (137, True)],
+)
+def test_bad_input_and_conflicts_fail_at_once_and_the_rest_is_retried(exit_code, retried):
+    error = spark_step_error(OUTPUT, exit_code)
+    assert isinstance(error, AirflowFailException) is not retried, (
+        f"exit code {exit_code}: expected {'a retry' if retried else 'no retry'}, got {type(error).__name__}"
+    )
+    assert str(error) == (
+        "Spark step failed: batch b-1: a file of _staging/b-1.1 vanished before it was published (part-0.parquet)"
+    )
+
+
+def test_without_an_error_line_the_exit_code_is_named_and_a_retry_allowed():
+    error = spark_step_error(["Exception in thread main java.lang.OutOfMemoryError"], 2)
+    assert type(error) is AirflowException, f"expected a retryable AirflowException, got {type(error).__name__}"
+    assert str(error) == "spark-submit exited with code 2 and no error line: see the log above"
+
+
+@pytest.mark.parametrize(
+    "spark_text, expected",
+    [
+        ("...\nkafka_batch_provider.errors.ReadError: orders[0]: offsets 5-9 not read within 60 s\n...", 2),
+        ("...\nkafka_batch_provider.errors.StorageError: s3://lake: 503 Slow Down\n...", 3),
+        ("...\nkafka_batch_provider.errors.LogConflictError: another run published first\n...", 4),
+        ("[DATA_SOURCE_NOT_FOUND] Failed to find data source: kafka.", 2),
+        ("Job aborted due to stage failure: ExecutorLostFailure (executor 1 exited)", 1),
+    ],
+)
+def test_errors_reaching_the_driver_through_spark_keep_their_exit_code(spark_text, expected):
+    assert spark_failure_exit_code(RuntimeError(spark_text)) == expected
