@@ -261,6 +261,17 @@ def test_no_secret_in_the_process_table_while_spark_ran(secrets_run):
     assert not found, f"expected no secret in any process's command line, found: {found}"
 
 
+def test_the_private_files_that_carried_the_secrets_to_spark_are_gone_after_the_run(secrets_run):
+    private_files = {
+        place: path
+        for place, path in secrets_run.spark_submit.items()
+        if place.startswith("environment variable KAFKA_BATCH_") and place.split()[2].endswith("_FILE")
+    }
+    assert len(private_files) >= 4, f"expected the Kafka config and storage options files, got {private_files}"
+    left_behind = {place: path for place, path in private_files.items() if Path(path).exists()}
+    assert not left_behind, f"expected the secret files removed after spark-submit, still on disk: {left_behind}"
+
+
 # -- the search itself can fail ----------------------------------------------------------------
 
 
