@@ -98,6 +98,7 @@ class SecretsRun:
     states: dict[str, dict[str, str]]
     task_logs: dict[str, str]
     metadata_db: dict[str, str]
+    airflow_home: dict[str, bytes]
     parquet_output: dict[str, bytes]
     delta_output: dict[str, bytes]
     spark_submit: dict[str, str]
@@ -191,6 +192,11 @@ def secrets_run(request, airflow_db, kafka_bootstrap_servers, s3_server) -> Iter
                 "rendered_task_instance_fields", "rendered_fields"
             ),
         },
+        airflow_home={
+            f"file {path} under AIRFLOW_HOME": path.read_bytes()
+            for path in Path(os.environ["AIRFLOW_HOME"]).rglob("*")
+            if path.is_file()
+        },
         parquet_output=s3_objects(fs, parquet_prefix),
         delta_output=s3_objects(fs, delta_prefix),
         spark_submit=submits,
@@ -223,6 +229,13 @@ def test_no_secret_in_the_task_logs(secrets_run):
 def test_no_secret_in_xcom_or_rendered_fields(secrets_run):
     found = find_secret(secrets_run.metadata_db)
     assert not found, f"expected no secret in the metadata DB, found: {found}"
+
+
+def test_no_secret_in_any_file_under_airflow_home_the_whole_metadata_db_and_log_files(secrets_run):
+    files = "\n".join(secrets_run.airflow_home)
+    assert "airflow.db" in files, f"expected the SQLite metadata DB under AIRFLOW_HOME, found:\n{files}"
+    found = find_secret(secrets_run.airflow_home)
+    assert not found, f"expected no secret in any file under AIRFLOW_HOME, found: {found}"
 
 
 def test_no_secret_in_any_object_of_the_parquet_output_plans_log_and_commit_records(secrets_run):
