@@ -290,6 +290,8 @@ def test_batches_share_a_server_session_and_a_closed_one_is_replaced(spark_conne
     first = connect_session(spark_connect_remote)
     second = connect_session(spark_connect_remote)
     assert first.session_id == second.session_id == shared, (first.session_id, second.session_id)
+    # pyspark marks the process as Spark Connect; a spark-submit started from it later would inherit that.
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ, "a Connect session left its mark in os.environ"
     second.client.close()
     first.stop()  # releases the session: the server refuses its id from now on
 

@@ -12,9 +12,11 @@ neither the session's visible conf nor the query plan's text shows any.
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -107,6 +109,24 @@ def connect_error(remote: str, exc: BaseException) -> KafkaBatchError:
     return SparkStepError(f"Spark Connect at {address}: {scrub(spark_error_line(exc), remote)}")
 
 
+@contextmanager
+def connect_mode_kept_out_of_environment() -> Iterator[None]:
+    """pyspark marks the whole process as Spark Connect (``SPARK_CONNECT_MODE_ENABLED=1`` in
+    ``os.environ``) when a Connect session is created: every spark-submit this process starts
+    afterwards (another task in the same Airflow worker, ``dag.test``) would inherit it and turn
+    its classic session into a Connect client. Put the variables back as they were."""
+    names = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+    before = {name: os.environ.get(name) for name in names}
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def connect_session(remote: str) -> Any:
     """A Spark Connect session, after checking a server answers (a missing one would be retried for minutes).
 
@@ -114,11 +134,12 @@ def connect_session(remote: str) -> Any:
     own ``session_id``, and starts a fresh one if the server closed the shared one.
     """
     check_reachable(remote)
-    from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.retries import DefaultPolicy
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     def session(url: str) -> Any:
-        spark = SparkSession.builder.remote(url).create()
+        with connect_mode_kept_out_of_environment():
+            spark = ConnectSession.builder.remote(url).create()
         try:
             spark.client.set_retry_policies([DefaultPolicy(**RETRY_POLICY)])
             for key, value in SESSION_CONF.items():  # the first call fails if the session was closed
