@@ -2,13 +2,12 @@
 
 Every call has a timeout and turns librdkafka errors into one-line
 :class:`~kafka_batch_provider.errors.KafkaBatchError` messages. Consumers are only used for
-offset APIs (``committed``; commits go through the admin API, which has a timeout); they never
+offset APIs (``committed``, ``commit``, the latter bounded by a timeout); they never
 ``subscribe``, so no group join happens and no rebalance can move anything.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -17,7 +16,6 @@ from typing import Any, TypeVar
 
 from confluent_kafka import (
     Consumer,
-    ConsumerGroupTopicPartitions,
     IsolationLevel,
     KafkaError,
     KafkaException,
@@ -99,6 +97,7 @@ class KafkaOffsets:
                 KafkaError._TIMED_OUT,
                 KafkaError._ALL_BROKERS_DOWN,
                 KafkaError._RESOLVE,
+                KafkaError._WAIT_COORD,  # no group coordinator answers: the commit's broker is gone
             ):
                 raise KafkaUnavailableError(
                     f"Kafka at {self.bootstrap_servers} did not answer {what} within {self.timeout:g}s "
@@ -265,18 +264,28 @@ class KafkaOffsets:
         """Commit and wait for the coordinator's answer for every partition, at most ``timeout``.
 
         ``Consumer.commit(asynchronous=False)`` has no timeout: with the coordinator gone it
-        blocks until the task itself times out. The admin API's OffsetCommit takes one
-        (``request_timeout``) and answers per partition. The group must have no active
-        members, as for a commit from a consumer that never joined it (ours never do).
+        blocks until librdkafka gives up (~45 s on the embedded broker) or the task times out.
+        An asynchronous commit whose callback is polled for has one. (The admin API's
+        OffsetCommit has a timeout too, but after it the embedded broker failed later commits
+        and group deletions of the same group with transport errors.) The consumer never
+        joins the group, as before.
         """
-        futures = self.admin.alter_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group_id, request)], request_timeout=self.timeout
-        )
+        answers: list[tuple[KafkaError | None, list[KafkaTopicPartition]]] = []
+        config = {**consumer_config(self.kafka_config, group_id), "on_commit": lambda e, p: answers.append((e, p))}
+        consumer = Consumer(config)
         try:
-            # librdkafka ends the request at request_timeout; the margin only guards against a lost callback.
-            return futures[group_id].result(timeout=self.timeout + 5).topic_partitions
-        except concurrent.futures.TimeoutError:
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT)) from None
+            consumer.commit(offsets=request, asynchronous=True)
+            deadline = time.monotonic() + self.timeout
+            while not answers and time.monotonic() < deadline:
+                consumer.poll(0.1)  # serves the commit's callback
+        finally:
+            consumer.close()
+        if not answers:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        error, partitions = answers[0]
+        if error is not None:
+            raise KafkaException(error)
+        return partitions
 
     def topic_retention_ms(self, topics: Sequence[str]) -> dict[str, int | None]:
         """Each topic's ``retention.ms`` (``None`` when the broker does not say; ``-1``: forever)."""
