@@ -107,6 +107,21 @@ class LocalServer:
         """Return once the server answers its protocol; raise a one-line error otherwise."""
         raise NotImplementedError
 
+    def poll_until(self, ready: Callable[[], bool], timeout: float, error: type[KafkaBatchError], waiting: str) -> None:
+        """Poll ``ready()`` until it holds; one line (``error``) if the process exits or ``timeout`` passes.
+
+        :param waiting: what did not happen in time, e.g. ``"did not answer"``.
+        """
+        deadline = time.monotonic() + timeout
+        while not ready():
+            code = self.exit_code()
+            if code is not None:
+                where = f"; see {self.log_path}" if self.log_path else ""
+                raise error(f"{self.label} on port {self.port} exited with code {code} at start{where}")
+            if time.monotonic() > deadline:
+                raise error(f"{self.label} on port {self.port} {waiting} within {timeout:g}s")
+            time.sleep(0.2)
+
     def environment(self) -> dict[str, str] | None:
         """The server's environment (default: this process's)."""
         return None

@@ -12,7 +12,6 @@ their default request/response checksums (no ``AWS_REQUEST_CHECKSUM_CALCULATION`
 from __future__ import annotations
 
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -166,15 +165,7 @@ class EmbeddedS3(LocalServer):
 
     def wait_until_ready(self, timeout: float) -> None:
         """Ready means its buckets answer an S3 request, not just an open port."""
-        deadline = time.monotonic() + timeout
-        while not buckets_ready(self.endpoint_url, self.buckets):
-            code = self.exit_code()
-            if code is not None:
-                where = f"; see {self.log_path}" if self.log_path else ""
-                raise StorageError(f"embedded S3 server on port {self.port} exited with code {code} at start{where}")
-            if time.monotonic() > deadline:
-                raise StorageError(f"embedded S3 server at {self.endpoint_url} did not answer within {timeout:g}s")
-            time.sleep(0.2)
+        self.poll_until(lambda: buckets_ready(self.endpoint_url, self.buckets), timeout, StorageError, "did not answer")
 
 
 def is_s3_server(pid: int) -> bool:

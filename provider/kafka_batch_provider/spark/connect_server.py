@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -75,15 +74,7 @@ class SparkConnectServer(LocalServer):
 
     def wait_until_ready(self, timeout: float) -> None:
         """Ready once gRPC listens: the server binds its port after the SparkContext is up."""
-        deadline = time.monotonic() + timeout
-        while not port_open(self.port):
-            code = self.exit_code()
-            if code is not None:
-                where = f"; see {self.log_path}" if self.log_path else ""
-                raise SparkStepError(f"the Spark Connect server exited with code {code} at start{where}")
-            if time.monotonic() > deadline:
-                raise SparkStepError(f"the Spark Connect server at {self.remote} did not listen within {timeout:g}s")
-            time.sleep(0.2)
+        self.poll_until(lambda: port_open(self.port), timeout, SparkStepError, "did not listen")
 
 
 # -- the detached server of the command line ------------------------------------------------

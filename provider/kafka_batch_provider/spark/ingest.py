@@ -117,10 +117,10 @@ def stage_batch(
     # An existing table's partitioning, not the run's flags, decides how files are split.
     writer = TaskWriter(data.output, staging, data.storage_options, partition_by=partition_of(store))
     receipts = options.reader == "python"
-    df = decode_values(read_plan(spark, plan, kafka_config, options, receipts=receipts), options)
-    if receipts and options.value_format != "json":
+    reader = slice_reader(plan, kafka_config, options) if receipts else None
+    df = decode_values(reader.frame(spark) if reader else read_plan(spark, plan, kafka_config, options), options)
+    if reader and options.value_format != "json":
         # Read and write in the same Python worker: the records never go through the JVM.
-        reader = slice_reader(plan, kafka_config, options)
         fused = ReadAndWrite(reader, writer, options.value_format)
         rows = reader.slice_ids(spark).mapInArrow(fused, REPORT_SCHEMA).collect()
     else:
