@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
 import tempfile
 import uuid
@@ -50,6 +51,17 @@ def spark() -> Iterator[pyspark.sql.SparkSession]:  # noqa: F821
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> str:
+    """The session's Airflow metadata DB (SQLite in its AIRFLOW_HOME), migrated once for every suite."""
+    home = os.environ["AIRFLOW_HOME"]
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, f"airflow db migrate failed: {result.stderr[-2000:]}"
+    return home
 
 
 @pytest.fixture

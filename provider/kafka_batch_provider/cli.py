@@ -18,6 +18,7 @@ from typing import Any
 
 from kafka_batch_provider import __version__, validation
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
+from kafka_batch_provider.fail_points import fail_point
 from kafka_batch_provider.kafka_config import LIBRDKAFKA_LOGGER, parse_key_values, read_config_file
 from kafka_batch_provider.planning import DataLossPolicy, NewPartitionPolicy, PlanPolicy
 from kafka_batch_provider.reconcile import GroupMismatchPolicy
@@ -429,6 +430,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     }
     if not plan.ranges:
         return {**result, "records": 0, "committed": {}, "skipped": True, "timings": timings}
+    fail_point("after-plan")
     if plan.has_data:
         clock = time.perf_counter()
         written = submit_write(args, options, outcome.plan_path, store, kafka)
@@ -436,6 +438,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
         timings.update(written.get("timings", {}))
     else:
         progress(f"batch {plan.batch_id} has nothing to read: Spark is not started")
+    fail_point("after-log-entry")
     clock = time.perf_counter()
     committed = commit_batch(kafka, store, plan, progress)
     timings["commit_seconds"] = round(time.perf_counter() - clock, 3)

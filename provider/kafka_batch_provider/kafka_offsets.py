@@ -26,6 +26,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, Resou
 
 from kafka_batch_provider.errors import CommitConflictError, ConfigError, KafkaUnavailableError, PlanError
 from kafka_batch_provider.kafka_config import READ_COMMITTED, admin_config, check_config, consumer_config
+from kafka_batch_provider.kafka_errors import is_unreachable
 from kafka_batch_provider.offsets import PartitionOffsets, TopicPartition
 from kafka_batch_provider.validation import check_topics
 
@@ -92,13 +93,7 @@ class KafkaOffsets:
             return fn()
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
-            if isinstance(error, KafkaError) and error.code() in (
-                KafkaError._TRANSPORT,
-                KafkaError._TIMED_OUT,
-                KafkaError._ALL_BROKERS_DOWN,
-                KafkaError._RESOLVE,
-                KafkaError._WAIT_COORD,  # no group coordinator answers: the commit's broker is gone
-            ):
+            if isinstance(error, KafkaError) and is_unreachable(error):
                 raise KafkaUnavailableError(
                     f"Kafka at {self.bootstrap_servers} did not answer {what} within {self.timeout:g}s "
                     f"({error.name()}); is the broker running and reachable?"

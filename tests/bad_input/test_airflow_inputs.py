@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.bad_input.scene import Scene, one_line_problems
-from tests.dags.conftest import DAGS, airflow_db  # noqa: F401 - the migrated metadata DB fixture
+from tests.dags.conftest import DAGS
 
 # -- operator arguments: the DAG file fails to import, with one line ------------------------
 

@@ -59,10 +59,13 @@ class EmbeddedBroker(LocalServer):
     outlives this Python process (the ``kafka-batch broker start`` command).
 
     :param port: port to listen on; ``0`` picks a free one.
+    :param advertised_port: the port clients are told to use, when not ``port``.
     :param log_path: file for the broker's output (default: discarded).
     """
 
     label: ClassVar[str] = "embedded broker"
+    #: The port named in metadata, when clients reach the broker through another (a proxy's).
+    advertised_port: int | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -76,7 +79,7 @@ class EmbeddedBroker(LocalServer):
             "--listener-url",
             url,
             "--advertised-listener-url",
-            url,
+            f"tcp://{HOST}:{self.advertised_port or self.port}",
             "--storage-engine",
             "memory://tansu/",
         ]

@@ -133,6 +133,12 @@ class ParquetLayout:
             return
         final, staging = data_dir_name(entry["batch_id"]), entry["staging"]
         found = self.published_files(entry["batch_id"])
+        strays = sorted(set(found) - set(files))
+        if strays and not self.data.is_local:
+            # Files of an attempt whose log entry was lost: readers would count them with this
+            # entry's files. The entry is the truth, and its files are copied after this.
+            self.data.delete(f"{final}/{name}" for name in strays)
+            found = {n: size for n, size in found.items() if n in files}
         if all(found.get(n) == size for n, size in files.items()):
             if self.data.exists(staging):
                 self.data.delete_tree(staging)

@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 from kafka_batch_provider import __version__
 from kafka_batch_provider.batch_store import BatchStore, utc_now
 from kafka_batch_provider.errors import ConfigError
+from kafka_batch_provider.fail_points import fail_point
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
 from kafka_batch_provider.manifest import build_manifest
 from kafka_batch_provider.plan import OffsetPlan
@@ -205,6 +206,7 @@ def publish_staged(
         },
         timings=timings,
     )
+    fail_point("before-log-entry")
     return store.commit_entry(plan, manifest)
 
 

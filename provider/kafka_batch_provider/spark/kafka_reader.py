@@ -31,6 +31,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from kafka_batch_provider.errors import ReadError
 from kafka_batch_provider.kafka_config import consumer_config
+from kafka_batch_provider.kafka_errors import is_transient
 from kafka_batch_provider.offsets import OffsetRange
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
@@ -109,6 +110,7 @@ class ReadStats:
     """What one read of ``[start, end)`` delivered, counted where it was read.
 
     :param position: the consumer position reached (``end`` once the read completed).
+    :param transient_errors: outage errors (broker away, leader moving) read through.
     :param rows: records delivered; ``first_offset`` / ``last_offset`` bound them.
     """
 
@@ -118,6 +120,7 @@ class ReadStats:
     end: int
     position: int
     rows: int = 0
+    transient_errors: int = 0
     first_offset: int | None = None
     last_offset: int | None = None
 
@@ -153,7 +156,8 @@ def read_range(
         largest Arrow batch).
     :param stall_timeout: seconds without progress before the read fails: the range was
         planned from offsets the broker reported, so a missing tail means the data is gone
-        or the broker is unreachable, and waiting forever would hide it.
+        or the broker is unreachable, and waiting forever would hide it. Transient errors
+        (broker away, leader moving) are read through until then; others fail at once.
     :param stats: filled in while reading (rows, first and last offset, position reached).
     :raises ReadError: naming topic, partition and offsets when the range cannot be completed.
     """
@@ -168,6 +172,7 @@ def read_range(
     try:
         consumer.assign([KafkaTopicPartition(topic, partition, start)])
         last_progress = time.monotonic()
+        last_error = ""
         wanted = min(batch_size, FIRST_BATCH_MESSAGES)
         while position < end:
             # Never ask for more than the range can hold: consume() waits the whole timeout
@@ -176,13 +181,19 @@ def read_range(
             good = []
             for m in messages:
                 error = m.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        continue
+                if error is None:
+                    good.append(m)
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                elif is_transient(error):
+                    # The broker is away or its leader moving: librdkafka reconnects by itself;
+                    # the stall timeout below bounds how long an outage may last.
+                    stats.transient_errors += 1
+                    last_error = error.str()
+                else:
                     raise ReadError(
                         f"{topic}[{partition}]: reading [{start}, {end}) failed at offset {position}: {error.str()}"
                     )
-                good.append(m)
             if good and good[-1].offset() >= end:
                 # The fetch ran past the planned end: keep only offsets inside the range.
                 good = [m for m in good if m.offset() < end]
@@ -199,9 +210,10 @@ def read_range(
                 position = stats.position = min(new_position, end)
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > stall_timeout:
+                cause = f"last error: {last_error}" if last_error else "records deleted, or broker unreachable"
                 raise ReadError(
                     f"{topic}[{partition}]: reading [{start}, {end}) stopped at offset {position}: "
-                    f"no progress for {stall_timeout:g}s (records deleted, or broker unreachable)"
+                    f"no progress for {stall_timeout:g}s ({cause})"
                 )
     finally:
         consumer.close()

@@ -1,0 +1,44 @@
+"""Named points where the fault tests crash or freeze this process: ``KAFKA_BATCH_FAIL_POINT``.
+
+A crash "after the data is in the output and before the Kafka commit" cannot be hit by timing
+a ``kill`` from outside: the gap is a few milliseconds. So the write path names its steps and
+the tests set ``KAFKA_BATCH_FAIL_POINT=<point>:<action>`` in the environment of the process
+they break (as failpoints in TiKV or FoundationDB's buggify do):
+
+* ``kill``: SIGKILL this process at the point, as a lost machine or the OOM killer would;
+* ``stop``: SIGSTOP it there, so the test can stop a server at exactly that moment and then
+  let the process go on with ``SIGCONT``.
+
+Unset (always, outside the tests) every point is a no-op.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+ENV = "KAFKA_BATCH_FAIL_POINT"
+
+#: The points, in the order a batch passes them.
+POINTS = (
+    "after-plan",  # the plan file is saved; Spark has not started
+    "before-log-entry",  # the files are staged and checked; the storage commit (log entry) is next
+    "after-log-entry",  # the batch is in the output; the Kafka commit is next
+)
+ACTIONS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
+
+
+def fail_point(name: str) -> None:
+    """Crash or freeze here when ``$KAFKA_BATCH_FAIL_POINT`` names this point."""
+    wanted = os.environ.get(ENV)
+    if not wanted:
+        return
+    point, _, action = wanted.partition(":")
+    if point != name:
+        return
+    if action not in ACTIONS:
+        raise ValueError(f"{ENV}={wanted!r}: the action must be one of {', '.join(ACTIONS)}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.kill(os.getpid(), ACTIONS[action])

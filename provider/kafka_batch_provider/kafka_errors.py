@@ -1,0 +1,48 @@
+"""Which Kafka errors mean "the broker is away, try again" and which mean "stop now".
+
+An outage (broker stopped, connection cut, leader moving) passes: the caller retries until
+its own deadline (a request's timeout, a read's stall timeout). Everything else is an answer
+(the offset is gone, the topic is unknown, access is denied), and retrying cannot change it.
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError
+
+#: The client could not reach a broker, or no broker answered in time.
+UNREACHABLE = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._RESOLVE,
+        KafkaError._WAIT_COORD,  # no group coordinator answers: the commit's broker is gone
+    }
+)
+
+#: A broker answered, but the partition is between leaders or the request timed out there.
+LEADERSHIP_MOVING = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NETWORK_EXCEPTION,
+        KafkaError.BROKER_NOT_AVAILABLE,
+        KafkaError.REPLICA_NOT_AVAILABLE,
+        KafkaError.KAFKA_STORAGE_ERROR,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+    }
+)
+
+
+def is_unreachable(error: KafkaError) -> bool:
+    """No broker could be asked: a request failing so names the broker, not the input."""
+    return error.code() in UNREACHABLE
+
+
+def is_transient(error: KafkaError) -> bool:
+    """Worth retrying within a deadline: an outage, a leader change, or what librdkafka marks retriable."""
+    if error.fatal():
+        return False
+    return error.code() in UNREACHABLE or error.code() in LEADERSHIP_MOVING or error.retriable()

@@ -1,0 +1,112 @@
+"""The fault matrix: break the broker, the S3 server, Spark and the process, then count the output.
+
+The scenarios run ``kafka-batch run`` through the session's Spark Connect server (a batch costs
+seconds, not a JVM start) against a broker and an S3 server that sit behind
+:class:`FaultProxy` ports, so a test can make either go dark and come back with its data.
+Every scenario checks the output with its format's own reader; the terminal summary ends with
+``faults survived: N/M, records lost: L, duplicated: D``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from kafka_batch_provider.broker.embedded import EmbeddedBroker
+from kafka_batch_provider.objectstore.embedded import S3Endpoint
+from kafka_batch_provider.testing.fault_proxy import FaultProxy
+from tests.faults.harness import Lake
+from tests.faults.tally import TALLY, Outcome
+
+OUTCOME = pytest.StashKey[Outcome]()
+
+#: The formats every scenario runs with: the Parquet layout and a table format.
+FORMATS = ("parquet", "delta")
+
+
+@pytest.fixture(scope="session")
+def broker_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultProxy]:
+    """A broker of its own (not the session's), reachable only through a proxy that can go dark."""
+    proxy = FaultProxy(target_port=0)
+    log_path = Path(tmp_path_factory.mktemp("fault-broker")) / "tansu.log"
+    with EmbeddedBroker(log_path=log_path, advertised_port=proxy.port) as broker:
+        proxy.target_port = broker.port
+        with proxy:
+            yield proxy
+
+
+@pytest.fixture
+def kafka_proxy(broker_proxy: FaultProxy) -> Iterator[FaultProxy]:
+    """The broker's proxy, back up after the test whatever the test did to it."""
+    yield broker_proxy
+    if broker_proxy.dark:
+        broker_proxy.restore()
+
+
+@pytest.fixture
+def kafka_config(kafka_proxy: FaultProxy) -> dict[str, str]:
+    """Overrides the plugin's: every client here (``new_topic`` too) goes through the proxy."""
+    return {"bootstrap.servers": f"127.0.0.1:{kafka_proxy.port}"}
+
+
+@pytest.fixture(scope="session")
+def storage_proxy(s3_server) -> Iterator[FaultProxy]:
+    target = urlparse(s3_server.endpoint_url)
+    if target.hostname not in ("127.0.0.1", "localhost"):
+        pytest.skip("the storage faults put a proxy in front of a local S3 server")
+    with FaultProxy(target_port=target.port or 80) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def s3_proxy(storage_proxy: FaultProxy) -> Iterator[FaultProxy]:
+    yield storage_proxy
+    if storage_proxy.dark:
+        storage_proxy.restore()
+
+
+@pytest.fixture(params=FORMATS)
+def lake(request: pytest.FixtureRequest, s3_server, s3_proxy: FaultProxy, tmp_path: Path) -> Lake:
+    endpoint = S3Endpoint(
+        f"http://127.0.0.1:{s3_proxy.port}",
+        s3_server.access_key,
+        s3_server.secret_key,
+        s3_server.region,
+        s3_server.bucket,
+    )
+    name = request.node.name.split("[")[0].removeprefix("test_")[:40]
+    options_file = tmp_path / "storage-options.json"
+    options_file.write_text(json.dumps(endpoint.storage_options()))
+    return Lake(
+        request.param, f"s3://{endpoint.bucket}/{name}-{uuid.uuid4().hex[:8]}", endpoint, s3_proxy, options_file
+    )
+
+
+@pytest.fixture
+def outcome(request: pytest.FixtureRequest) -> Outcome:
+    request.node.stash[OUTCOME] = found = Outcome()
+    return found
+
+
+def is_scenario(item: pytest.Item) -> bool:
+    return "outcome" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = (yield).get_result()
+    if not is_scenario(item) or report.skipped:
+        return
+    # A scenario counts once: at its call, or at a set-up that failed before it could run.
+    if report.when == "call" or (report.when == "setup" and report.failed):
+        TALLY.record(item.nodeid, report.passed, item.stash.get(OUTCOME, None))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if TALLY.ran:
+        terminalreporter.write_line(TALLY.line())

@@ -1,0 +1,232 @@
+"""What every fault scenario does: run ``kafka-batch`` as a user would, break something, look.
+
+* :class:`Lake`: the output under test (the Parquet layout or a Delta table, on the S3-protocol
+  server behind a :class:`FaultProxy`), read the way its readers read it.
+* :class:`CliRun`: one ``kafka-batch run`` process, optionally frozen or killed at a fail point.
+* :func:`expect_exactly_once`: every produced offset once, counted into the scenario's
+  :class:`~tests.faults.tally.Outcome` (records lost, duplicated).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from kafka_batch_provider.batch_store import BatchStore
+from kafka_batch_provider.fail_points import ENV as FAIL_POINT_ENV
+from kafka_batch_provider.kafka_offsets import KafkaOffsets
+from kafka_batch_provider.manifest import entry_files
+from kafka_batch_provider.objectstore.embedded import S3Endpoint
+from kafka_batch_provider.offsets import TopicPartition
+from kafka_batch_provider.outputs import OutputSpec, open_store
+from kafka_batch_provider.storage import Location
+from kafka_batch_provider.testing.fault_proxy import FaultProxy
+from tests.faults.tally import Outcome
+from tests.integration.helpers import Output, TableOutput, dataset_keys
+
+KAFKA_BATCH = str(Path(sys.executable).parent / "kafka-batch")
+
+
+@dataclass
+class Lake:
+    """An output of one format, on the S3 server that ``s3_proxy`` can make go dark."""
+
+    format: str
+    uri: str
+    endpoint: S3Endpoint
+    s3_proxy: FaultProxy
+    options_file: Path  # the storage options (endpoint, keys) as a file: they travel to Spark's tasks
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        return self.endpoint.storage_options()
+
+    def output(self) -> Output:
+        if self.format == "parquet":
+            return Output(self.uri, self.storage_options)
+        return TableOutput(self.uri, self.storage_options, format=self.format)
+
+    def store(self) -> BatchStore:
+        return open_store(OutputSpec(format=self.format, output=self.uri, storage_options=self.storage_options))
+
+    def table_location(self) -> Location:
+        """The output folder itself (for a table, its root: the store's own files are below it)."""
+        return Location(self.uri, self.storage_options)
+
+    def cli_args(self) -> list[str]:
+        return ["--format", self.format, "--output", self.uri, "--storage-options-file", str(self.options_file)]
+
+    def env(self) -> dict[str, str]:
+        return self.endpoint.env()
+
+    def keys(self) -> Counter:
+        """How often each (topic, partition, offset) is visible to the format's own reader now."""
+        return dataset_keys(self.output())
+
+    def log_entries(self) -> list[dict[str, Any]]:
+        return list(self.store().log.entries())
+
+    def batches(self) -> list[tuple[str, tuple, int | None]]:
+        """Each logged batch's id, files with sizes, and table version: unchanged means not rewritten."""
+        return [
+            (e["batch_id"], tuple(sorted(entry_files(e).items())), e.get("table_version")) for e in self.log_entries()
+        ]
+
+    def staged_names(self, store: BatchStore | None = None) -> list[str]:
+        """Data files written but not (yet) part of the output: the Parquet layout's ``_staging/``,
+        a table's data files that no commit names yet."""
+        store = store or self.store()
+        location = store.sink.data  # a table's data files sit in the table, not beside its log
+        folder = "_staging" if self.format == "parquet" else "data"
+        if not location.exists(folder):
+            return []
+        written = [p for p in location.fs.find(location.path(folder)) if p.endswith(".parquet")]
+        if self.format == "parquet":
+            return written
+        committed = {f"{e['location']}/{name}" for e in self.log_entries() for name in entry_files(e)}
+        return [p for p in written if not any(p.endswith(c) for c in committed)]
+
+
+@dataclass
+class CliRun:
+    """``kafka-batch run`` in its own process group; ``fail_point`` as ``"<point>:<action>"``."""
+
+    args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    fail_point: str | None = None
+    process: subprocess.Popen | None = None
+    stdout: str = ""
+    stderr: str = ""
+
+    def start(self) -> CliRun:
+        env = {**os.environ, **self.env}
+        env.pop(FAIL_POINT_ENV, None)
+        if self.fail_point:
+            env[FAIL_POINT_ENV] = self.fail_point
+        self.process = subprocess.Popen(
+            [KAFKA_BATCH, "run", *self.args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,  # so a kill can take the whole group, as a lost worker would
+        )
+        return self
+
+    def wait_stopped(self, timeout: float = 180) -> None:
+        """Until the process froze itself at its fail point (``:stop``)."""
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self.finish()
+                raise AssertionError(
+                    f"the run exited ({self.process.returncode}) before its fail point {self.fail_point}: "
+                    f"{self.stderr.strip().splitlines()[-3:]}"
+                )
+            if psutil.Process(self.process.pid).status() == psutil.STATUS_STOPPED:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"the run did not reach its fail point {self.fail_point} within {timeout:g}s")
+
+    def resume(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGCONT)
+
+    def kill_group(self) -> None:
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGKILL)
+
+    def finish(self, timeout: float = 300) -> CliRun:
+        assert self.process is not None
+        try:
+            out, err = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill_group()
+            out, err = self.process.communicate()
+            raise AssertionError(f"the run did not end within {timeout:g}s: {err.strip().splitlines()[-3:]}") from None
+        self.stdout, self.stderr = self.stdout + out, self.stderr + err
+        return self
+
+    def result(self) -> dict[str, Any]:
+        """The run's JSON summary; the run must have succeeded."""
+        assert self.process is not None and self.process.returncode == 0, (
+            f"expected the run to succeed, got exit {self.process.returncode if self.process else None}: "
+            f"{self.stderr.strip().splitlines()[-3:]}"
+        )
+        return json.loads(self.stdout.strip().splitlines()[-1])
+
+    def error_line(self) -> str:
+        """The failed run's last line, which must be its one ``error:`` line (and no traceback)."""
+        assert self.process is not None
+        lines = self.stderr.strip().splitlines()
+        assert self.process.returncode not in (0, None), f"expected a failure, got exit 0: {self.stdout[-500:]!r}"
+        assert lines and lines[-1].startswith("error: "), f"expected an 'error:' line last, got {lines[-3:]!r}"
+        assert "Traceback" not in self.stderr, f"a traceback was printed: {self.stderr[-1500:]}"
+        return lines[-1]
+
+    @property
+    def killed(self) -> bool:
+        return self.process is not None and self.process.returncode == -signal.SIGKILL
+
+
+def scenario_args(lake: Lake, kafka_config: dict[str, Any], topic: str, group: str, remote: str, *extra: str):
+    """``kafka-batch run`` arguments for one topic, group and lake, through Spark Connect."""
+    return [
+        "--bootstrap-servers",
+        kafka_config["bootstrap.servers"],
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--spark-remote",
+        remote,
+        "--timeout",
+        "10",
+        *lake.cli_args(),
+        *extra,
+    ]
+
+
+def run_cli(args: list[str], env: dict[str, str] | None = None, fail_point: str | None = None, timeout: float = 300):
+    return CliRun(args, env or {}, fail_point).start().finish(timeout)
+
+
+def committed(kafka_config: dict[str, Any], group: str, topic: str, partitions: int) -> dict[int, int | None]:
+    found = KafkaOffsets(kafka_config, timeout=10).committed_offsets(
+        group, [TopicPartition(topic, p) for p in range(partitions)]
+    )
+    return {tp.partition: offset for tp, offset in found.items()}
+
+
+def expect_exactly_once(outcome: Outcome, lake: Lake, expected: set[tuple[str, int, int]]) -> None:
+    """Every expected offset visible once, nothing else: counts go to the tally before asserting."""
+    seen = lake.keys()
+    outcome.checked = True
+    outcome.lost += len(expected - set(seen))
+    outcome.duplicated += sum(n - 1 for n in seen.values() if n > 1)
+    extra = set(seen) - expected
+    assert not (expected - set(seen)) and outcome.duplicated == 0 and not extra, (
+        f"expected {len(expected)} offsets once each; missing {sorted(expected - set(seen))[:5]}, "
+        f"seen twice or more {sorted(k for k, n in seen.items() if n > 1)[:5]}, unexpected {sorted(extra)[:5]}"
+    )
+
+
+def expect_nothing_new_visible(lake: Lake, before: Counter) -> None:
+    """No partial batch: readers see exactly what they saw before the failed attempt."""
+    after = lake.keys()
+    assert after == before, f"a failed attempt changed what readers see: {len(before)} offsets before, {len(after)} now"
+
+
+def offsets(topic: str, ends: dict[int, int], start: int = 0) -> set[tuple[str, int, int]]:
+    return {(topic, p, o) for p, end in ends.items() for o in range(start, end)}
