@@ -1,0 +1,116 @@
+"""Two runs at once, and Airflow retrying a task that failed half way (items 5 and 6)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from kafka_batch_provider.testing.producers import produce, sample_records
+from tests.dags.conftest import DAGS
+from tests.faults.harness import CliRun, committed, expect_exactly_once, offsets, scenario_args
+
+pytestmark = pytest.mark.integration
+
+SPARK_TASK = "ingest.spark_write"
+
+
+def test_two_runs_at_once_one_writes_the_batch_and_the_other_never_writes_it_again(
+    outcome, lake, kafka_config, new_topic, group_id, spark_connect_remote
+):
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 40))
+    args = scenario_args(lake, kafka_config, topic, group_id, spark_connect_remote)
+
+    # Both freeze with their files staged, then race for the same log entry from the same start.
+    runs = [CliRun(args, lake.env(), fail_point="before-log-entry:stop").start() for _ in range(2)]
+    for run in runs:
+        run.wait_stopped()
+    for run in runs:
+        run.resume()
+    for run in runs:
+        run.finish()
+
+    # The same command planned the same batch: exactly one run writes it; the other either
+    # fails in one line, or finds that batch logged and stops without writing it again.
+    wrote = [run for run in runs if run.process.returncode == 0 and " rows in " in run.stderr]
+    others = [run for run in runs if run not in wrote]
+    assert len(wrote) == 1, f"exactly one run must write the batch: {[r.stderr.splitlines()[-2:] for r in runs]}"
+    [other] = others
+    assert "logged it first" in other.stderr or other.process.returncode != 0, other.stderr[-500:]
+    if other.process.returncode != 0:
+        line = other.error_line()
+        assert "another run" in line or "committed" in line, f"the loser must say it lost a race: {line}"
+    assert committed(kafka_config, group_id, topic, 2) == {0: 20, 1: 20}
+    assert len(lake.log_entries()) == 1, "exactly one batch may be logged"
+    expect_exactly_once(outcome, lake, offsets(topic, {0: 20, 1: 20}))
+
+
+@pytest.mark.usefixtures("airflow_db")
+def test_an_airflow_retry_after_a_half_done_spark_task_replays_the_identical_plan(
+    outcome, lake, kafka_proxy, kafka_config, new_topic, group_id, spark_connect_remote, monkeypatch
+):
+    """dag.test() of the shipped ingest DAG; the Spark task's first try loses the broker mid-read."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 50))
+    host, port = spark_connect_remote.removeprefix("sc://").split(":")
+    connections = {
+        "KAFKA_FAULTS": {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_config["bootstrap.servers"]}},
+        "CONNECT_FAULTS": {"conn_type": "spark_connect", "host": host, "port": int(port)},
+        "S3_FAULTS": aws_connection(lake),
+    }
+    for name, connection in connections.items():
+        monkeypatch.setenv(f"AIRFLOW_CONN_{name}", json.dumps(connection))
+    settings = {
+        "KAFKA_BATCH_KAFKA_CONN_ID": "kafka_faults",
+        "KAFKA_BATCH_SPARK_CONNECT_CONN_ID": "connect_faults",
+        "KAFKA_BATCH_STORAGE_CONN_ID": "s3_faults",
+        "KAFKA_BATCH_RETRY_DELAY_SECONDS": "1",
+        "AIRFLOW_VAR_KAFKA_BATCH_TOPICS": topic,
+        "AIRFLOW_VAR_KAFKA_BATCH_GROUP": group_id,
+        "AIRFLOW_VAR_KAFKA_BATCH_FORMAT": lake.format,
+        "AIRFLOW_VAR_KAFKA_BATCH_OUTPUT": lake.uri,
+    }
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    tries: list[int] = []
+
+    def lose_the_broker_on_the_first_try(context) -> None:
+        tries.append(context["ti"].try_number)
+        if context["ti"].try_number == 1:
+            kafka_proxy.go_dark()
+
+    def broker_back(context) -> None:
+        kafka_proxy.restore()
+
+    dag = DagBag(str(DAGS)).dags["kafka_batch_ingest"]
+    for task in dag.tasks:
+        task.retries = 1 if task.task_id == SPARK_TASK else 0
+    spark_task = dag.get_task(SPARK_TASK)
+    spark_task.write_options = replace(spark_task.write_options, stall_timeout=3)
+    spark_task.on_execute_callback = [lose_the_broker_on_the_first_try]
+    spark_task.on_retry_callback = [broker_back]
+
+    dag_run = dag.test()
+
+    states = {ti.task_id: (str(ti.state), ti.try_number) for ti in dag_run.get_task_instances()}
+    assert tries == [1, 2], f"the Spark task must have failed once and been retried: tries {tries}, {states}"
+    assert {state for state, _ in states.values()} == {"success"}, states
+    assert states["ingest.plan"][1] == 1, f"the plan task must not run again: {states}"
+    [entry] = lake.log_entries()
+    assert lake.store().plan_files() == [(entry["seq"], entry["batch_id"])], "one plan, and the batch is that plan's"
+    assert committed(kafka_config, group_id, topic, 2) == {0: 25, 1: 25}
+    expect_exactly_once(outcome, lake, offsets(topic, {0: 25, 1: 25}))
+
+
+def aws_connection(lake) -> dict:
+    options = lake.storage_options
+    return {
+        "conn_type": "aws",
+        "login": options["key"],
+        "password": options["secret"],
+        "extra": {"endpoint_url": lake.endpoint.endpoint_url, "region_name": lake.endpoint.region},
+    }
