@@ -13,6 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.bad_input import tally as _bad_input_tally  # noqa: F401 - registers its matrix
+from tests.faults import tally as _faults_tally  # noqa: F401 - registers its matrix
+from tests.matrix import MATRICES
+
 pytest_plugins = ["kafka_batch_provider.testing.pytest_plugin", "kafka_batch_provider.testing.spark_cluster"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,3 +71,23 @@ def airflow_db() -> str:
 @pytest.fixture
 def group_id(request: pytest.FixtureRequest) -> str:
     return f"g-{request.node.name[:30]}-{uuid.uuid4().hex[:6]}"
+
+
+# -- the counted matrices (tests/matrix.py): here, because xdist's controller loads this file ------
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = (yield).get_result()
+    for matrix in MATRICES:
+        matrix.attach(item, report)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for matrix in MATRICES:
+        matrix.count(report)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    for matrix in MATRICES:
+        matrix.summary(terminalreporter)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.matrix import Matrix
+
 
 @dataclass
 class Verdict:
@@ -32,7 +34,6 @@ class Verdict:
 
 @dataclass
 class Tally:
-    collected: int = 0
     ran: int = 0
     rejected: int = 0
     changed: int = 0
@@ -52,6 +53,7 @@ class Tally:
 
 
 TALLY = Tally()
+MATRIX = Matrix("verdict", Verdict, TALLY)
 
 
 def describe_change(before: Any, after: Any) -> str:

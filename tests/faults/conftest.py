@@ -21,9 +21,7 @@ from kafka_batch_provider.broker.embedded import EmbeddedBroker
 from kafka_batch_provider.objectstore.embedded import S3Endpoint
 from kafka_batch_provider.testing.fault_proxy import FaultProxy
 from tests.faults.harness import Lake
-from tests.faults.tally import TALLY, Outcome
-
-OUTCOME = pytest.StashKey[Outcome]()
+from tests.faults.tally import MATRIX, Outcome
 
 #: The formats every scenario runs with: the Parquet layout and a table format.
 FORMATS = ("parquet", "delta")
@@ -89,24 +87,4 @@ def lake(request: pytest.FixtureRequest, s3_server, s3_proxy: FaultProxy, tmp_pa
 
 @pytest.fixture
 def outcome(request: pytest.FixtureRequest) -> Outcome:
-    request.node.stash[OUTCOME] = found = Outcome()
-    return found
-
-
-def is_scenario(item: pytest.Item) -> bool:
-    return "outcome" in getattr(item, "fixturenames", ())
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    report = (yield).get_result()
-    if not is_scenario(item) or report.skipped:
-        return
-    # A scenario counts once: at its call, or at a set-up that failed before it could run.
-    if report.when == "call" or (report.when == "setup" and report.failed):
-        TALLY.record(item.nodeid, report.passed, item.stash.get(OUTCOME, None))
-
-
-def pytest_terminal_summary(terminalreporter) -> None:
-    if TALLY.ran:
-        terminalreporter.write_line(TALLY.line())
+    return MATRIX.new_case(request)

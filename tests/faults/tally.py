@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tests.matrix import Matrix
+
 
 @dataclass
 class Outcome:
@@ -43,3 +45,4 @@ class Tally:
 
 
 TALLY = Tally()
+MATRIX = Matrix("outcome", Outcome, TALLY)

@@ -30,7 +30,7 @@ from kafka_batch_provider.spark.submit import spark_submit_executable
 from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
 from kafka_batch_provider.testing.spark_cluster import SparkStandaloneCluster
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("spark-cluster")]  # one cluster, on one xdist worker
 
 ZIP_NAME = re.compile(rf"kafka_batch_provider-{re.escape(kafka_batch_provider.__version__)}-[0-9a-f]{{12}}\.zip")
 

@@ -2,17 +2,15 @@
 
 The protocol's main cases through ``kafka-batch run --spark-remote`` as a user runs it, the same
 cases' in-process helpers with a Connect session, what the server can see of the secrets, a
-server whose Python lacks this package, and a server killed in the middle of a batch.
+server whose Python lacks this package (a server killed in the middle of a batch: tests/faults).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 import venv
 from pathlib import Path
 
@@ -230,54 +228,6 @@ def test_a_server_whose_python_lacks_the_package_fails_in_one_line(
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert lines[-1].startswith("error: Spark's Python workers cannot import kafka_batch_provider"), lines[-3:]
     assert committed(kafka_config, group_id, topic, 1) == {0: None}
-
-
-def test_the_server_killed_mid_batch_then_a_retry_finishes_it_exactly_once(
-    kafka_config, kafka_bootstrap_servers, new_topic, group_id, tmp_path
-):
-    topic = new_topic(partitions=2)
-    produce(kafka_config, topic, sample_records(2, 200_000, value_size=100))  # 100,000 per partition
-    out = tmp_path / "lake"
-    port = free_port()
-    args = ["run", "--bootstrap-servers", kafka_bootstrap_servers, "--topic", topic, "--group", group_id]
-    args += ["--output", str(out), "--spark-remote", f"sc://127.0.0.1:{port}", "--max-offsets-per-task", "25000"]
-
-    server = SparkConnectServer(port=port, master="local[2]", log_path=tmp_path / "server-1.log", detach=True)
-    server.start(timeout=180)
-    run = None
-    try:
-        run = subprocess.Popen(
-            [str(Path(sys.executable).parent / "kafka-batch"), *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        # Mid-batch: the tasks have started writing their staging files.
-        deadline = time.monotonic() + 180
-        while not list(out.glob("_staging/**/*.parquet")) and time.monotonic() < deadline and run.poll() is None:
-            time.sleep(0.1)
-        assert run.poll() is None, f"the batch ended before the kill: {run.communicate()}"
-        assert list(out.glob("_staging/**/*.parquet")), "no task started writing within 180 s"
-        os.killpg(server.pid, signal.SIGKILL)  # the JVM and its Python workers
-        _, stderr = run.communicate(timeout=180)
-    finally:
-        server.stop()  # also when an assertion above failed: a detached server would outlive pytest
-        if run is not None and run.poll() is None:
-            run.kill()
-    assert run.returncode != 0, "the run must fail when its server dies"
-    lines = stderr.strip().splitlines()
-    assert len(lines) >= 1 and lines[-1].startswith("error: ") and "Spark Connect" in lines[-1], lines[-3:]
-    assert committed(kafka_config, group_id, topic, 2) == {0: None, 1: None}
-    assert not dataset_keys(str(out)), "a batch of the killed attempt is visible"
-
-    with SparkConnectServer(port=port, master="local[2]", log_path=tmp_path / "server-2.log") as restarted:
-        assert restarted.remote.endswith(str(port))
-        retried = last_json(cli(*args, timeout=600))
-
-    assert retried["reused"] and retried["records"] == 200_000, f"the retry must replay the same plan: {retried}"
-    assert committed(kafka_config, group_id, topic, 2) == {0: 100_000, 1: 100_000}
-    assert_exactly_once(str(out), offsets_of(topic, {0: 100_000, 1: 100_000}))
-    assert not list(out.glob("_staging/**/*.parquet")), "the killed attempt's staging files were not cleaned up"
 
 
 def test_batches_share_a_server_session_and_a_closed_one_is_replaced(spark_connect_remote, monkeypatch):

@@ -36,6 +36,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(item.fspath).parents:
             item.add_marker(pytest.mark.airflow_live)
+            item.add_marker(pytest.mark.xdist_group("airflow-live"))  # one xdist worker, one Airflow stack
 
 
 @pytest.fixture(scope="session")
