@@ -53,7 +53,7 @@ class Tally:
 
 
 TALLY = Tally()
-MATRIX = Matrix("verdict", Verdict, TALLY)
+MATRIX = Matrix("verdict", Verdict, TALLY, "tests/bad_input/")
 
 
 def describe_change(before: Any, after: Any) -> str:

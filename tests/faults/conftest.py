@@ -20,7 +20,7 @@ import pytest
 from kafka_batch_provider.broker.embedded import EmbeddedBroker
 from kafka_batch_provider.objectstore.embedded import S3Endpoint
 from kafka_batch_provider.testing.fault_proxy import FaultProxy
-from tests.faults.harness import Lake
+from tests.faults.harness import Lake, reap
 from tests.faults.tally import MATRIX, Outcome
 
 #: The formats every scenario runs with: the Parquet layout and a table format.
@@ -86,5 +86,6 @@ def lake(request: pytest.FixtureRequest, s3_server, s3_proxy: FaultProxy, tmp_pa
 
 
 @pytest.fixture
-def outcome(request: pytest.FixtureRequest) -> Outcome:
-    return MATRIX.new_case(request)
+def outcome(request: pytest.FixtureRequest) -> Iterator[Outcome]:
+    yield MATRIX.new_case(request)
+    reap()

@@ -43,9 +43,9 @@ class Lake:
 
     format: str
     uri: str
-    endpoint: S3Endpoint
-    s3_proxy: FaultProxy
-    options_file: Path  # the storage options (endpoint, keys) as a file: they travel to Spark's tasks
+    endpoint: S3Endpoint = field(repr=False)
+    s3_proxy: FaultProxy = field(repr=False)
+    options_file: Path = field(repr=False)  # storage options (endpoint, keys) in a file: they reach Spark's tasks
 
     @property
     def storage_options(self) -> dict[str, Any]:
@@ -97,6 +97,23 @@ class Lake:
         return [p for p in written if not any(p.endswith(c) for c in committed)]
 
 
+#: Every run started, so a failed test's frozen or running processes are reaped (see :func:`reap`).
+STARTED: list[CliRun] = []
+
+
+def reap() -> None:
+    """Kill what a scenario left: a run frozen at its fail point would otherwise stay for good."""
+    while STARTED:
+        run = STARTED.pop()
+        if run.process is not None and run.process.poll() is None:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.killpg(run.process.pid, sig)
+                except ProcessLookupError:
+                    break
+            run.process.wait(30)
+
+
 @dataclass
 class CliRun:
     """``kafka-batch run`` in its own process group; ``fail_point`` as ``"<point>:<action>"``."""
@@ -109,6 +126,7 @@ class CliRun:
     stderr: str = ""
 
     def start(self) -> CliRun:
+        STARTED.append(self)
         env = {**os.environ, **self.env}
         env.pop(FAIL_POINT_ENV, None)
         if self.fail_point:

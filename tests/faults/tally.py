@@ -45,4 +45,4 @@ class Tally:
 
 
 TALLY = Tally()
-MATRIX = Matrix("outcome", Outcome, TALLY)
+MATRIX = Matrix("outcome", Outcome, TALLY, "tests/faults/")

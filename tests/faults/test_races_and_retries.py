@@ -85,6 +85,7 @@ def test_an_airflow_retry_after_a_half_done_spark_task_replays_the_identical_pla
 
     def broker_back(context) -> None:
         kafka_proxy.restore()
+        spark_task.write_options = replace(spark_task.write_options, stall_timeout=60)  # the retry is not the fault
 
     dag = DagBag(str(DAGS)).dags["kafka_batch_ingest"]
     for task in dag.tasks:

@@ -27,7 +27,6 @@ from pathlib import Path
 import pytest
 
 from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
-from tests.dags.conftest import airflow_db  # noqa: F401  (the session's migrated metadata DB)
 from tests.dags.test_dags_end_to_end import metadata_db_text, record_spark_submits, run
 
 pytestmark = pytest.mark.integration
@@ -123,7 +122,7 @@ def spark_submit_places(launched: Iterable[tuple[list[str], dict[str, str]]]) ->
 
 
 @pytest.fixture(scope="module")
-def secrets_run(request, airflow_db, kafka_bootstrap_servers, s3_server) -> Iterator[SecretsRun]:  # noqa: F811
+def secrets_run(request, airflow_db, kafka_bootstrap_servers, s3_server) -> Iterator[SecretsRun]:
     import s3fs
 
     capture = request.config.pluginmanager.getplugin("capturemanager")

@@ -16,7 +16,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kafka_batch_provider.errors import StorageError
@@ -41,10 +41,10 @@ class S3Endpoint:
 
     endpoint_url: str
     access_key: str
-    secret_key: str
+    secret_key: str = field(repr=False)
     region: str = REGION
     bucket: str = DEFAULT_BUCKET
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)
 
     def storage_options(self) -> dict:
         """Options for ``s3fs.S3FileSystem(**options)`` (and any fsspec ``storage_options``)."""

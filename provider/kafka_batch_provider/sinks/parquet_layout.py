@@ -133,12 +133,6 @@ class ParquetLayout:
             return
         final, staging = data_dir_name(entry["batch_id"]), entry["staging"]
         found = self.published_files(entry["batch_id"])
-        strays = sorted(set(found) - set(files))
-        if strays and not self.data.is_local:
-            # Files of an attempt whose log entry was lost: readers would count them with this
-            # entry's files. The entry is the truth, and its files are copied after this.
-            self.data.delete(f"{final}/{name}" for name in strays)
-            found = {n: size for n, size in found.items() if n in files}
         if all(found.get(n) == size for n, size in files.items()):
             if self.data.exists(staging):
                 self.data.delete_tree(staging)
@@ -150,6 +144,11 @@ class ParquetLayout:
                 f"batch {entry['batch_id']} (output log entry {entry['seq']}) lists {len(lost)} file(s) that are "
                 f"neither published nor staged, e.g. {data_dir_name(entry['batch_id'])}/{lost[0]}: the output lost data"
             )
+        strays = sorted(set(found) - set(files))
+        if strays and not self.data.is_local:
+            # Files of an attempt whose log entry was lost: readers would count them with this
+            # entry's files. The entry is the truth, and its files are copied after this.
+            self.data.delete(f"{final}/{name}" for name in strays)
         if self.data.is_local:
             if found:  # never merge: set aside whatever a foreign hand left there
                 self.data.rename_folder(final, f"{STAGING}/{entry['batch_id']}.displaced.{uuid.uuid4().hex[:8]}")

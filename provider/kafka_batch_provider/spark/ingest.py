@@ -281,7 +281,7 @@ def read_check_publish(
         progress(f"batch {bid} is in the output log (entry {plan.seq}) and published; this attempt stops here")
         return entry
     store.clean_staging(bid, keep=entry.get("staging"))  # leftovers of crashed attempts of this batch
-    if not str(entry.get("staging") or "").startswith(staged.staging):
+    if staged.reports.files and not str(entry.get("staging") or "").startswith(staged.staging):
         progress(
             f"batch {bid}: another attempt of the same batch logged it first (output log entry {plan.seq}); "
             "this attempt's files were dropped"

@@ -208,7 +208,7 @@ def read_range(
                 new_position = max(new_position, good[-1].offset() + 1)
             if new_position > position:
                 position = stats.position = min(new_position, end)
-                last_progress = time.monotonic()
+                last_progress, last_error = time.monotonic(), ""
             elif time.monotonic() - last_progress > stall_timeout:
                 cause = f"last error: {last_error}" if last_error else "records deleted, or broker unreachable"
                 raise ReadError(
