@@ -35,6 +35,8 @@ def fail_point(name: str) -> None:
     if not wanted:
         return
     point, _, action = wanted.partition(":")
+    if point not in POINTS:  # a misspelt point would otherwise never fire, and a test pass for nothing
+        raise ValueError(f"{ENV}={wanted!r}: the point must be one of {', '.join(POINTS)}")
     if point != name:
         return
     if action not in ACTIONS:

@@ -38,12 +38,16 @@ def broker_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultProx
             yield proxy
 
 
+def back_up_afterwards(proxy: FaultProxy) -> Iterator[FaultProxy]:
+    """A session proxy for one test, listening again after it whatever the test did to it."""
+    yield proxy
+    if proxy.dark:
+        proxy.restore()
+
+
 @pytest.fixture
 def kafka_proxy(broker_proxy: FaultProxy) -> Iterator[FaultProxy]:
-    """The broker's proxy, back up after the test whatever the test did to it."""
-    yield broker_proxy
-    if broker_proxy.dark:
-        broker_proxy.restore()
+    yield from back_up_afterwards(broker_proxy)
 
 
 @pytest.fixture
@@ -63,9 +67,7 @@ def storage_proxy(s3_server) -> Iterator[FaultProxy]:
 
 @pytest.fixture
 def s3_proxy(storage_proxy: FaultProxy) -> Iterator[FaultProxy]:
-    yield storage_proxy
-    if storage_proxy.dark:
-        storage_proxy.restore()
+    yield from back_up_afterwards(storage_proxy)
 
 
 @pytest.fixture(params=FORMATS)

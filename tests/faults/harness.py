@@ -24,10 +24,8 @@ import psutil
 
 from kafka_batch_provider.batch_store import BatchStore
 from kafka_batch_provider.fail_points import ENV as FAIL_POINT_ENV
-from kafka_batch_provider.kafka_offsets import KafkaOffsets
 from kafka_batch_provider.manifest import entry_files
 from kafka_batch_provider.objectstore.embedded import S3Endpoint
-from kafka_batch_provider.offsets import TopicPartition
 from kafka_batch_provider.outputs import OutputSpec, open_store
 from kafka_batch_provider.storage import Location
 from kafka_batch_provider.testing.fault_proxy import FaultProxy
@@ -216,15 +214,38 @@ def scenario_args(lake: Lake, kafka_config: dict[str, Any], topic: str, group: s
     ]
 
 
+def run_through_outage(
+    args: list[str], env: dict[str, str], point: str, proxy: FaultProxy, back_after: float | None = None
+) -> CliRun:
+    """Run frozen at ``point``, take ``proxy``'s server away there, and let the run go on.
+
+    The server comes back after ``back_after`` seconds, or (``None``) once the run has ended.
+    """
+    run = CliRun(args, env, fail_point=f"{point}:stop").start()
+    run.wait_stopped()
+    proxy.go_dark()
+    run.resume()
+    if back_after is not None:
+        time.sleep(back_after)
+        proxy.restore()
+    run.finish()
+    if proxy.dark:
+        proxy.restore()
+    return run
+
+
+def wait_until_tasks_write(run: CliRun, lake: Lake, timeout: float = 240) -> None:
+    """Until the batch's Spark tasks have written a file and the run has not ended: mid-write."""
+    store = lake.store()
+    deadline = time.monotonic() + timeout
+    while not lake.staged_names(store) and time.monotonic() < deadline and run.process.poll() is None:
+        time.sleep(0.05)
+    assert run.process.poll() is None, f"the batch ended before the fault: {run.finish().stderr[-800:]}"
+    assert lake.staged_names(store), f"no task wrote a file within {timeout:g} s"
+
+
 def run_cli(args: list[str], env: dict[str, str] | None = None, fail_point: str | None = None, timeout: float = 300):
     return CliRun(args, env or {}, fail_point).start().finish(timeout)
-
-
-def committed(kafka_config: dict[str, Any], group: str, topic: str, partitions: int) -> dict[int, int | None]:
-    found = KafkaOffsets(kafka_config, timeout=10).committed_offsets(
-        group, [TopicPartition(topic, p) for p in range(partitions)]
-    )
-    return {tp.partition: offset for tp, offset in found.items()}
 
 
 def expect_exactly_once(outcome: Outcome, lake: Lake, expected: set[tuple[str, int, int]]) -> None:
@@ -244,7 +265,3 @@ def expect_nothing_new_visible(lake: Lake, before: Counter) -> None:
     """No partial batch: readers see exactly what they saw before the failed attempt."""
     after = lake.keys()
     assert after == before, f"a failed attempt changed what readers see: {len(before)} offsets before, {len(after)} now"
-
-
-def offsets(topic: str, ends: dict[int, int], start: int = 0) -> set[tuple[str, int, int]]:
-    return {(topic, p, o) for p, end in ends.items() for o in range(start, end)}

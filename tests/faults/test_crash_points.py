@@ -9,13 +9,12 @@ import pytest
 from kafka_batch_provider.sinks.table_support import MANIFEST_KEY
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.faults.harness import (
-    committed,
     expect_exactly_once,
     expect_nothing_new_visible,
-    offsets,
     run_cli,
     scenario_args,
 )
+from tests.integration.helpers import group_offsets, offsets_of
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +30,7 @@ def test_a_crash_after_the_storage_commit_is_finished_by_the_next_run_without_re
 
     assert crashed.killed, f"expected the run killed at its fail point, got exit {crashed.process.returncode}"
     [entry] = lake.log_entries()
-    assert committed(kafka_config, group_id, topic, 2) == {0: None, 1: None}, "the Kafka commit must not have run"
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: None, 1: None}, "the Kafka commit must not have run"
     batches = lake.batches()
 
     finished = run_cli(args, lake.env()).result()
@@ -41,8 +40,8 @@ def test_a_crash_after_the_storage_commit_is_finished_by_the_next_run_without_re
         f"with nothing new, the next run must not start Spark (it would read Kafka again): {finished}"
     )
     assert lake.batches() == batches, "the batch was written again"
-    assert committed(kafka_config, group_id, topic, 2) == {0: 20, 1: 20}
-    expect_exactly_once(outcome, lake, offsets(topic, {0: 20, 1: 20}))
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: 20, 1: 20}
+    expect_exactly_once(outcome, lake, offsets_of(topic, {0: 20, 1: 20}))
 
 
 def test_a_crash_after_planning_replays_the_same_plan(
@@ -58,8 +57,8 @@ def test_a_crash_after_planning_replays_the_same_plan(
     retried = run_cli(args, lake.env()).result()
 
     assert retried["reused"] and retried["records"] == 20, f"the retry must replay the saved plan: {retried}"
-    assert committed(kafka_config, group_id, topic, 2) == {0: 10, 1: 10}
-    expect_exactly_once(outcome, lake, offsets(topic, {0: 10, 1: 10}))
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: 10, 1: 10}
+    expect_exactly_once(outcome, lake, offsets_of(topic, {0: 10, 1: 10}))
 
 
 def test_a_lost_storage_commit_of_an_uncommitted_batch_is_written_again_once(
@@ -80,9 +79,9 @@ def test_a_lost_storage_commit_of_an_uncommitted_batch_is_written_again_once(
     assert retried["batch_id"] == second["batch_id"] and retried["records"] == 10, (
         f"the retry must write the same batch again: {retried}"
     )
-    assert committed(kafka_config, group_id, topic, 1) == {0: 25}
+    assert group_offsets(kafka_config, group_id, topic, 1) == {0: 25}
     assert [e["batch_id"] for e in lake.log_entries()] == [first["batch_id"], second["batch_id"]]
-    expect_exactly_once(outcome, lake, offsets(topic, {0: 25}))
+    expect_exactly_once(outcome, lake, offsets_of(topic, {0: 25}))
 
 
 def test_a_log_entry_that_does_not_match_its_plan_is_refused_and_nothing_is_committed(
@@ -100,10 +99,10 @@ def test_a_log_entry_that_does_not_match_its_plan_is_refused_and_nothing_is_comm
 
     line = refused.error_line()
     assert entry["batch_id"] in line, f"the line must name the batch: {line}"
-    assert committed(kafka_config, group_id, topic, 1) == {0: None}, "a mismatched batch must never be committed"
+    assert group_offsets(kafka_config, group_id, topic, 1) == {0: None}, "a mismatched batch must never be committed"
     expect_nothing_new_visible(lake, before)
     # The files are all there, once: the refusal is about the log entry, not the data.
-    expect_exactly_once(outcome, lake, offsets(topic, {0: 12}))
+    expect_exactly_once(outcome, lake, offsets_of(topic, {0: 12}))
 
 
 def storage_commit_of(lake, entry) -> str:

@@ -16,8 +16,8 @@ from kafka_batch_provider.protocol import commit_batch, plan_batch
 from kafka_batch_provider.spark.connect import connect_session
 from kafka_batch_provider.spark.ingest import write_batch
 from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
-from tests.faults.harness import committed, expect_exactly_once, expect_nothing_new_visible, run_cli, scenario_args
-from tests.integration.helpers import produce_committed_aborted_committed
+from tests.faults.harness import expect_exactly_once, expect_nothing_new_visible, run_cli, scenario_args
+from tests.integration.helpers import group_offsets, produce_committed_aborted_committed
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +46,7 @@ def test_committed_transactions_with_control_records_inside_and_at_the_end_are_r
     second = run_cli(args, lake.env()).result()
 
     assert (first["records"], second["records"]) == (5, 2), (first, second)
-    assert committed(kafka_config, group_id, topic, 1) == {0: 10}, "the commit must step over the last marker"
+    assert group_offsets(kafka_config, group_id, topic, 1) == {0: 10}, "the commit must step over the last marker"
     assert sum(KafkaOffsets(kafka_config).lag(group_id, [topic]).values()) == 0, "lag must end at zero"
     expect_exactly_once(outcome, lake, {(topic, 0, o) for o in (0, 1, 2, 4, 5, 7, 8)})
 
@@ -109,7 +109,7 @@ def test_records_deleted_before_they_were_read_fail_the_plan_naming_the_missing_
 
     assert "\n" not in str(refused.value), "the refusal must be one line"
     assert store.plan_files() == [(1, lake.log_entries()[0]["batch_id"])], "a refused plan must not be saved"
-    assert committed(kafka_config, group_id, topic, 1) == {0: 3}
+    assert group_offsets(kafka_config, group_id, topic, 1) == {0: 3}
     expect_nothing_new_visible(lake, before)
     expect_exactly_once(outcome, lake, {(topic, 0, o) for o in range(3)})
 
@@ -126,6 +126,6 @@ def test_records_deleted_before_they_were_read_are_skipped_with_the_policy_and_t
 
     entry = lake.log_entries()[-1]
     assert entry["gaps"] == [{"topic": topic, "partition": 0, "start": 3, "end": 7}], entry["gaps"]
-    assert committed(kafka_config, group_id, topic, 1) == {0: 10}
+    assert group_offsets(kafka_config, group_id, topic, 1) == {0: 10}
     assert Counter(o for _, _, o in lake.keys()) == Counter([0, 1, 2, 7, 8, 9]), "only the gap may be missing"
     expect_exactly_once(outcome, lake, {(topic, 0, o) for o in (0, 1, 2, 7, 8, 9)})

@@ -7,7 +7,6 @@ embedded servers keep their in-memory data for the retry.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 
 import pytest
@@ -15,13 +14,14 @@ import pytest
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.faults.harness import (
     CliRun,
-    committed,
     expect_exactly_once,
     expect_nothing_new_visible,
-    offsets,
     run_cli,
+    run_through_outage,
     scenario_args,
+    wait_until_tasks_write,
 )
+from tests.integration.helpers import group_offsets, offsets_of
 
 pytestmark = pytest.mark.integration
 
@@ -43,8 +43,8 @@ def test_the_broker_gone_during_planning_fails_in_one_line_leaves_no_plan_and_a_
     expect_nothing_new_visible(lake, Counter())
     retried = run_cli(args, lake.env()).result()
     assert retried["records"] == 20 and not retried["reused"], retried
-    assert committed(kafka_config, group_id, topic, 2) == {0: 10, 1: 10}
-    expect_exactly_once(outcome, lake, offsets(topic, {0: 10, 1: 10}))
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: 10, 1: 10}
+    expect_exactly_once(outcome, lake, offsets_of(topic, {0: 10, 1: 10}))
 
 
 def test_a_broker_outage_shorter_than_the_stall_timeout_is_read_through(
@@ -54,17 +54,12 @@ def test_a_broker_outage_shorter_than_the_stall_timeout_is_read_through(
     produce(kafka_config, topic, sample_records(2, 2_000))
     args = scenario_args(lake, kafka_config, topic, group_id, spark_connect_remote, "--stall-timeout", "60")
 
-    run = CliRun(args, lake.env(), fail_point="after-plan:stop").start()
-    run.wait_stopped()
-    kafka_proxy.go_dark()  # the plan is saved; every read starts against a broker that is gone
-    run.resume()
-    time.sleep(6)
-    kafka_proxy.restore()
-    result = run.finish().result()
+    # The plan is saved; every read starts against a broker that is gone, for 6 s.
+    result = run_through_outage(args, lake.env(), "after-plan", kafka_proxy, back_after=6).result()
 
     assert result["records"] == 2_000, f"the batch must complete once the broker is back: {result}"
-    assert committed(kafka_config, group_id, topic, 2) == {0: 1_000, 1: 1_000}
-    expect_exactly_once(outcome, lake, offsets(topic, {0: 1_000, 1: 1_000}))
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: 1_000, 1: 1_000}
+    expect_exactly_once(outcome, lake, offsets_of(topic, {0: 1_000, 1: 1_000}))
 
 
 def test_a_broker_outage_longer_than_the_stall_timeout_fails_in_one_line_and_a_retry_replays_the_plan(
@@ -74,20 +69,15 @@ def test_a_broker_outage_longer_than_the_stall_timeout_fails_in_one_line_and_a_r
     produce(kafka_config, topic, sample_records(2, 40))
     args = scenario_args(lake, kafka_config, topic, group_id, spark_connect_remote, "--stall-timeout", "3")
 
-    run = CliRun(args, lake.env(), fail_point="after-plan:stop").start()
-    run.wait_stopped()
-    kafka_proxy.go_dark()
-    run.resume()
-    line = run.finish().error_line()
-    kafka_proxy.restore()
+    line = run_through_outage(args, lake.env(), "after-plan", kafka_proxy).error_line()
 
     assert "no progress for 3s" in line and topic in line, f"the line must name the stalled range: {line}"
-    assert committed(kafka_config, group_id, topic, 2) == {0: None, 1: None}
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: None, 1: None}
     expect_nothing_new_visible(lake, Counter())
     retried = run_cli(args, lake.env()).result()
     assert retried["reused"] and retried["records"] == 40, f"the retry must replay the saved plan: {retried}"
-    assert committed(kafka_config, group_id, topic, 2) == {0: 20, 1: 20}
-    expect_exactly_once(outcome, lake, offsets(topic, {0: 20, 1: 20}))
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: 20, 1: 20}
+    expect_exactly_once(outcome, lake, offsets_of(topic, {0: 20, 1: 20}))
 
 
 def test_the_broker_gone_at_the_commit_fails_in_one_line_and_the_next_run_commits_without_reading(
@@ -97,24 +87,19 @@ def test_the_broker_gone_at_the_commit_fails_in_one_line_and_the_next_run_commit
     produce(kafka_config, topic, sample_records(2, 30))
     args = scenario_args(lake, kafka_config, topic, group_id, spark_connect_remote, "--timeout", "3")
 
-    run = CliRun(args, lake.env(), fail_point="after-log-entry:stop").start()
-    run.wait_stopped()
-    kafka_proxy.go_dark()
-    run.resume()
-    line = run.finish().error_line()
-    kafka_proxy.restore()
+    line = run_through_outage(args, lake.env(), "after-log-entry", kafka_proxy).error_line()
 
     assert "did not answer" in line and kafka_config["bootstrap.servers"] in line, (
         f"the line must name the broker: {line}"
     )
-    assert committed(kafka_config, group_id, topic, 2) == {0: None, 1: None}
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: None, 1: None}
     [entry] = lake.log_entries()
     finished = run_cli(args, lake.env()).result()
     assert finished["repaired"] == [entry["batch_id"]] and "spark_seconds" not in finished["timings"], (
         f"the next run must finish the commit without reading again: {finished}"
     )
-    assert committed(kafka_config, group_id, topic, 2) == {0: 15, 1: 15}
-    expect_exactly_once(outcome, lake, offsets(topic, {0: 15, 1: 15}))
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: 15, 1: 15}
+    expect_exactly_once(outcome, lake, offsets_of(topic, {0: 15, 1: 15}))
 
 
 def test_the_s3_server_gone_while_tasks_write_fails_in_one_line_and_a_retry_writes_once(
@@ -127,22 +112,18 @@ def test_the_s3_server_gone_while_tasks_write_fails_in_one_line_and_a_retry_writ
     )
 
     run = CliRun(args, lake.env()).start()
-    store = lake.store()
-    deadline = time.monotonic() + 120
-    while not lake.staged_names(store) and time.monotonic() < deadline and run.process.poll() is None:
-        time.sleep(0.05)
-    assert lake.staged_names(store), f"no task wrote a file within 120 s (exit {run.process.poll()})"
+    wait_until_tasks_write(run, lake, timeout=120)
     s3_proxy.go_dark()  # tasks are writing; others have not started
     line = run.finish().error_line()
     s3_proxy.restore()
 
     assert "s3" in line.lower() or "storage" in line.lower(), f"the line must name the storage: {line}"
-    assert committed(kafka_config, group_id, topic, 2) == {0: None, 1: None}
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: None, 1: None}
     expect_nothing_new_visible(lake, Counter())
     retried = run_cli(args, lake.env()).result()
     assert retried["reused"] and retried["records"] == 60_000, retried
-    assert committed(kafka_config, group_id, topic, 2) == {0: 30_000, 1: 30_000}
-    expect_exactly_once(outcome, lake, offsets(topic, {0: 30_000, 1: 30_000}))
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: 30_000, 1: 30_000}
+    expect_exactly_once(outcome, lake, offsets_of(topic, {0: 30_000, 1: 30_000}))
 
 
 def test_the_s3_server_gone_at_the_storage_commit_fails_in_one_line_and_a_retry_writes_once(
@@ -152,18 +133,14 @@ def test_the_s3_server_gone_at_the_storage_commit_fails_in_one_line_and_a_retry_
     produce(kafka_config, topic, sample_records(2, 50))
     args = scenario_args(lake, kafka_config, topic, group_id, spark_connect_remote)
 
-    run = CliRun(args, lake.env(), fail_point="before-log-entry:stop").start()
-    run.wait_stopped()
-    s3_proxy.go_dark()  # the files are staged and checked; the log entry (Delta commit) is next
-    run.resume()
-    line = run.finish().error_line()
-    s3_proxy.restore()
+    # The files are staged and checked; the log entry (Delta commit) is next.
+    line = run_through_outage(args, lake.env(), "before-log-entry", s3_proxy).error_line()
 
     assert "s3" in line.lower() or "storage" in line.lower() or "delta" in line.lower(), line
-    assert committed(kafka_config, group_id, topic, 2) == {0: None, 1: None}
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: None, 1: None}
     assert lake.log_entries() == [], "no log entry may exist after a failed storage commit"
     expect_nothing_new_visible(lake, Counter())
     retried = run_cli(args, lake.env()).result()
     assert retried["reused"] and retried["records"] == 50, retried
-    assert committed(kafka_config, group_id, topic, 2) == {0: 25, 1: 25}
-    expect_exactly_once(outcome, lake, offsets(topic, {0: 25, 1: 25}))
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: 25, 1: 25}
+    expect_exactly_once(outcome, lake, offsets_of(topic, {0: 25, 1: 25}))

@@ -9,7 +9,8 @@ import pytest
 
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.dags.conftest import DAGS
-from tests.faults.harness import CliRun, committed, expect_exactly_once, offsets, scenario_args
+from tests.faults.harness import CliRun, expect_exactly_once, scenario_args
+from tests.integration.helpers import group_offsets, offsets_of
 
 pytestmark = pytest.mark.integration
 
@@ -42,9 +43,9 @@ def test_two_runs_at_once_one_writes_the_batch_and_the_other_never_writes_it_aga
     if other.process.returncode != 0:
         line = other.error_line()
         assert "another run" in line or "committed" in line, f"the loser must say it lost a race: {line}"
-    assert committed(kafka_config, group_id, topic, 2) == {0: 20, 1: 20}
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: 20, 1: 20}
     assert len(lake.log_entries()) == 1, "exactly one batch may be logged"
-    expect_exactly_once(outcome, lake, offsets(topic, {0: 20, 1: 20}))
+    expect_exactly_once(outcome, lake, offsets_of(topic, {0: 20, 1: 20}))
 
 
 @pytest.mark.usefixtures("airflow_db")
@@ -103,8 +104,8 @@ def test_an_airflow_retry_after_a_half_done_spark_task_replays_the_identical_pla
     assert states["ingest.plan"][1] == 1, f"the plan task must not run again: {states}"
     [entry] = lake.log_entries()
     assert lake.store().plan_files() == [(entry["seq"], entry["batch_id"])], "one plan, and the batch is that plan's"
-    assert committed(kafka_config, group_id, topic, 2) == {0: 25, 1: 25}
-    expect_exactly_once(outcome, lake, offsets(topic, {0: 25, 1: 25}))
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: 25, 1: 25}
+    expect_exactly_once(outcome, lake, offsets_of(topic, {0: 25, 1: 25}))
 
 
 def aws_connection(lake) -> dict:

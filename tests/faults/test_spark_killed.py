@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections import Counter
 
 import pytest
@@ -14,26 +13,17 @@ from kafka_batch_provider.spark.connect_server import SparkConnectServer
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.faults.harness import (
     CliRun,
-    committed,
     expect_exactly_once,
     expect_nothing_new_visible,
-    offsets,
     run_cli,
     scenario_args,
+    wait_until_tasks_write,
 )
+from tests.integration.helpers import group_offsets, offsets_of
 
 pytestmark = pytest.mark.integration
 
 RECORDS = 60_000  # 30,000 per partition, in 3,000-offset tasks: the write lasts long enough to be cut
-
-
-def wait_until_tasks_write(run: CliRun, lake, timeout: float = 240) -> None:
-    store = lake.store()
-    deadline = time.monotonic() + timeout
-    while not lake.staged_names(store) and time.monotonic() < deadline and run.process.poll() is None:
-        time.sleep(0.1)
-    assert run.process.poll() is None, f"the batch ended before the kill: {run.finish().stderr[-800:]}"
-    assert lake.staged_names(store), f"no task wrote a file within {timeout:g} s"
 
 
 def test_spark_submit_killed_with_its_process_group_mid_write_then_a_retry_lands_the_batch_once(
@@ -53,14 +43,14 @@ def test_spark_submit_killed_with_its_process_group_mid_write_then_a_retry_lands
     run.finish()
 
     assert run.killed, f"expected SIGKILL, got exit {run.process.returncode}"
-    assert committed(kafka_config, group_id, topic, 2) == {0: None, 1: None}
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: None, 1: None}
     expect_nothing_new_visible(lake, Counter())
     # The retry replays the saved plan; it goes through the session's Connect server so the
     # suite does not pay a second JVM start (the plan and output are the same either way).
     retried = run_cli(args, lake.env()).result()
     assert retried["reused"] and retried["records"] == RECORDS, f"the retry must replay the same plan: {retried}"
-    assert committed(kafka_config, group_id, topic, 2) == {0: RECORDS // 2, 1: RECORDS // 2}
-    expect_exactly_once(outcome, lake, offsets(topic, {0: RECORDS // 2, 1: RECORDS // 2}))
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: RECORDS // 2, 1: RECORDS // 2}
+    expect_exactly_once(outcome, lake, offsets_of(topic, {0: RECORDS // 2, 1: RECORDS // 2}))
     assert lake.staged_names() == [], "the killed attempt's files were not cleaned up"
 
 
@@ -86,7 +76,7 @@ def test_the_spark_connect_server_killed_mid_batch_then_a_retry_lands_the_batch_
             run.kill_group()
 
     assert "Spark Connect" in line, f"the line must say the Spark Connect server went away: {line}"
-    assert committed(kafka_config, group_id, topic, 2) == {0: None, 1: None}
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: None, 1: None}
     expect_nothing_new_visible(lake, Counter())
     # The retry goes to another server (the session's), as it would after a fail-over; the plan
     # is the output's, whichever server reads it.
@@ -96,6 +86,6 @@ def test_the_spark_connect_server_killed_mid_batch_then_a_retry_lands_the_batch_
     retried = run_cli(retry_args, lake.env(), timeout=600).result()
 
     assert retried["reused"] and retried["records"] == RECORDS, f"the retry must replay the same plan: {retried}"
-    assert committed(kafka_config, group_id, topic, 2) == {0: RECORDS // 2, 1: RECORDS // 2}
-    expect_exactly_once(outcome, lake, offsets(topic, {0: RECORDS // 2, 1: RECORDS // 2}))
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: RECORDS // 2, 1: RECORDS // 2}
+    expect_exactly_once(outcome, lake, offsets_of(topic, {0: RECORDS // 2, 1: RECORDS // 2}))
     assert lake.staged_names() == [], "the killed attempt's files were not cleaned up"

@@ -13,6 +13,7 @@ from pyarrow.fs import FSSpecHandler, PyFileSystem
 from kafka_batch_provider.batch_store import BatchStore
 from kafka_batch_provider.errors import LogConflictError
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
+from kafka_batch_provider.offsets import TopicPartition
 from kafka_batch_provider.outputs import OutputSpec, open_store
 from kafka_batch_provider.planning import PlanPolicy
 from kafka_batch_provider.protocol import PlanOutcome, commit_batch, plan_batch
@@ -103,6 +104,21 @@ def dataset_keys(output: Output | str) -> Counter:
     if table is None:
         return Counter()
     return Counter(zip(*(table.column(c).to_pylist() for c in ("topic", "partition", "offset"))))
+
+
+def offsets_of(topic: str, ends: dict[int, int], first: int = 0) -> set[tuple[str, int, int]]:
+    """Every (topic, partition, offset) from ``first`` up to each partition's end."""
+    return {(topic, p, o) for p, end in ends.items() for o in range(first, end)}
+
+
+def group_offsets(kafka_config: dict, group_id: str, topic: str, partitions: int) -> dict[int, int | None]:
+    """The group's committed offset of each of the topic's first ``partitions`` partitions."""
+    kafka = KafkaOffsets(kafka_config)
+    try:
+        found = kafka.committed_offsets(group_id, [TopicPartition(topic, p) for p in range(partitions)])
+    finally:
+        kafka.close()
+    return {tp.partition: offset for tp, offset in found.items()}
 
 
 def assert_exactly_once(output: Output | str, expected: set[tuple[str, int, int]]) -> None:

@@ -27,6 +27,8 @@ from kafka_batch_provider.testing.producers import Record, create_topics, produc
 from tests.integration.helpers import (
     assert_exactly_once,
     dataset_keys,
+    group_offsets,
+    offsets_of,
     race_two_writes,
     run_batch,
     write_without_commit,
@@ -34,19 +36,6 @@ from tests.integration.helpers import (
 from tests.integration.test_cli import assert_one_line_error, cli
 
 pytestmark = pytest.mark.integration
-
-
-def offsets_of(topic: str, ends: dict[int, int], first: int = 0) -> set[tuple[str, int, int]]:
-    return {(topic, p, o) for p, end in ends.items() for o in range(first, end)}
-
-
-def group_offsets(kafka_config: dict, group_id: str, topic: str, partitions: int) -> dict[int, int | None]:
-    kafka = KafkaOffsets(kafka_config)
-    try:
-        found = kafka.committed_offsets(group_id, [TopicPartition(topic, p) for p in range(partitions)])
-    finally:
-        kafka.close()
-    return {tp.partition: offset for tp, offset in found.items()}
 
 
 def delete_group(kafka_config: dict, group_id: str) -> None:

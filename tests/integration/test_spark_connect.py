@@ -18,7 +18,6 @@ import pytest
 
 from kafka_batch_provider.kafka_offsets import KafkaOffsets
 from kafka_batch_provider.local_servers import free_port
-from kafka_batch_provider.offsets import TopicPartition
 from kafka_batch_provider.planning import PlanPolicy
 from kafka_batch_provider.protocol import plan_batch
 from kafka_batch_provider.spark.connect import connect_session, write_through_connect
@@ -29,23 +28,14 @@ from tests.integration.helpers import (
     Output,
     assert_exactly_once,
     dataset_keys,
+    group_offsets,
+    offsets_of,
     produce_committed_aborted_committed,
     read_dataset,
 )
 from tests.integration.test_cli import SECRET, assert_one_line_error, cli, last_json
 
 pytestmark = pytest.mark.integration
-
-
-def offsets_of(topic: str, ends: dict[int, int], start: int = 0) -> set[tuple[str, int, int]]:
-    return {(topic, p, o) for p, end in ends.items() for o in range(start, end)}
-
-
-def committed(kafka_config, group_id: str, topic: str, partitions: int) -> dict[int, int | None]:
-    found = KafkaOffsets(kafka_config).committed_offsets(
-        group_id, [TopicPartition(topic, p) for p in range(partitions)]
-    )
-    return {tp.partition: offset for tp, offset in found.items()}
 
 
 def test_incremental_runs_through_spark_remote_ingest_only_new_records_exactly_once(
@@ -64,7 +54,7 @@ def test_incremental_runs_through_spark_remote_ingest_only_new_records_exactly_o
     assert (second["records"], second["spark"]) == (10, "connect"), second
 
     assert_exactly_once(out, offsets_of(topic, {0: 25, 1: 25}))
-    assert committed(kafka_config, group_id, topic, 2) == {0: 25, 1: 25}
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: 25, 1: 25}
     assert first["timings"]["read_write_seconds"] > 0 and "spark_seconds" in second["timings"]
 
 
@@ -79,7 +69,7 @@ def test_a_crash_before_the_commit_is_finished_by_the_next_run_without_writing_a
     written = last_json(cli("write", "--plan", planned["plan_path"], *kafka, "--spark-remote", spark_connect_remote))
     assert written["records"] == 30, written
     # ... and the process died before `kafka-batch commit`: the group has nothing.
-    assert committed(kafka_config, group_id, topic, 2) == {0: None, 1: None}
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: None, 1: None}
     files_before = sorted(p.name for p in Path(out).rglob("*.parquet"))
 
     repaired = last_json(
@@ -99,7 +89,7 @@ def test_a_crash_before_the_commit_is_finished_by_the_next_run_without_writing_a
 
     assert repaired["repaired"], f"the run must say it finished the pending batch, got {repaired}"
     assert sorted(p.name for p in Path(out).rglob("*.parquet")) == files_before, "the batch was written again"
-    assert committed(kafka_config, group_id, topic, 2) == {0: 15, 1: 15}
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: 15, 1: 15}
     assert_exactly_once(out, offsets_of(topic, {0: 15, 1: 15}))
 
 
@@ -159,7 +149,7 @@ def test_bad_spark_remote_flags_fail_in_one_line_and_change_nothing(
 
     assert_one_line_error(result, expected.format(closed=closed))
     assert not out.exists() or not any(out.rglob("*")), f"a refused run left {sorted(out.rglob('*'))}"
-    assert committed(kafka_config, group_id, topic, 1) == {0: None}
+    assert group_offsets(kafka_config, group_id, topic, 1) == {0: None}
 
 
 def test_secrets_are_not_in_the_session_conf_the_query_plan_or_the_server_log(
@@ -227,7 +217,7 @@ def test_a_server_whose_python_lacks_the_package_fails_in_one_line(
     lines = result.stderr.strip().splitlines()
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert lines[-1].startswith("error: Spark's Python workers cannot import kafka_batch_provider"), lines[-3:]
-    assert committed(kafka_config, group_id, topic, 1) == {0: None}
+    assert group_offsets(kafka_config, group_id, topic, 1) == {0: None}
 
 
 def test_batches_share_a_server_session_and_a_closed_one_is_replaced(spark_connect_remote, monkeypatch):
