@@ -641,6 +641,31 @@ def cmd_spark_connect(args: argparse.Namespace) -> dict[str, Any]:
     return info
 
 
+def cmd_spark_archive(args: argparse.Namespace) -> dict[str, Any]:
+    from kafka_batch_provider.spark import jvm_start
+
+    info = jvm_start.archive_status()
+    if args.archive_command == "build":
+        if info["exists"] and not args.force:
+            progress(f"Spark's class archive is already at {info['path']} (--force records it again)")
+            return info
+        started = time.monotonic()
+        jvm_start.build_class_archive(progress)
+        info = {**jvm_start.archive_status(), "build_seconds": round(time.monotonic() - started, 1)}
+        progress(
+            f"recorded {info['bytes'] / 2**20:.0f} MB in {info['build_seconds']:g} s: spark-submit batches "
+            "of this installation start from it"
+        )
+        return info
+    if info["path"] is None:
+        progress(f"Spark's class archive is switched off ({jvm_start.ARCHIVE_ENV}=off)")
+    elif info["exists"]:
+        progress(f"Spark's class archive: {info['path']} ({info['bytes'] / 2**20:.0f} MB)")
+    else:
+        progress(f"no class archive for this Java and Spark yet ({info['path']}): run kafka-batch spark-archive build")
+    return info
+
+
 # -- parser --------------------------------------------------------------------------------
 
 
@@ -734,6 +759,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="server setting, repeatable")
     p.add_argument("--timeout", type=positive_seconds, default=120.0, help="seconds to wait for the server to listen")
     p.set_defaults(func=cmd_spark_connect)
+
+    p = sub.add_parser(
+        "spark-archive", help="the archive of Spark's classes that spark-submit batches start from (build once)"
+    )
+    p.add_argument("archive_command", choices=["build", "status"])
+    p.add_argument("--force", action="store_true", help="record the archive again even when it exists")
+    p.set_defaults(func=cmd_spark_archive)
     return parser
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from kafka_batch_provider.operators.output import OutputArgs, open_output
 from kafka_batch_provider.operators.xcom import load_plan, pull_summary
 from kafka_batch_provider.outputs import open_store
 from kafka_batch_provider.spark.app import CATALOG_PROPERTIES_FILE_ENV, CONFIG_FILE_ENV, STORAGE_OPTIONS_FILE_ENV
+from kafka_batch_provider.spark.jvm_start import lean_submit_conf
 from kafka_batch_provider.spark.options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
 from kafka_batch_provider.spark.py_files import needs_py_files, package_zip
 from kafka_batch_provider.spark.submit import (
@@ -159,11 +161,17 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         return spark_step_error(list(getattr(self._hook, "_last_submit_log_lines", [])), process.returncode)
 
     def _hand_over(self, config_path: str, storage_path: str, catalog_path: str) -> None:
-        """Secrets in files named by the environment; this package as a zip for a cluster master."""
+        """Secrets in files named by the environment; this package as a zip for a cluster master;
+        the lean start-up settings (:mod:`~kafka_batch_provider.spark.jvm_start`); a spark-submit
+        found next to this Python when PATH has none."""
         connection = self._get_hook()._connection
-        if needs_py_files(str(connection.get("master") or "")):
+        master = str(connection.get("master") or "")
+        if needs_py_files(master):
             self.py_files = ",".join(filter(None, [self.py_files, str(package_zip())]))
         deploy_mode = self._deploy_mode or connection.get("deploy_mode")
+        self.conf = lean_submit_conf(master, self.conf, local_driver=deploy_mode != "cluster")
+        with task_errors():
+            binary_dir = spark_submit_directory(str(connection.get("spark_binary") or "spark-submit"))
         if deploy_mode == "cluster":
             # The driver runs elsewhere: ship the files; they land in the driver's working dir.
             self.files = ",".join(filter(None, [self.files, config_path, storage_path, catalog_path]))
@@ -182,5 +190,28 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
             env[CATALOG_PROPERTIES_FILE_ENV] = catalog_path
             # A local master's Python workers must use this interpreter (it has the dependencies).
             env.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", sys.executable))
+            if binary_dir:
+                env["PATH"] = os.pathsep.join(filter(None, [binary_dir, env.get("PATH", os.environ.get("PATH"))]))
             self.env_vars = env
+        if binary_dir and deploy_mode == "cluster":  # the hook takes no environment in cluster mode
+            os.environ["PATH"] = os.pathsep.join(filter(None, [binary_dir, os.environ.get("PATH")]))
         self._hook = None  # rebuilt in execute() with the arguments above
+
+
+def spark_submit_directory(binary: str) -> str | None:
+    """Where to find ``binary`` when PATH has none: next to this Python, as pip installs pyspark's
+    scripts (Airflow started by its full path from a virtualenv that is not activated).
+
+    :returns: that directory, or ``None`` when PATH finds the binary.
+    :raises ConfigError: when neither has it (one line, not retried: a retry finds nothing more).
+    """
+    if shutil.which(binary):
+        return None
+    here = Path(sys.executable).parent
+    if (here / binary).is_file() and os.access(here / binary, os.X_OK):
+        return str(here)
+    raise ConfigError(
+        f"{binary} (the spark connection's binary) is neither on PATH nor next to this Python ({here}): "
+        "install pyspark into Airflow's environment, put Spark's bin directory on the workers' PATH, "
+        "or name an installed binary in the connection's spark-binary extra"
+    )

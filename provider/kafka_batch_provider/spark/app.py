@@ -92,6 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
 
+    from kafka_batch_provider.spark.worker_daemon import use_installed_pyspark
+
+    use_installed_pyspark()  # byte code from site-packages, not pyspark.zip compiled again
     from pyspark.sql import SparkSession
 
     from kafka_batch_provider.spark.ingest import write_batch
@@ -121,8 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exc()
         print(f"error: {spark_error_line(exc)}", file=sys.stderr)
         return spark_failure_exit_code(exc)
-    finally:
-        spark.stop()
+    # No spark.stop(): its accumulator server polls every 0.5 s before it lets go, and
+    # SparkSubmit's shutdown hook stops the context when this process returns.
     result = {
         "batch_id": plan.batch_id,
         "seq": manifest["seq"],

@@ -21,7 +21,8 @@ from typing import ClassVar
 from kafka_batch_provider.errors import SparkStepError
 from kafka_batch_provider.kafka_config import SECRET_KEY_PATTERN
 from kafka_batch_provider.local_servers import HOST, Detached, LocalServer, port_open
-from kafka_batch_provider.spark.submit import spark_submit_executable
+from kafka_batch_provider.spark.jvm_start import lean_submit_conf
+from kafka_batch_provider.spark.submit import conf_args, spark_submit_executable
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002
@@ -59,10 +60,10 @@ class SparkConnectServer(LocalServer):
             "spark.redaction.regex": SECRET_KEY_PATTERN.pattern,
             **self.conf,
         }
+        # The class archive and the worker daemon (not the batches' lean JVM: a server runs for days).
+        settings = lean_submit_conf(self.master, settings, short_lived=False)
         command = [spark_submit_executable(), "--master", self.master, "--class", SERVER_CLASS]
-        for key, value in settings.items():
-            command += ["--conf", f"{key}={value}"]
-        return [*command, "spark-internal"]
+        return [*command, *conf_args(settings), "spark-internal"]
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)

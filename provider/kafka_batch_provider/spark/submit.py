@@ -70,15 +70,19 @@ def application_args(plan_path: str, output: Any, options: WriteOptions) -> list
     return ["--plan", plan_path, "--format", output.format, *where, *partitioning, *options.to_args()]
 
 
+def conf_args(settings: Mapping[str, str]) -> list[str]:
+    """``--conf key=value`` for each setting."""
+    return [arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")]
+
+
 def submit_command(
     app_args: Sequence[str], master: str, conf: Mapping[str, str] | None = None, application: str | None = None
 ) -> list[str]:
+    from kafka_batch_provider.spark.jvm_start import lean_submit_conf
     from kafka_batch_provider.spark.py_files import needs_py_files, package_zip
 
-    command = [spark_submit_executable(), "--master", master]
     settings = {"spark.sql.session.timeZone": "UTC", "spark.log.level": "WARN", **(conf or {})}
-    for key, value in settings.items():
-        command += ["--conf", f"{key}={value}"]
+    command = [spark_submit_executable(), "--master", master, *conf_args(lean_submit_conf(master, settings))]
     if needs_py_files(master):
         command += ["--py-files", str(package_zip())]
     return command + [application or DEFAULT_APPLICATION, *app_args]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,20 +30,10 @@ import pytest
 
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.local_servers import HOST, free_port, port_open, stop_pid
+from kafka_batch_provider.spark.jvm_start import java_executable, spark_home
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
-
-
-def spark_home() -> Path:
-    """``$SPARK_HOME``, else the directory of the installed pyspark package (pip's has ``bin/``)."""
-    if os.environ.get("SPARK_HOME"):
-        return Path(os.environ["SPARK_HOME"])
-    try:
-        import pyspark
-    except ImportError:
-        raise ConfigError("the Spark standalone cluster needs pyspark: pip install pyspark") from None
-    return Path(pyspark.__file__).resolve().parent
 
 
 def spark_class_executable(home: Path) -> str:
@@ -52,19 +41,6 @@ def spark_class_executable(home: Path) -> str:
     if not (path.is_file() and os.access(path, os.X_OK)):
         raise ConfigError(f"{path} not found or not executable: set SPARK_HOME to a Spark distribution")
     return str(path)
-
-
-def java_executable() -> str:
-    """The ``java`` that ``spark-class`` will run: ``$JAVA_HOME/bin/java``, else PATH."""
-    if os.environ.get("JAVA_HOME"):
-        java = Path(os.environ["JAVA_HOME"]) / "bin" / "java"
-        if not java.is_file():
-            raise ConfigError(f"JAVA_HOME is {os.environ['JAVA_HOME']} but {java} does not exist")
-        return str(java)
-    found = shutil.which("java")
-    if not found:
-        raise ConfigError("Java not found: Spark needs a JDK 17 or 21 on PATH or in JAVA_HOME")
-    return found
 
 
 @dataclass

@@ -1,0 +1,189 @@
+"""A spark-submit batch that starts in seconds: a lean driver JVM and an archive of Spark's classes.
+
+A spark-submit of a 1,000-record batch spent ~20 s before this (quiet machine; phases measured
+in ``docs/performance.md``), almost none of it on the records. What each setting here saves:
+
+* **Class-data sharing** (``-XX:SharedArchiveFile``): the JVM maps Spark's ~10,000 classes
+  from an archive, already parsed and verified, instead of reading them out of 250 jars.
+  :func:`build_class_archive` records the archive once per installation
+  (``kafka-batch spark-archive build``, run by ``make venv``) from a small job that loads what
+  a batch loads; later batches use it when it matches the Java and the jars (its name is a
+  hash of both). Without it a batch runs as before, only slower.
+* **C1 only, serial GC** (``-XX:TieredStopAtLevel=1 -XX:+UseSerialGC``): a batch's driver JVM
+  lives seconds and, with the Python reader, moves only task reports; the optimising
+  compiler's and the parallel collector's threads cost more CPU than they return on 2 cores.
+  Measured on the 1M-record batch too: faster, not slower. Set only on the driver (executors
+  of a cluster are long-lived JVMs of their own); ``spark.driver.extraJavaOptions`` of the user
+  come after ours, so they win.
+* **No Spark UI** (``spark.ui.enabled=false``): a Jetty server per batch that nobody opens
+  (``--spark-conf spark.ui.enabled=true`` brings it back).
+* **Python from byte code**: :mod:`kafka_batch_provider.spark.worker_daemon` for the workers
+  of a local master, and the application itself, import pyspark from site-packages instead of
+  recompiling it from ``pyspark.zip`` in every process.
+* **No wait on the way out**: the application returns without ``spark.stop()``, whose
+  accumulator server polls every 0.5 s; SparkSubmit's shutdown hook stops the context.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from kafka_batch_provider.errors import ConfigError
+from kafka_batch_provider.spark.py_files import needs_py_files
+
+#: The driver JVM's flags for a short-lived batch (the archive's flag is added when it exists).
+LEAN_JAVA_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+#: Spark settings of a batch; any the user sets win.
+LEAN_CONF = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+DAEMON_MODULE = "kafka_batch_provider.spark.worker_daemon"
+#: The archive's path (overrides the default place), or ``off`` to start without one.
+ARCHIVE_ENV = "KAFKA_BATCH_SPARK_CLASS_ARCHIVE"
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def spark_home() -> Path:
+    """``$SPARK_HOME``, else the directory of the installed pyspark package (pip's has ``bin/``)."""
+    if os.environ.get("SPARK_HOME"):
+        return Path(os.environ["SPARK_HOME"])
+    spec = importlib.util.find_spec("pyspark")  # found, not imported: this runs before every batch
+    if spec is None or not spec.origin:
+        raise ConfigError("Spark is not installed: pip install pyspark, or set SPARK_HOME")
+    return Path(spec.origin).resolve().parent
+
+
+def java_executable() -> str:
+    """The ``java`` that Spark's scripts run: ``$JAVA_HOME/bin/java``, else PATH."""
+    if os.environ.get("JAVA_HOME"):
+        java = Path(os.environ["JAVA_HOME"]) / "bin" / "java"
+        if not java.is_file():
+            raise ConfigError(f"JAVA_HOME is {os.environ['JAVA_HOME']} but {java} does not exist")
+        return str(java)
+    found = shutil.which("java")
+    if not found:
+        raise ConfigError("Java not found: Spark needs a JDK 17 or 21 on PATH or in JAVA_HOME")
+    return found
+
+
+def archive_key(java: str, home: Path) -> str:
+    """What an archive depends on: the JVM build, the jars (names, sizes, times) and our flags."""
+    digest = hashlib.sha256()
+    real_java = Path(java).resolve()
+    stat = real_java.stat()
+    digest.update(f"{real_java}|{stat.st_size}|{stat.st_mtime_ns}|{' '.join(LEAN_JAVA_OPTIONS)}\n".encode())
+    jars = (home / "jars").resolve()
+    digest.update(f"{jars}\n".encode())
+    for jar in sorted(jars.glob("*.jar")):
+        jar_stat = jar.stat()
+        digest.update(f"{jar.name}|{jar_stat.st_size}|{jar_stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def default_archive_dir() -> Path:
+    """Inside this Python environment (it goes with the install), else the user's cache."""
+    prefix = Path(sys.prefix) / "share" / "kafka-batch"
+    if os.access(prefix if prefix.exists() else Path(sys.prefix), os.W_OK):
+        return prefix
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "kafka-batch"
+
+
+def class_archive_path() -> Path | None:
+    """Where this installation's archive is (or would be); ``None`` when switched off."""
+    configured = os.environ.get(ARCHIVE_ENV, "").strip()
+    if configured.lower() == "off":
+        return None
+    if configured:
+        return Path(configured)
+    try:
+        key = archive_key(java_executable(), spark_home())
+    except (ConfigError, OSError):
+        return None  # no Java or no Spark here: the batch itself will say so
+    return default_archive_dir() / f"spark-classes-{key}.jsa"
+
+
+def archive_status() -> dict[str, Any]:
+    """Where the archive is (``None`` when switched off), whether it exists, its size."""
+    path = class_archive_path()
+    exists = path is not None and path.is_file()
+    return {"path": str(path) if path else None, "exists": exists, "bytes": path.stat().st_size if exists else 0}
+
+
+def driver_java_options(user_options: str | None = None, short_lived: bool = True) -> str:
+    """The lean flags (``short_lived``), the archive's when it exists, then the user's own (last,
+    so they win)."""
+    archive = class_archive_path()
+    flags = list(LEAN_JAVA_OPTIONS) if short_lived else []
+    if archive is not None and archive.is_file():
+        flags.append(f"-XX:SharedArchiveFile={archive}")
+    if user_options and user_options.strip():
+        flags.append(user_options.strip())
+    return " ".join(flags)
+
+
+def lean_submit_conf(
+    master: str, conf: Mapping[str, str] | None = None, local_driver: bool = True, short_lived: bool = True
+) -> dict[str, str]:
+    """``conf`` (the user's Spark settings) with the start-up settings under it.
+
+    :param local_driver: whether the driver runs here (client deploy mode), so the archive's
+        path and the driver's flags mean something to it.
+    :param short_lived: a batch (lean JVM, no UI) rather than a server that runs for days
+        (a Spark Connect server keeps the optimising compiler; it gets the archive and the
+        worker daemon only).
+    """
+    conf = dict(conf or {})
+    merged = dict(LEAN_CONF) if short_lived else {}
+    if not needs_py_files(master):  # a local master's workers run this Python, which has the package
+        merged["spark.python.daemon.module"] = DAEMON_MODULE
+    if local_driver:
+        options = driver_java_options(conf.pop(DRIVER_JAVA_OPTIONS, None), short_lived)
+        if options:
+            merged[DRIVER_JAVA_OPTIONS] = options
+    merged.update(conf)
+    return merged
+
+
+def build_class_archive(progress: Callable[[str], None], timeout: float = 600.0) -> Path:
+    """Record the archive from one small local job (:mod:`kafka_batch_provider.spark.archive_job`).
+
+    Written under a temporary name and renamed, so a batch never maps half an archive and two
+    builds at once leave one whole file.
+    """
+    from kafka_batch_provider.spark import archive_job
+    from kafka_batch_provider.spark.submit import conf_args, spark_submit_executable
+
+    target = class_archive_path()
+    if target is None:
+        raise ConfigError(f"{ARCHIVE_ENV}=off: the class archive is switched off")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    os.unlink(temporary)  # the JVM creates the file itself
+    # The batches' settings, but recording into a new archive instead of mapping an old one.
+    conf = lean_submit_conf("local[2]", local_driver=False)
+    conf[DRIVER_JAVA_OPTIONS] = " ".join([*LEAN_JAVA_OPTIONS, f"-XX:ArchiveClassesAtExit={temporary}"])
+    command = [spark_submit_executable(), "--master", "local[2]", *conf_args(conf), archive_job.__file__]
+    env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    env.pop("SPARK_REMOTE", None)
+    progress(f"recording Spark's classes from a small local job into {target} ...")
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+        if result.returncode != 0 or not Path(temporary).is_file():
+            tail = " | ".join(line for line in (result.stderr + result.stdout).splitlines()[-4:] if line.strip())
+            raise ConfigError(f"the class archive could not be recorded (exit {result.returncode}): {tail}")
+        os.replace(temporary, target)
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"recording the class archive took more than {timeout:g} s") from None
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+    return target
