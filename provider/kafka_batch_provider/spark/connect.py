@@ -51,6 +51,20 @@ RETRYABLE_TASK_ERRORS = ("ReadError", "KafkaUnavailableError", "StorageError", "
 RETRY_POLICY = {"max_retries": 6, "backoff_multiplier": 4.0, "initial_backoff": 50, "max_backoff": 10_000}
 
 
+def retry_while_server_listens(host: str, port: int) -> Any:
+    """pyspark's default retry rules within :data:`RETRY_POLICY`, and none once the server's port
+    refuses connections: its process is gone, and the batch's Spark job with it, so retrying only
+    delays the one line (pyspark's release calls would also hold the process ~25 s at its exit).
+    A server still listening (a network blip, a busy server) is retried as before."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    class RetryWhileServerListens(DefaultPolicy):
+        def can_retry(self, exception: BaseException) -> bool:
+            return super().can_retry(exception) and port_open(port, host, timeout=2.0)
+
+    return RetryWhileServerListens(**RETRY_POLICY)
+
+
 def remote_address(remote: str) -> str:
     """``sc://host:port`` without its parameters (a token may be among them): safe to print."""
     try:
@@ -134,14 +148,16 @@ def connect_session(remote: str) -> Any:
     own ``session_id``, and starts a fresh one if the server closed the shared one.
     """
     check_reachable(remote)
-    from pyspark.sql.connect.client.retries import DefaultPolicy
     from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    parts = urlsplit(remote.split(";")[0])
+    policy = retry_while_server_listens(parts.hostname, parts.port or DEFAULT_PORT)
 
     def session(url: str) -> Any:
         with connect_mode_kept_out_of_environment():
             spark = ConnectSession.builder.remote(url).create()
         try:
-            spark.client.set_retry_policies([DefaultPolicy(**RETRY_POLICY)])
+            spark.client.set_retry_policies([policy])
             for key, value in SESSION_CONF.items():  # the first call fails if the session was closed
                 spark.conf.set(key, value)
         except BaseException:

@@ -67,5 +67,7 @@ def spark_error_line(exc: BaseException) -> str:
             "e.g. spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>; "
             "or use --reader python"
         )
+    if "StatusCode.UNAVAILABLE" in text or "RETRIES_EXCEEDED" in text:
+        return "the Spark Connect server stopped answering (gRPC UNAVAILABLE): it went away or cannot be reached"
     first = text.strip().splitlines()[0] if text.strip() else ""
     return f"{type(exc).__name__}: {first}"
