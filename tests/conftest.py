@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="kafka-batch-airflow-home-")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
-# SparkSubmitHook runs "spark-submit" from PATH: the one pip installed next to this Python.
-os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+# No spark-submit is put on PATH: KafkaSparkBatchOperator finds the one pip installed next to
+# this Python, as it must for an Airflow started from a virtualenv nobody activated.
 
 # Spark binds the interface the hostname resolves to; keep everything on loopback.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -44,15 +44,14 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 def spark() -> Iterator[pyspark.sql.SparkSession]:  # noqa: F821
     from pyspark.sql import SparkSession
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("kafka-batch-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.log.level", "WARN")
-        .getOrCreate()
-    )
+    from kafka_batch_provider.spark.jvm_start import lean_submit_conf
+
+    # The batches' own start-up settings: the class archive, a lean JVM, the worker daemon.
+    settings = {"spark.sql.session.timeZone": "UTC", "spark.sql.shuffle.partitions": "2", "spark.log.level": "WARN"}
+    builder = SparkSession.builder.master("local[2]").appName("kafka-batch-tests")
+    for key, value in lean_submit_conf("local[2]", settings).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     yield session
     session.stop()
 

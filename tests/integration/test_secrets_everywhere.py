@@ -29,7 +29,8 @@ import pytest
 from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
 from tests.dags.test_dags_end_to_end import metadata_db_text, record_spark_submits, run
 
-pytestmark = pytest.mark.integration
+# One xdist worker runs the module, so its two-DAG-run setup happens once.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("secrets-everywhere")]
 
 # Unique per session, so nothing else on the machine (other test runs, fixed test keys) matches.
 KAFKA_SECRET = f"kafka-sasl-password-{uuid.uuid4().hex}"

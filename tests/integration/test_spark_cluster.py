@@ -217,7 +217,7 @@ def python_without_our_package(directory: Path) -> Path:
     return script
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once: a module fixture is set up again when xdist interleaves modules
 def kafka_topic(kafka_bootstrap_servers: str) -> tuple[str, dict[int, int]]:
     """A 2-partition topic holding 10 records: ``(name, {partition: records})``."""
     config = {"bootstrap.servers": kafka_bootstrap_servers}
@@ -226,12 +226,12 @@ def kafka_topic(kafka_bootstrap_servers: str) -> tuple[str, dict[int, int]]:
     return name, produce(config, name, sample_records(partitions=2, count=10))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once: a module fixture is set up again when xdist interleaves modules
 def shipped_zip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return package_zip(tmp_path_factory.mktemp("py-files"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once: a module fixture is set up again when xdist interleaves modules
 def cluster_run(
     spark_standalone: SparkStandaloneCluster,
     kafka_bootstrap_servers: str,
