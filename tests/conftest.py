@@ -72,6 +72,23 @@ def group_id(request: pytest.FixtureRequest) -> str:
     return f"g-{request.node.name[:30]}-{uuid.uuid4().hex[:6]}"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse to run when pytest-xdist's ``--dist loadgroup`` cannot keep a group on one worker.
+
+    Its workers mark grouped tests by setting ``item._nodeid`` to ``<id>@<group>``; pytest 9.2
+    keeps node ids elsewhere, so that no longer takes effect (pytest-xdist #1386) and every
+    expensive session server of a group (the live Airflow stack, the Spark cluster) is started
+    once per worker, silently. The attribute xdist writes must be the one pytest reads.
+    """
+    from _pytest.nodes import Node
+
+    if config.getoption("dist", "no") == "loadgroup" and not hasattr(Node, "_nodeid"):
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} breaks pytest-xdist's --dist loadgroup (pytest-xdist #1386): "
+            "install the pinned pytest (pip install -c constraints.txt pytest), or run with -n0"
+        )
+
+
 # -- the counted matrices (tests/matrix.py): here, because xdist's controller loads this file ------
 
 
