@@ -263,10 +263,18 @@ class KafkaOffsets:
         An asynchronous commit whose callback is polled for has one. (The admin API's
         OffsetCommit has a timeout too, but after it the embedded broker failed later commits
         and group deletions of the same group with transport errors.) The consumer never
-        joins the group, as before.
+        joins the group, as before, so its session timeout serves one purpose only: librdkafka
+        holds a commit that waits for a coordinator that long, and ``close()`` waits for it
+        (45 s by default, measured), so it is the timeout too.
         """
         answers: list[tuple[KafkaError | None, list[KafkaTopicPartition]]] = []
-        config = {**consumer_config(self.kafka_config, group_id), "on_commit": lambda e, p: answers.append((e, p))}
+        session_ms = max(1, int(self.timeout * 1000))
+        config = {
+            **consumer_config(self.kafka_config, group_id),
+            "on_commit": lambda e, p: answers.append((e, p)),
+            "session.timeout.ms": session_ms,
+            "heartbeat.interval.ms": max(1, session_ms // 3),  # must stay below the session timeout
+        }
         consumer = Consumer(config)
         try:
             consumer.commit(offsets=request, asynchronous=True)
