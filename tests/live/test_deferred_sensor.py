@@ -23,6 +23,13 @@ def test_lag_sensor_defers_to_the_triggerer_and_resumes_when_records_arrive(airf
 
     [sensor] = wait_for("the lag sensor of a new run to be deferred (no records yet)", deferred_sensor, timeout=120)
     run_id = sensor["dag_run_id"]
+
+    def picked_up():
+        ti = airflow_stack.task_instances(INGEST, run_id)[SENSOR]
+        return bool(ti["triggerer_job"]) and ti, (ti["state"], ti["trigger"], ti["triggerer_job"])
+
+    # The triggerer claims new triggers in its own loop: wait for it, however busy the machine is.
+    wait_for("the live triggerer to pick up the deferred sensor's trigger", picked_up, timeout=120)
     # While it waits: still deferred, its trigger held by the live triggerer, no pool slot taken.
     for _ in range(3):
         ti = airflow_stack.task_instances(INGEST, run_id)[SENSOR]
