@@ -67,6 +67,19 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def result_stream():
+    """The real stdout, kept for the one JSON line; from here on fd 1 is stderr.
+
+    Whatever else writes to stdout in this process (Airflow's structlog, Spark's py4j closing its
+    connection at exit, after the JSON line) then lands in stderr, so the JSON stays the last
+    line of stdout.
+    """
+    result = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    return result
+
+
 def baseline_read(config: dict, topic: str, ends: dict[int, int]) -> tuple[int, float]:
     """One plain consumer, same reader settings, reading every planned range to its end."""
     consumer = Consumer(reader_consumer_config(config))
@@ -439,6 +452,7 @@ def main() -> int:
     parser.add_argument("--large-records", type=int, default=5_000_000, help="the large batch (0: skip)")
     parser.add_argument("--rss-gb", type=float, default=2.0, help="GB of 64 KB records for the RSS run (0: skip)")
     args = parser.parse_args()
+    output = result_stream()
     formats = list(dict.fromkeys(f.strip() for f in args.formats.split(",") if f.strip()))
     unknown = sorted(set(formats) - {"parquet", *TABLES})
     if unknown or "parquet" not in formats:
@@ -550,7 +564,7 @@ def main() -> int:
         if not args.no_writers:
             say("writers: Spark's Parquet writer and the pyarrow task writer on the same DataFrame ...")
             summary["writers"] = compare_writers(config, topic, ends, work, args.spark_master)
-        print(json.dumps(summary))
+        print(json.dumps(summary), file=output, flush=True)
         return 0
     finally:
         if broker is not None:
