@@ -86,9 +86,16 @@ def split_output(output: str) -> tuple[str, str]:
     return protocol, path
 
 
+#: Storage options that are ours, not the filesystem's: settings passed on to a table format's
+#: own object-store client (``delta_options``, see :mod:`kafka_batch_provider.sinks.delta`).
+NOT_FOR_FSSPEC = ("delta_options",)
+
+
 def filesystem(protocol: str, storage_options: Mapping[str, Any] | None = None):
     """An fsspec filesystem for ``protocol``, or one line saying which package is missing."""
     import fsspec
+
+    storage_options = {k: v for k, v in dict(storage_options or {}).items() if k not in NOT_FOR_FSSPEC}
 
     if protocol == "file":
         from fsspec.implementations.local import LocalFileSystem
@@ -96,7 +103,7 @@ def filesystem(protocol: str, storage_options: Mapping[str, Any] | None = None):
         return LocalFileSystem()
     package, extra = next((p, e) for proto, p, e in SCHEMES.values() if proto == protocol)
     try:
-        return fsspec.filesystem(protocol, **dict(storage_options or {}))
+        return fsspec.filesystem(protocol, **storage_options)
     except ImportError:
         hint = f"pip install 'airflow-provider-kafka-batch[{extra}]'" if extra else f"pip install {package}"
         raise ConfigError(f"{protocol}:// outputs need the {package} package: {hint}") from None

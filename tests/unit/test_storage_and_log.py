@@ -46,6 +46,19 @@ def test_bad_outputs_are_refused_with_one_line(output, message):
         split_output(output)
 
 
+def test_delta_rs_settings_in_the_storage_options_do_not_reach_the_filesystem():
+    """``delta_options`` (the README's DynamoDB lock) is for delta-rs: s3fs refused the whole output."""
+    options = {
+        "key": "k",
+        "secret": "s",
+        "client_kwargs": {"endpoint_url": "http://127.0.0.1:9"},
+        "delta_options": {"AWS_S3_LOCKING_PROVIDER": "dynamodb"},
+    }
+    fs = Location("s3://bucket/lake", options).fs
+    fs.connect()  # builds the client as the first request would, without sending one
+    assert fs.key == "k" and fs.client_kwargs == {"endpoint_url": "http://127.0.0.1:9"}, vars(fs)
+
+
 def test_local_paths_become_absolute_and_keep_spaces_and_non_ascii(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     location = Location("lake dir/ü ß")
