@@ -70,6 +70,15 @@ def s3_proxy(storage_proxy: FaultProxy) -> Iterator[FaultProxy]:
     yield from back_up_afterwards(storage_proxy)
 
 
+#: Storage client settings of every scenario: fewer retries of a dark S3 server than the
+#: clients' defaults (botocore's and delta-rs's), so an outage fails the run sooner; the failure
+#: and its one line are the same. Users set these the same way (storage options).
+FAIL_FAST = {
+    "config_kwargs": {"retries": {"max_attempts": 2, "mode": "standard"}},
+    "delta_options": {"max_retries": "2", "retry_timeout": "10s"},
+}
+
+
 @pytest.fixture(params=FORMATS)
 def lake(request: pytest.FixtureRequest, s3_server, s3_proxy: FaultProxy, tmp_path: Path) -> Lake:
     endpoint = S3Endpoint(
@@ -81,7 +90,7 @@ def lake(request: pytest.FixtureRequest, s3_server, s3_proxy: FaultProxy, tmp_pa
     )
     name = request.node.name.split("[")[0].removeprefix("test_")[:40]
     options_file = tmp_path / "storage-options.json"
-    options_file.write_text(json.dumps(endpoint.storage_options()))
+    options_file.write_text(json.dumps({**endpoint.storage_options(), **FAIL_FAST}))
     return Lake(
         request.param, f"s3://{endpoint.bucket}/{name}-{uuid.uuid4().hex[:8]}", endpoint, s3_proxy, options_file
     )
