@@ -25,8 +25,9 @@ import pytest
 
 import kafka_batch_provider
 from kafka_batch_provider.errors import ConfigError
+from kafka_batch_provider.spark.jvm_start import DRIVER_JAVA_OPTIONS, driver_java_options
 from kafka_batch_provider.spark.py_files import needs_py_files, package_dir, package_zip
-from kafka_batch_provider.spark.submit import spark_submit_executable
+from kafka_batch_provider.spark.submit import conf_args, spark_submit_executable
 from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
 from kafka_batch_provider.testing.spark_cluster import SparkStandaloneCluster
 
@@ -262,6 +263,7 @@ def cluster_run(
         # Two 1-core executors (separate JVMs and Python workers) within the worker's 2 cores / 2g.
         *("--conf", "spark.executor.cores=1", "--conf", "spark.executor.memory=512m"),
         *("--conf", "spark.ui.enabled=false", "--conf", "spark.log.level=WARN"),
+        *conf_args({**spark_standalone.executor_conf, DRIVER_JAVA_OPTIONS: driver_java_options()}),
         str(application),
         json.dumps(args),
     ]
@@ -362,6 +364,7 @@ def test_ingest_on_the_cluster_to_s3_is_exactly_once(
         *("--output", output.uri, "--spark-master", spark_standalone.master_url),
         *("--spark-conf", "spark.executor.cores=1", "--spark-conf", "spark.executor.memory=512m"),
         *("--spark-conf", "spark.ui.enabled=false", "--max-offsets-per-task", "200"),
+        *(arg for key, value in spark_standalone.executor_conf.items() for arg in ("--spark-conf", f"{key}={value}")),
     ]
 
     def run() -> dict[str, Any]:

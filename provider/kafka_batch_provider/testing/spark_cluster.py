@@ -30,7 +30,7 @@ import pytest
 
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.local_servers import HOST, free_port, port_open, stop_pid
-from kafka_batch_provider.spark.jvm_start import java_executable, spark_home
+from kafka_batch_provider.spark.jvm_start import LEAN_JAVA_OPTIONS, java_executable, spark_home
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -102,8 +102,16 @@ class SparkStandaloneCluster:
             SPARK_LOCAL_DIRS=str(self.base_dir / "local"),  # block manager and shuffle files
             SPARK_CONF_DIR=str(self.base_dir / "conf"),  # empty: no spark-env.sh or defaults of anybody's
             SPARK_DAEMON_MEMORY=self.daemon_memory,
+            # The master and the worker start like a batch's driver (C1 only, serial GC): on a
+            # test machine they serve a few short applications.
+            SPARK_DAEMON_JAVA_OPTS=" ".join(LEAN_JAVA_OPTIONS),
         )
         return env
+
+    @property
+    def executor_conf(self) -> dict[str, str]:
+        """Spark settings for an application's executors here: JVMs as lean as the driver's."""
+        return {"spark.executor.extraJavaOptions": " ".join(LEAN_JAVA_OPTIONS)}
 
     def start(self, timeout: float = 90.0) -> SparkStandaloneCluster:
         if self._processes:
