@@ -278,7 +278,7 @@ def test_partitioned_by_the_records_date(spark, kafka_config, new_topic, group_i
 
 
 def test_cli_runs_iceberg_with_catalog_secrets_in_a_file_and_prints_the_tables_batches(
-    kafka_config, kafka_bootstrap_servers, new_topic, group_id, tmp_path, s3_server, new_s3_output
+    kafka_config, kafka_bootstrap_servers, new_topic, group_id, tmp_path, s3_server, new_s3_output, spark_connect_remote
 ):
     topic = new_topic(partitions=2)
     produce(kafka_config, topic, sample_records(2, 20))
@@ -306,7 +306,8 @@ def test_cli_runs_iceberg_with_catalog_secrets_in_a_file_and_prints_the_tables_b
     ]
     common = ["--bootstrap-servers", kafka_bootstrap_servers, "--topic", topic, "--group", group_id]
 
-    result = cli("run", *common, *table_args, "--spark-master", "local[2]")
+    # Through the session's Spark Connect server: the catalog is opened by this CLI process (the driver).
+    result = cli("run", *common, *table_args, "--spark-remote", spark_connect_remote)
     ran = last_json(result)
     assert ran["records"] == 20 and ran["committed"] == {f"{topic}:0": 10, f"{topic}:1": 10}
     assert secret not in result.stdout + result.stderr
