@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.areas import DURATIONS
 from tests.bad_input import tally as _bad_input_tally  # noqa: F401 - registers its matrix
 from tests.faults import tally as _faults_tally  # noqa: F401 - registers its matrix
 from tests.matrix import MATRICES
@@ -89,7 +90,8 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
-# -- the counted matrices (tests/matrix.py): here, because xdist's controller loads this file ------
+# -- the counted matrices (tests/matrix.py) and the time per area (tests/areas.py): here, because
+# xdist's controller loads this file ----------------------------------------------------------------
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -102,8 +104,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     for matrix in MATRICES:
         matrix.count(report)
+    DURATIONS.count(report)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
     for matrix in MATRICES:
         matrix.summary(terminalreporter)
+    DURATIONS.summary(terminalreporter)
