@@ -72,6 +72,13 @@ def test_plan_write_commit_then_run_ingests_only_new_data_and_keeps_secrets_out(
     assert second["records"] == 6 and second["committed"] == {f"{topic}:0": 13, f"{topic}:1": 13}
     assert "batch " in run.stderr, "progress lines must reach the user"
     assert_exactly_once(Path(out), {(topic, p, o) for p in (0, 1) for o in range(13)})
+    # Where spark-submit's time went, phase by phase, within the step's own time.
+    timings = second["timings"]
+    phases = ["spark_launch_seconds", "spark_session_seconds", "spark_batch_seconds", "spark_exit_seconds"]
+    found = {phase: timings.get(phase) for phase in phases}
+    assert all(isinstance(v, float) and v >= 0 for v in found.values()), f"expected each phase's seconds: {timings}"
+    assert sum(found.values()) <= timings["spark_seconds"], f"expected the phases within spark_seconds: {timings}"
+    assert timings["read_write_seconds"] <= timings["spark_batch_seconds"], timings
 
     # The secret reaches neither output, nor any file of the dataset (plans, manifests, commits).
     assert SECRET not in run.stdout + run.stderr

@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import traceback
 from collections.abc import Sequence
 from typing import Any
@@ -34,6 +35,9 @@ CONFIG_FILE_ENV = "KAFKA_BATCH_KAFKA_CONFIG_FILE"
 CONFIG_JSON_ENV = "KAFKA_BATCH_KAFKA_CONFIG"
 STORAGE_OPTIONS_FILE_ENV = "KAFKA_BATCH_STORAGE_OPTIONS_FILE"
 CATALOG_PROPERTIES_FILE_ENV = "KAFKA_BATCH_CATALOG_PROPERTIES_FILE"
+#: When spark-submit was started (epoch seconds), set by the command line: the result's
+#: ``spark_launch_seconds`` is the JVM's and this Python's start.
+SUBMITTED_AT_ENV = "KAFKA_BATCH_SUBMITTED_AT"
 
 
 def load_kafka_config(path: str | None) -> dict[str, Any]:
@@ -72,7 +76,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def launch_seconds(now: float) -> dict[str, float]:
+    """Seconds from spark-submit's start to this application's ``main()``, when the caller said when."""
+    try:
+        return {"spark_launch_seconds": round(now - float(os.environ[SUBMITTED_AT_ENV]), 3)}
+    except (KeyError, ValueError):
+        return {}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    timings = launch_seconds(time.time())
     args = parse_args(argv)
     try:
         storage_options = load_storage_options(args.storage_options_file)
@@ -94,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from kafka_batch_provider.spark.worker_daemon import use_installed_pyspark
 
+    clock = time.perf_counter()
     use_installed_pyspark()  # byte code from site-packages, not pyspark.zip compiled again
     from pyspark.sql import SparkSession
 
@@ -107,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         .config("spark.redaction.regex", SECRET_KEY_PATTERN.pattern)
         .getOrCreate()
     )
+    timings["spark_session_seconds"] = round(time.perf_counter() - clock, 3)
+    clock = time.perf_counter()
     try:
         manifest = write_batch(
             spark,
@@ -126,12 +142,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return spark_failure_exit_code(exc)
     # No spark.stop(): its accumulator server polls every 0.5 s before it lets go, and
     # SparkSubmit's shutdown hook stops the context when this process returns.
+    timings["spark_batch_seconds"] = round(time.perf_counter() - clock, 3)
     result = {
         "batch_id": plan.batch_id,
         "seq": manifest["seq"],
         "rows": manifest["rows"],
         "location": manifest["location"],
-        "timings": manifest.get("timings", {}),
+        # Where the Spark step's time went; the command line adds spark_exit_seconds.
+        "timings": {**timings, **manifest.get("timings", {})},
     }
     print(json.dumps(result))
     return 0

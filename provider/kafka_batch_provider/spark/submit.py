@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -114,8 +115,10 @@ def run_submit(
         env[spark_app.CONFIG_FILE_ENV] = config_path
         env[spark_app.STORAGE_OPTIONS_FILE_ENV] = storage_path
         env[spark_app.CATALOG_PROPERTIES_FILE_ENV] = catalog_path
+        env[spark_app.SUBMITTED_AT_ENV] = str(time.time())
         process = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=jvm_log, text=True, env=env)
         assert process.stdout is not None
+        result_at = None
         for line in process.stdout:  # relay progress while Spark runs
             line = line.rstrip("\n")
             if line.startswith("batch "):
@@ -124,7 +127,9 @@ def run_submit(
                 errors.append(line.removeprefix("error: "))
             elif line.startswith("{"):
                 results.append(line)
+                result_at = time.perf_counter()
         process.wait()
+        exit_seconds = round(time.perf_counter() - result_at, 3) if result_at is not None else None
         jvm_log.seek(0)
         stderr_tail = [line for line in jvm_log.read().splitlines() if line.strip()][-5:]
     if process.returncode != 0:
@@ -133,4 +138,6 @@ def run_submit(
         raise KafkaBatchError(f"spark-submit failed with exit code {process.returncode}: {' | '.join(stderr_tail)}")
     if not results:
         raise KafkaBatchError("spark-submit finished but the application printed no result")
-    return json.loads(results[-1])
+    result = json.loads(results[-1])
+    result["timings"] = {**result.get("timings", {}), "spark_exit_seconds": exit_seconds}
+    return result
