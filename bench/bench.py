@@ -25,7 +25,9 @@ meaningful on a shared, noisy machine:
   timed from its first record (its consumer-group join, ~23 s on the embedded broker, is
   reported apart as ``airflow_kafka_join_seconds``); ``best_over_airflow_kafka``;
 * ``scaling``: ``connect_rps`` with ``local[2]`` over a ``local[1]`` server's;
-* ``fixed_seconds``: a 1,000-record batch through spark-submit (``kafka-batch run``);
+* ``fixed_seconds``: a 1,000-record batch through spark-submit (``kafka-batch run``), and
+  ``fixed_phases``: where its time went (plan, JVM and Python launch, session, batch, exit,
+  commit);
 * ``empty_batch_seconds``: ``kafka-batch run`` with nothing new (no Spark is started);
 * ``large``: rows/s through the warm Connect server at ``--large-records`` (5M) next to 1M;
 * ``plan_commit_seconds``: plan + compare-and-set commit at 1, 50 and 200 partitions;
@@ -549,9 +551,10 @@ def main() -> int:
         say("fixed cost: a 1,000-record batch through spark-submit ...")
         small = f"{topic}-small"
         produce_topic(config, small, args.partitions, 1_000, args.value_size)
-        _, fixed = run_cli(bootstrap, small, "bench-fixed", work / "fixed", "--spark-master", "local[2]")
+        fixed_run, fixed = run_cli(bootstrap, small, "bench-fixed", work / "fixed", "--spark-master", "local[2]")
         summary["fixed_seconds"] = round(fixed, 3)
-        say(f"fixed cost: {fixed:.2f}s")
+        summary["fixed_phases"] = fixed_run.get("timings", {})  # where they went: launch, session, batch, exit
+        say(f"fixed cost: {fixed:.2f}s ({', '.join(f'{k} {v}' for k, v in summary['fixed_phases'].items())})")
         summary["plan_commit_seconds"] = plan_commit_measure(config, topic, work)
         if not args.no_connect:
             summary.update(connect_measures(args, config, bootstrap, topic, work))
