@@ -124,6 +124,17 @@ def test_the_archive_path_follows_the_setting(monkeypatch, tmp_path):
     assert class_archive_path() == tmp_path / "mine.jsa"
 
 
+def test_only_other_archives_in_the_default_folder_count_as_stale(monkeypatch, tmp_path):
+    monkeypatch.setattr(jvm_start, "default_archive_dir", lambda: tmp_path)
+    monkeypatch.delenv(jvm_start.ARCHIVE_ENV, raising=False)
+    current, old, other = (tmp_path / name for name in ("spark-classes-new.jsa", "spark-classes-old.jsa", "notes.jsa"))
+    for path in (current, old, other):
+        path.write_bytes(b"archive")
+    assert jvm_start.stale_archives(current) == [old], "expected only the older archive to be stale"
+    monkeypatch.setenv(jvm_start.ARCHIVE_ENV, str(current))
+    assert jvm_start.stale_archives(current) == [], "expected a configured archive's folder to be left alone"
+
+
 # -- pyspark from site-packages, not from Spark's zip ----------------------------------------------
 
 

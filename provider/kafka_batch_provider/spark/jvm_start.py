@@ -186,4 +186,16 @@ def build_class_archive(progress: Callable[[str], None], timeout: float = 600.0)
         raise ConfigError(f"recording the class archive took more than {timeout:g} s") from None
     finally:
         Path(temporary).unlink(missing_ok=True)
+    for stale in stale_archives(target):
+        stale.unlink(missing_ok=True)
+        progress(f"removed {stale.name}: recorded for jars or a JVM this installation no longer has")
     return target
+
+
+def stale_archives(current: Path) -> list[Path]:
+    """The other archives beside ``current`` in the default folder (a reinstall re-extracts the
+    jars, which changes the key, and each archive is ~150 MB). A configured path's folder is the
+    user's: nothing there is touched."""
+    if os.environ.get(ARCHIVE_ENV, "").strip() or current.parent != default_archive_dir():
+        return []
+    return sorted(path for path in current.parent.glob("spark-classes-*.jsa") if path != current)

@@ -47,14 +47,15 @@ def slices_of(ranges: Sequence[OffsetRange], max_offsets_per_task: int) -> tuple
 def read_slice(
     kafka_config: Mapping[str, Any],
     piece: OffsetRange,
-    batch_size: int,
+    batch_size: int | None,
     stall_timeout: float,
     receipts: bool,
 ) -> Iterator[pa.RecordBatch]:
     """The records of one slice as Arrow batches, and with ``receipts`` a last row saying what was read."""
-    from kafka_batch_provider.spark.kafka_reader import KAFKA_ARROW_SCHEMA, ReadStats, read_range
+    from kafka_batch_provider.spark.kafka_reader import BATCH_MESSAGES, KAFKA_ARROW_SCHEMA, ReadStats, read_range
 
     stats = ReadStats(piece.topic, piece.partition, piece.start, piece.end, piece.start)
+    batch_size = batch_size or BATCH_MESSAGES
     batches = read_range(kafka_config, piece, batch_size=batch_size, stall_timeout=stall_timeout, stats=stats)
     if not receipts:
         yield from batches
@@ -76,7 +77,7 @@ class SliceReader:
 
     slices: tuple[OffsetRange, ...]
     kafka_config: Mapping[str, Any] = field(repr=False)
-    batch_size: int = 50_000
+    batch_size: int | None = None  # None: the reader's own (kafka_reader.BATCH_MESSAGES)
     stall_timeout: float = 120.0
     receipts: bool = True
 

@@ -76,7 +76,7 @@ class KafkaBatchReader(DataSourceReader):
         self.ranges = parse_ranges(options["ranges"])
         self.kafka_config = {k[len("kafka.") :]: v for k, v in options.items() if k.startswith("kafka.")}
         self.max_offsets_per_task = int(options.get("maxOffsetsPerTask", DEFAULT_MAX_OFFSETS_PER_TASK))
-        self.batch_size = int(options.get("messagesPerBatch", 50_000))
+        self.batch_size = int(options["messagesPerBatch"]) if "messagesPerBatch" in options else None
         self.stall_timeout = float(options.get("stallTimeoutSeconds", DEFAULT_STALL_TIMEOUT))
         self.receipts = wants_receipts(options)
 

@@ -30,6 +30,10 @@ import pyarrow.parquet as pq
 RECEIPT_COLUMN = "_receipt"
 #: What each task returns.
 REPORT_SCHEMA = "report string"
+#: A row group is written once this many bytes of Arrow batches are waiting (or the file
+#: closes). The reader hands over small batches (they stay in the CPU's cache: ~35 % less
+#: CPU than 50,000-message batches); readers of the files want large row groups.
+ROW_GROUP_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class TaskWriter:
                 written.add(batch)
         finally:
             files.close()
+            release_memory()
         if files.names and location.is_local:
             fsync_dir(location.path(self.staging))
         report = {
@@ -85,14 +90,30 @@ class TaskWriter:
         yield pa.RecordBatch.from_pylist([{"report": json.dumps(report)}])
 
 
+def release_memory() -> None:
+    """Hand the task's freed buffers back to the system: Spark reuses this worker for the next
+    task, which would otherwise start on top of this one's high-water mark."""
+    pa.default_memory_pool().release_unused()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)  # librdkafka's and Python's freed blocks
+    except (OSError, AttributeError):
+        pass  # not glibc: nothing to trim
+
+
 class PartFiles:
     """The Parquet files one task writes: one, or one per date when partitioned by date."""
 
-    def __init__(self, location: Any, staging: str, stem: str, compression: str) -> None:
+    def __init__(
+        self, location: Any, staging: str, stem: str, compression: str, row_group_bytes: int = ROW_GROUP_BYTES
+    ) -> None:
         self.location, self.staging, self.stem, self.compression = location, staging, stem, compression
+        self.row_group_bytes = row_group_bytes
         self.open: dict[str | None, tuple[Any, Any]] = {}
         self.rows: dict[str | None, int] = {}
         self.names: dict[str | None, str] = {}
+        self.waiting: dict[str | None, list[pa.RecordBatch]] = {}
 
     def write(self, date: str | None, batch: pa.RecordBatch) -> None:
         if date not in self.open:
@@ -101,12 +122,24 @@ class PartFiles:
             name = f"{self.stem}.{date}.parquet" if date else f"{self.stem}.parquet"
             stream = self.location.write_stream(f"{self.staging}/{name}")
             self.open[date] = (stream, pq.ParquetWriter(stream, batch.schema, compression=self.compression))
-            self.names[date], self.rows[date] = name, 0
-        self.open[date][1].write_batch(batch)
+            self.names[date], self.rows[date], self.waiting[date] = name, 0, []
+        waiting = self.waiting[date]
+        waiting.append(batch)
         self.rows[date] += batch.num_rows
+        if sum(b.nbytes for b in waiting) >= self.row_group_bytes:
+            self.write_row_group(date)
+
+    def write_row_group(self, date: str | None) -> None:
+        """The waiting batches of one file as one row group."""
+        waiting = self.waiting[date]
+        if waiting:
+            table = pa.Table.from_batches(waiting)
+            self.open[date][1].write_table(table, row_group_size=table.num_rows)
+            waiting.clear()
 
     def close(self) -> None:
-        for stream, writer in self.open.values():
+        for date, (stream, writer) in self.open.items():
+            self.write_row_group(date)
             writer.close()
             if self.location.is_local:  # the Kafka commit will rely on these bytes being on disk
                 stream.flush()
