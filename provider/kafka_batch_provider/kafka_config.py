@@ -53,6 +53,7 @@ _CONSUMER_ONLY_KEYS = {
     "fetch.wait.max.ms",
     "queued.max.messages.kbytes",
     "queued.min.messages",
+    "fetch.queue.backoff.ms",
     "enable.partition.eof",
 }
 
