@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaError
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from kafka_batch_provider.kafka_errors import is_transient, is_unreachable
 
@@ -75,27 +76,13 @@ class ScriptedConsumer:
         pass
 
 
-class Message:
-    def __init__(self, offset=None, error=None):
-        self._offset, self._error = offset, error
+def Message(offset=None, error=None):  # noqa: N802 - reads like the class it builds
+    """confluent-kafka's own message type, as ``consume()`` returns it."""
+    from confluent_kafka import Message as KafkaMessage
 
-    def error(self):
-        return self._error
-
-    def offset(self):
-        return self._offset
-
-    def key(self):
-        return b"k"
-
-    def value(self):
-        return b"v"
-
-    def timestamp(self):
-        return (1, 1_700_000_000_000)
-
-    def headers(self):
-        return None
+    if error is not None:
+        return KafkaMessage(error=error)
+    return KafkaMessage(topic="t", partition=0, offset=offset, key=b"k", value=b"v", timestamp=(1, 1_700_000_000_000))
 
 
 def test_the_reader_counts_transient_errors_and_goes_on_but_stops_at_a_final_one(monkeypatch):
@@ -116,3 +103,22 @@ def test_the_reader_counts_transient_errors_and_goes_on_but_stops_at_a_final_one
 
     with pytest.raises(ReadError, match=r"t\[0\]: reading \[0, 2\) failed at offset 1: .*"):
         read([Message(0), Message(error=KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))])
+
+
+@pytest.mark.parametrize(
+    "timeout, extra",
+    [(3.0, {"group.protocol": "consumer"}), (7_200.0, {}), (0.001, {})],
+    ids=["the consumer group protocol", "a timeout beyond librdkafka's range", "a tiny timeout"],
+)
+def test_the_commit_consumer_accepts_every_group_protocol_and_timeout(timeout, extra):
+    """The commit's consumer is built whatever the group protocol and the timeout; with no broker
+    the commit then fails as a commit (no coordinator), never as a consumer librdkafka refused."""
+    from confluent_kafka import KafkaException
+
+    from kafka_batch_provider.kafka_offsets import KafkaOffsets
+
+    offsets = KafkaOffsets({"bootstrap.servers": "127.0.0.1:9", **extra}, timeout=timeout)
+    with pytest.raises(KafkaException) as failed:
+        offsets._commit_synchronously("g", [KafkaTopicPartition("t", 0, 5)])
+    error = failed.value.args[0]
+    assert error.code() != KafkaError._INVALID_ARG, f"expected a failed commit, librdkafka refused the config: {error}"
