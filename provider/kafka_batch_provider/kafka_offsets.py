@@ -268,13 +268,18 @@ class KafkaOffsets:
         (45 s by default, measured), so it is the timeout too.
         """
         answers: list[tuple[KafkaError | None, list[KafkaTopicPartition]]] = []
-        session_ms = max(1, int(self.timeout * 1000))
+        session_ms = min(max(3, int(self.timeout * 1000)), 3_600_000)  # librdkafka's range
         config = {
             **consumer_config(self.kafka_config, group_id),
             "on_commit": lambda e, p: answers.append((e, p)),
             "session.timeout.ms": session_ms,
-            "heartbeat.interval.ms": max(1, session_ms // 3),  # must stay below the session timeout
+            "heartbeat.interval.ms": session_ms // 3,  # must stay below the session timeout
+            "max.poll.interval.ms": max(300_000, session_ms),  # must not be below it
         }
+        # The session timeout belongs to the classic protocol: librdkafka refuses it with the
+        # consumer protocol (KIP-848), which a consumer that never joins has no use for.
+        for key in ("group.protocol", "group.remote.assignor"):
+            config.pop(key, None)
         consumer = Consumer(config)
         try:
             consumer.commit(offsets=request, asynchronous=True)
