@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -139,8 +138,11 @@ def test_ingest_dag_first_run_then_nothing_new_then_only_new_data(
     launched = record_spark_submits(monkeypatch)
     # As when Airflow runs from a virtualenv nobody activated (systemd): PATH has no spark-submit,
     # and the operator finds the one pip installed next to its Python.
-    venv_bin = str(Path(sys.executable).parent)
-    monkeypatch.setenv("PATH", os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin))
+    java = shutil.which("java")
+    without = [p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / "spark-submit").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join(without))
+    if java and not os.environ.get("JAVA_HOME") and shutil.which("java") is None:  # a system Spark beside java
+        monkeypatch.setenv("JAVA_HOME", str(Path(java).resolve().parent.parent))
     assert shutil.which("spark-submit") is None, "this test needs a PATH without spark-submit"
 
     first = run("kafka_batch_ingest")

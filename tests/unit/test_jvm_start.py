@@ -24,6 +24,15 @@ from kafka_batch_provider.spark.worker_daemon import bundled_zips_of_installed_p
 LEAN = " ".join(LEAN_JAVA_OPTIONS)
 
 
+@pytest.fixture(autouse=True)
+def spark_conf_dir(monkeypatch, tmp_path) -> Path:
+    """No spark-defaults.conf of this machine's Spark: each test writes its own."""
+    folder = tmp_path / "spark-conf"
+    folder.mkdir()
+    monkeypatch.setenv("SPARK_CONF_DIR", str(folder))
+    return folder
+
+
 @pytest.fixture
 def no_archive(monkeypatch):
     monkeypatch.setenv(jvm_start.ARCHIVE_ENV, "off")
@@ -64,6 +73,36 @@ def test_the_users_settings_win_and_their_java_options_come_last(archive):
     assert conf["spark.ui.enabled"] == "true", f"expected the user's UI setting to win, found {conf}"
     expected = f"{LEAN} -XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=4 -Dx=1"
     assert conf[DRIVER_JAVA_OPTIONS] == expected, f"expected {expected!r}, found {conf[DRIVER_JAVA_OPTIONS]!r}"
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{DRIVER_JAVA_OPTIONS: "-XX:+UseG1GC -Dx=1"}, {"spark.driver.defaultJavaOptions": "-XX:+UseParallelGC"}],
+    ids=["the user's", "the administrator's"],
+)
+def test_a_collector_chosen_elsewhere_replaces_the_serial_one(settings, no_archive):
+    options = lean_submit_conf("local[2]", settings)[DRIVER_JAVA_OPTIONS]
+    assert "-XX:+UseSerialGC" not in options, f"a JVM refuses two collectors, found {options!r}"
+    assert "-XX:TieredStopAtLevel=1" in options, f"expected the rest of the lean flags, found {options!r}"
+
+
+def test_the_driver_options_of_spark_defaults_are_kept(spark_conf_dir, no_archive):
+    (spark_conf_dir / "spark-defaults.conf").write_text(
+        "# site settings\nspark.driver.extraJavaOptions  -Djava.security.krb5.conf=/etc/krb5.conf\nspark.x=1\n"
+    )
+    options = lean_submit_conf("local[2]")[DRIVER_JAVA_OPTIONS]
+    assert options == f"{LEAN} -Djava.security.krb5.conf=/etc/krb5.conf", f"found {options!r}"
+    mine = lean_submit_conf("local[2]", {DRIVER_JAVA_OPTIONS: "-Dmine=1"})[DRIVER_JAVA_OPTIONS]
+    assert mine == f"{LEAN} -Dmine=1", f"expected the run's own options to replace the file's, found {mine!r}"
+
+
+def test_an_archive_path_with_spaces_stays_one_java_option(monkeypatch, tmp_path):
+    path = tmp_path / "my archives" / "classes.jsa"
+    path.parent.mkdir()
+    path.write_bytes(b"archive")
+    monkeypatch.setenv(jvm_start.ARCHIVE_ENV, str(path))
+    options = lean_submit_conf("local[2]")[DRIVER_JAVA_OPTIONS]
+    assert options == f'{LEAN} "-XX:SharedArchiveFile={path}"', f"Spark splits unquoted options at spaces: {options!r}"
 
 
 @pytest.mark.parametrize("master", ["spark://127.0.0.1:7077", "yarn", "k8s://https://k:443", "local-cluster[2,1,512]"])
@@ -124,13 +163,31 @@ def test_the_archive_path_follows_the_setting(monkeypatch, tmp_path):
     assert class_archive_path() == tmp_path / "mine.jsa"
 
 
-def test_only_other_archives_in_the_default_folder_count_as_stale(monkeypatch, tmp_path):
-    monkeypatch.setattr(jvm_start, "default_archive_dir", lambda: tmp_path)
+def test_an_archive_is_found_in_either_folder_whoever_may_write_there(monkeypatch, tmp_path):
+    java, home = fake_install(tmp_path)
+    monkeypatch.setenv("JAVA_HOME", str(java.parent.parent))
+    monkeypatch.setenv("SPARK_HOME", str(home))
+    monkeypatch.delenv(jvm_start.ARCHIVE_ENV, raising=False)
+    environment, cache = tmp_path / "venv-share", tmp_path / "cache"
+    monkeypatch.setattr(jvm_start, "archive_dirs", lambda: [environment, cache])
+    monkeypatch.setattr(jvm_start, "default_archive_dir", lambda: cache)  # this user cannot write the venv
+    name = f"spark-classes-{archive_key(str(java), home)}.jsa"
+    assert class_archive_path() == cache / name, "expected a new archive to go to the cache"
+    environment.mkdir()
+    (environment / name).write_bytes(b"archive built by the installer")
+    assert class_archive_path() == environment / name, "expected the installer's archive to be found"
+
+
+def test_only_other_archives_in_the_environments_folder_count_as_stale(monkeypatch, tmp_path):
+    monkeypatch.setattr(jvm_start, "archive_dirs", lambda: [tmp_path, tmp_path / "cache"])
     monkeypatch.delenv(jvm_start.ARCHIVE_ENV, raising=False)
     current, old, other = (tmp_path / name for name in ("spark-classes-new.jsa", "spark-classes-old.jsa", "notes.jsa"))
     for path in (current, old, other):
         path.write_bytes(b"archive")
     assert jvm_start.stale_archives(current) == [old], "expected only the older archive to be stale"
+    (tmp_path / "cache").mkdir()
+    shared = tmp_path / "cache" / "spark-classes-new.jsa"
+    assert jvm_start.stale_archives(shared) == [], "expected the shared cache's archives to be left alone"
     monkeypatch.setenv(jvm_start.ARCHIVE_ENV, str(current))
     assert jvm_start.stale_archives(current) == [], "expected a configured archive's folder to be left alone"
 

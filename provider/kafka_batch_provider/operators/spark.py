@@ -190,10 +190,11 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
             env[CATALOG_PROPERTIES_FILE_ENV] = catalog_path
             # A local master's Python workers must use this interpreter (it has the dependencies).
             env.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", sys.executable))
-            if binary_dir:
-                env["PATH"] = os.pathsep.join(filter(None, [binary_dir, env.get("PATH", os.environ.get("PATH"))]))
             self.env_vars = env
-        if binary_dir and deploy_mode == "cluster":  # the hook takes no environment in cluster mode
+        if binary_dir:
+            # This task's own process, which the hook's Popen inherits: never env_vars, which the
+            # hook turns into --conf ...Env.PATH=... on YARN and Kubernetes (argv, and the
+            # driver's environment) and does not hand to Popen there.
             os.environ["PATH"] = os.pathsep.join(filter(None, [binary_dir, os.environ.get("PATH")]))
         self._hook = None  # rebuilt in execute() with the arguments above
 

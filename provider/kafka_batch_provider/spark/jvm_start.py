@@ -14,7 +14,8 @@ in ``docs/performance.md``), almost none of it on the records. What each setting
   compiler's and the parallel collector's threads cost more CPU than they return on 2 cores.
   Measured on the 1M-record batch too: faster, not slower. Set only on the driver (executors
   of a cluster are long-lived JVMs of their own); ``spark.driver.extraJavaOptions`` of the user
-  come after ours, so they win.
+  come after ours, so they win; a collector they (or ``spark.driver.defaultJavaOptions``) choose
+  replaces the serial one, and ``spark-defaults.conf``'s driver options are kept.
 * **No Spark UI** (``spark.ui.enabled=false``): a Jetty server per batch that nobody opens
   (``--spark-conf spark.ui.enabled=true`` brings it back).
 * **Python from byte code**: :mod:`kafka_batch_provider.spark.worker_daemon` for the workers
@@ -29,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -87,17 +89,25 @@ def archive_key(java: str, home: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def default_archive_dir() -> Path:
-    """Inside this Python environment (it goes with the install), else the user's cache."""
-    prefix = Path(sys.prefix) / "share" / "kafka-batch"
-    if os.access(prefix if prefix.exists() else Path(sys.prefix), os.W_OK):
-        return prefix
+def archive_dirs() -> list[Path]:
+    """Where archives live: inside this Python environment (it goes with the install), then the
+    user's cache (for an environment this user cannot write)."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "kafka-batch"
+    return [Path(sys.prefix) / "share" / "kafka-batch", cache / "kafka-batch"]
+
+
+def default_archive_dir() -> Path:
+    """Where a new archive is recorded: the environment when this user may write there."""
+    prefix, cache = archive_dirs()
+    return prefix if os.access(prefix if prefix.exists() else Path(sys.prefix), os.W_OK) else cache
 
 
 def class_archive_path() -> Path | None:
-    """Where this installation's archive is (or would be); ``None`` when switched off."""
+    """Where this installation's archive is (or would be recorded); ``None`` when switched off.
+
+    An archive that exists in either place is found, whoever may write there: a venv installed
+    by root and used by the ``airflow`` user keeps the archive root built.
+    """
     configured = os.environ.get(ARCHIVE_ENV, "").strip()
     if configured.lower() == "off":
         return None
@@ -107,7 +117,9 @@ def class_archive_path() -> Path | None:
         key = archive_key(java_executable(), spark_home())
     except (ConfigError, OSError):
         return None  # no Java or no Spark here: the batch itself will say so
-    return default_archive_dir() / f"spark-classes-{key}.jsa"
+    name = f"spark-classes-{key}.jsa"
+    existing = [folder / name for folder in archive_dirs() if (folder / name).is_file()]
+    return existing[0] if existing else default_archive_dir() / name
 
 
 def archive_status() -> dict[str, Any]:
@@ -117,13 +129,42 @@ def archive_status() -> dict[str, Any]:
     return {"path": str(path) if path else None, "exists": exists, "bytes": path.stat().st_size if exists else 0}
 
 
-def driver_java_options(user_options: str | None = None, short_lived: bool = True) -> str:
+def java_flag(flag: str) -> str:
+    """``flag`` as one word of Spark's java options, which Spark splits at spaces unless quoted."""
+    return f'"{flag}"' if any(c.isspace() for c in flag) else flag
+
+
+def spark_defaults() -> dict[str, str]:
+    """The settings of ``spark-defaults.conf`` (``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``)."""
+    try:
+        folder = Path(os.environ["SPARK_CONF_DIR"]) if os.environ.get("SPARK_CONF_DIR") else spark_home() / "conf"
+        lines = (folder / "spark-defaults.conf").read_text().splitlines()
+    except (ConfigError, OSError):
+        return {}
+    # Java properties syntax, as Spark reads it: "key value", "key=value" or "key: value".
+    pairs = (_PROPERTY.match(line.strip()) for line in lines if not line.strip().startswith(("#", "!")))
+    return {match[1]: match[2].strip() for match in pairs if match}
+
+
+_PROPERTY = re.compile(r"([^\s=:]+)\s*[\s=:]\s*(.*)")
+
+
+#: A JVM accepts one collector: the user's or the administrator's choice replaces ours.
+_CHOOSES_GC = re.compile(r"-XX:\+Use\w*GC\b")
+
+
+def driver_java_options(user_options: str | None = None, short_lived: bool = True, admin_options: str = "") -> str:
     """The lean flags (``short_lived``), the archive's when it exists, then the user's own (last,
-    so they win)."""
+    so they win).
+
+    :param admin_options: ``spark.driver.defaultJavaOptions``, which Spark puts in front of
+        these: a collector chosen there or in ``user_options`` drops ours (two are refused).
+    """
     archive = class_archive_path()
-    flags = list(LEAN_JAVA_OPTIONS) if short_lived else []
+    chosen_gc = _CHOOSES_GC.search(f"{user_options or ''} {admin_options or ''}")
+    flags = [f for f in LEAN_JAVA_OPTIONS if not (chosen_gc and _CHOOSES_GC.search(f))] if short_lived else []
     if archive is not None and archive.is_file():
-        flags.append(f"-XX:SharedArchiveFile={archive}")
+        flags.append(java_flag(f"-XX:SharedArchiveFile={archive}"))
     if user_options and user_options.strip():
         flags.append(user_options.strip())
     return " ".join(flags)
@@ -145,7 +186,11 @@ def lean_submit_conf(
     if not needs_py_files(master):  # a local master's workers run this Python, which has the package
         merged["spark.python.daemon.module"] = DAEMON_MODULE
     if local_driver:
-        options = driver_java_options(conf.pop(DRIVER_JAVA_OPTIONS, None), short_lived)
+        # Our --conf replaces spark-defaults.conf's value: carry that value over, not drop it.
+        defaults = spark_defaults()
+        user = conf.pop(DRIVER_JAVA_OPTIONS, None) or defaults.get(DRIVER_JAVA_OPTIONS)
+        admin = conf.get("spark.driver.defaultJavaOptions") or defaults.get("spark.driver.defaultJavaOptions", "")
+        options = driver_java_options(user, short_lived, admin)
         if options:
             merged[DRIVER_JAVA_OPTIONS] = options
     merged.update(conf)
@@ -170,7 +215,7 @@ def build_class_archive(progress: Callable[[str], None], timeout: float = 600.0)
     os.unlink(temporary)  # the JVM creates the file itself
     # The batches' settings, but recording into a new archive instead of mapping an old one.
     conf = lean_submit_conf("local[2]", local_driver=False)
-    conf[DRIVER_JAVA_OPTIONS] = " ".join([*LEAN_JAVA_OPTIONS, f"-XX:ArchiveClassesAtExit={temporary}"])
+    conf[DRIVER_JAVA_OPTIONS] = " ".join([*LEAN_JAVA_OPTIONS, java_flag(f"-XX:ArchiveClassesAtExit={temporary}")])
     command = [spark_submit_executable(), "--master", "local[2]", *conf_args(conf), archive_job.__file__]
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -193,9 +238,10 @@ def build_class_archive(progress: Callable[[str], None], timeout: float = 600.0)
 
 
 def stale_archives(current: Path) -> list[Path]:
-    """The other archives beside ``current`` in the default folder (a reinstall re-extracts the
-    jars, which changes the key, and each archive is ~150 MB). A configured path's folder is the
-    user's: nothing there is touched."""
-    if os.environ.get(ARCHIVE_ENV, "").strip() or current.parent != default_archive_dir():
+    """The other archives beside ``current`` in this environment's own folder (a reinstall
+    re-extracts the jars, which changes the key, and each archive is ~150 MB). A configured
+    path's folder is the user's, and the shared cache may hold other installations' archives:
+    nothing there is touched."""
+    if os.environ.get(ARCHIVE_ENV, "").strip() or current.parent != archive_dirs()[0]:
         return []
     return sorted(path for path in current.parent.glob("spark-classes-*.jsa") if path != current)
