@@ -39,3 +39,24 @@ def test_each_dated_file_gets_its_own_row_groups(tmp_path):
         for day in ("2026-11-22", "2026-11-23")
     }
     assert found == {"2026-11-22": list(range(10)) + list(range(15, 25)), "2026-11-23": list(range(10, 15))}, found
+
+
+def test_many_small_dates_never_wait_beyond_the_row_group_size(tmp_path):
+    size = batch(0, 100).nbytes
+    files = PartFiles(Location(str(tmp_path)), "_staging", "part-00002-0", "snappy", row_group_bytes=5 * size)
+    for day in range(1, 21):
+        files.write(f"2026-10-{day:02d}", batch(day * 100, 100))
+        assert files.waiting_bytes < 5 * size, f"day {day}: {files.waiting_bytes} bytes waiting, limit {5 * size}"
+    files.close()
+    rows = sum(pq.read_metadata(path).num_rows for path in (tmp_path / "_staging").glob("*.parquet"))
+    assert rows == 2_000, f"expected every row written once, found {rows}"
+
+
+def test_a_failed_attempt_closes_its_files_without_writing_what_waits(tmp_path):
+    files = PartFiles(Location(str(tmp_path)), "_staging", "part-00003-0", "snappy", row_group_bytes=1 << 30)
+    files.write("2026-11-22", batch(0, 10))
+    files.write("2026-11-23", batch(10, 10))
+    streams = [stream for stream, _ in files.open.values()]
+    files.close(finish=False)
+    assert all(stream.closed for stream in streams), "expected every file closed"
+    assert files.waiting_bytes == 0 and not files.open, "expected nothing left waiting or open"

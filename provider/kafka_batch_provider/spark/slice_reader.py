@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from kafka_batch_provider.offsets import OffsetRange
 from kafka_batch_provider.planning import split_range
-from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN
+from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN, release_memory
 
 #: Spark's Kafka source schema, as DDL.
 KAFKA_SCHEMA_DDL = (
@@ -57,11 +57,14 @@ def read_slice(
     stats = ReadStats(piece.topic, piece.partition, piece.start, piece.end, piece.start)
     batch_size = batch_size or BATCH_MESSAGES
     batches = read_range(kafka_config, piece, batch_size=batch_size, stall_timeout=stall_timeout, stats=stats)
-    if not receipts:
-        yield from batches
-        return
-    for batch in batches:
-        yield batch.append_column(RECEIPT_COLUMN, pa.nulls(batch.num_rows, pa.string()))
+    try:
+        if not receipts:
+            yield from batches
+            return
+        for batch in batches:
+            yield batch.append_column(RECEIPT_COLUMN, pa.nulls(batch.num_rows, pa.string()))
+    finally:
+        release_memory()  # also where the reader runs in a worker of its own (json, the data source)
     receipt = {name: [None] for name in KAFKA_ARROW_SCHEMA.names}
     receipt.update(topic=[piece.topic], partition=[piece.partition], **{RECEIPT_COLUMN: [json.dumps(stats.to_dict())]})
     yield pa.RecordBatch.from_pydict(receipt, schema=KAFKA_ARROW_SCHEMA.append(pa.field(RECEIPT_COLUMN, pa.string())))

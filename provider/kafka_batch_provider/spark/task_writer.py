@@ -14,6 +14,7 @@ never published.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
@@ -76,8 +77,15 @@ class TaskWriter:
                 for date, part in split_by_date(batch) if self.partition_by == "date" else [(None, batch)]:
                     files.write(date, part)
                 written.add(batch)
-        finally:
+        except BaseException:
+            # The attempt failed: its files are never reported, so never published. Close them
+            # without writing what waits, and let the original error decide the retry.
+            with contextlib.suppress(Exception):
+                files.close(finish=False)
+            raise
+        else:
             files.close()
+        finally:
             release_memory()
         if files.names and location.is_local:
             fsync_dir(location.path(self.staging))
@@ -114,6 +122,7 @@ class PartFiles:
         self.rows: dict[str | None, int] = {}
         self.names: dict[str | None, str] = {}
         self.waiting: dict[str | None, list[pa.RecordBatch]] = {}
+        self.waiting_bytes = 0
 
     def write(self, date: str | None, batch: pa.RecordBatch) -> None:
         if date not in self.open:
@@ -123,11 +132,13 @@ class PartFiles:
             stream = self.location.write_stream(f"{self.staging}/{name}")
             self.open[date] = (stream, pq.ParquetWriter(stream, batch.schema, compression=self.compression))
             self.names[date], self.rows[date], self.waiting[date] = name, 0, []
-        waiting = self.waiting[date]
-        waiting.append(batch)
+        self.waiting[date].append(batch)
+        self.waiting_bytes += batch.nbytes
         self.rows[date] += batch.num_rows
-        if sum(b.nbytes for b in waiting) >= self.row_group_bytes:
-            self.write_row_group(date)
+        if self.waiting_bytes >= self.row_group_bytes:
+            # Counted over all files: a task spanning many small dates never holds them all.
+            for waiting_date in self.waiting:
+                self.write_row_group(waiting_date)
 
     def write_row_group(self, date: str | None) -> None:
         """The waiting batches of one file as one row group."""
@@ -135,17 +146,33 @@ class PartFiles:
         if waiting:
             table = pa.Table.from_batches(waiting)
             self.open[date][1].write_table(table, row_group_size=table.num_rows)
+            self.waiting_bytes -= sum(batch.nbytes for batch in waiting)
             waiting.clear()
 
-    def close(self) -> None:
-        for date, (stream, writer) in self.open.items():
-            self.write_row_group(date)
-            writer.close()
-            if self.location.is_local:  # the Kafka commit will rely on these bytes being on disk
-                stream.flush()
-                os.fsync(stream.fileno())
-            stream.close()
+    def close(self, finish: bool = True) -> None:
+        """Close every file, each even when another fails; with ``finish`` write what waits and
+        make the bytes durable first (after a failed attempt nothing more is written)."""
+        with contextlib.ExitStack() as closing:
+            for date, (stream, writer) in self.open.items():
+                closing.callback(stream.close)
+                if finish:
+                    closing.callback(self.finish_file, date)
+                else:
+                    closing.callback(writer.close)
         self.open.clear()
+        for waiting in self.waiting.values():
+            waiting.clear()
+        self.waiting_bytes = 0
+
+    def finish_file(self, date: str | None) -> None:
+        stream, writer = self.open[date]
+        try:
+            self.write_row_group(date)
+        finally:
+            writer.close()
+        if self.location.is_local:  # the Kafka commit will rely on these bytes being on disk
+            stream.flush()
+            os.fsync(stream.fileno())
 
     def report(self) -> list[dict[str, Any]]:
         if not self.names:
