@@ -47,3 +47,19 @@ def test_without_an_error_line_the_exit_code_is_named_and_a_retry_allowed():
 )
 def test_errors_reaching_the_driver_through_spark_keep_their_exit_code(spark_text, expected):
     assert spark_failure_exit_code(RuntimeError(spark_text)) == expected
+
+
+def test_only_a_refused_port_stops_the_connect_clients_retries():
+    import socket
+
+    from kafka_batch_provider.spark.connect import port_refuses
+
+    with socket.socket() as unused:  # a port nothing listens on
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    assert port_refuses("127.0.0.1", port), "expected a closed local port to count as a server that is gone"
+    assert not port_refuses("no-such-host.invalid", port), "a name that does not resolve is a network problem"
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        assert not port_refuses("127.0.0.1", listening.getsockname()[1]), "expected a listening server to be retried"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -60,9 +61,22 @@ def retry_while_server_listens(host: str, port: int) -> Any:
 
     class RetryWhileServerListens(DefaultPolicy):
         def can_retry(self, exception: BaseException) -> bool:
-            return super().can_retry(exception) and port_open(port, host, timeout=2.0)
+            return super().can_retry(exception) and not port_refuses(host, port)
 
     return RetryWhileServerListens(**RETRY_POLICY)
+
+
+def port_refuses(host: str, port: int, timeout: float = 2.0) -> bool:
+    """Whether the host answers that nothing listens on ``port`` (the server's process is gone).
+    A name that does not resolve or a connection that times out is a network problem, which a
+    retry may outlast: not a refusal."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
 
 
 def remote_address(remote: str) -> str:
