@@ -84,10 +84,26 @@ def pytest_configure(config: pytest.Config) -> None:
     from _pytest.nodes import Node
 
     if config.getoption("dist", "no") == "loadgroup" and not hasattr(Node, "_nodeid"):
-        raise pytest.UsageError(
-            f"pytest {pytest.__version__} breaks pytest-xdist's --dist loadgroup (pytest-xdist #1386): "
-            "install the pinned pytest (pip install -c constraints.txt pytest), or run with -n0"
-        )
+        raise pytest.UsageError(LOADGROUP_BROKEN)
+
+
+LOADGROUP_BROKEN = (
+    f"pytest {pytest.__version__} breaks pytest-xdist's --dist loadgroup (pytest-xdist #1386): "
+    "install the pinned pytest (pip install -c constraints.txt pytest), or run with -n0"
+)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker, after xdist renamed the grouped tests: check that the new ids took
+    effect (the attribute check above cannot see a pytest that keeps ``_nodeid`` but reads
+    another)."""
+    if config.getoption("dist", "no") != "loadgroup" or not hasattr(config, "workerinput"):
+        return
+    for item in items:
+        marker = item.get_closest_marker("xdist_group")
+        if marker is not None and "@" not in item.nodeid:
+            raise pytest.UsageError(f"{LOADGROUP_BROKEN} ({item.nodeid} lost its group)")
 
 
 # -- the counted matrices (tests/matrix.py) and the time per area (tests/areas.py): here, because
