@@ -643,6 +643,7 @@ def cmd_spark_connect(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_spark_archive(args: argparse.Namespace) -> dict[str, Any]:
     from kafka_batch_provider.spark import jvm_start
+    from kafka_batch_provider.spark.class_archive import build_class_archive
 
     info = jvm_start.archive_status()
     if args.archive_command == "build":
@@ -650,7 +651,7 @@ def cmd_spark_archive(args: argparse.Namespace) -> dict[str, Any]:
             progress(f"Spark's class archive is already at {info['path']} (--force records it again)")
             return info
         started = time.monotonic()
-        jvm_start.build_class_archive(progress)
+        build_class_archive(progress)
         info = {**jvm_start.archive_status(), "build_seconds": round(time.monotonic() - started, 1)}
         progress(
             f"recorded {info['bytes'] / 2**20:.0f} MB in {info['build_seconds']:g} s: spark-submit batches "

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kafka_batch_provider.errors import ConfigError
-from kafka_batch_provider.spark import jvm_start
+from kafka_batch_provider.spark import class_archive, jvm_start
 from kafka_batch_provider.spark.jvm_start import (
     DAEMON_MODULE,
     DRIVER_JAVA_OPTIONS,
@@ -179,17 +179,17 @@ def test_an_archive_is_found_in_either_folder_whoever_may_write_there(monkeypatc
 
 
 def test_only_other_archives_in_the_environments_folder_count_as_stale(monkeypatch, tmp_path):
-    monkeypatch.setattr(jvm_start, "archive_dirs", lambda: [tmp_path, tmp_path / "cache"])
+    monkeypatch.setattr(class_archive, "archive_dirs", lambda: [tmp_path, tmp_path / "cache"])
     monkeypatch.delenv(jvm_start.ARCHIVE_ENV, raising=False)
     current, old, other = (tmp_path / name for name in ("spark-classes-new.jsa", "spark-classes-old.jsa", "notes.jsa"))
     for path in (current, old, other):
         path.write_bytes(b"archive")
-    assert jvm_start.stale_archives(current) == [old], "expected only the older archive to be stale"
+    assert class_archive.stale_archives(current) == [old], "expected only the older archive to be stale"
     (tmp_path / "cache").mkdir()
     shared = tmp_path / "cache" / "spark-classes-new.jsa"
-    assert jvm_start.stale_archives(shared) == [], "expected the shared cache's archives to be left alone"
+    assert class_archive.stale_archives(shared) == [], "expected the shared cache's archives to be left alone"
     monkeypatch.setenv(jvm_start.ARCHIVE_ENV, str(current))
-    assert jvm_start.stale_archives(current) == [], "expected a configured archive's folder to be left alone"
+    assert class_archive.stale_archives(current) == [], "expected a configured archive's folder to be left alone"
 
 
 # -- pyspark from site-packages, not from Spark's zip ----------------------------------------------
