@@ -56,10 +56,10 @@ from pathlib import Path
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from kafka_batch_provider.broker.embedded import EmbeddedBroker
-from kafka_batch_provider.kafka_offsets import KafkaOffsets
-from kafka_batch_provider.offsets import OffsetRange, TopicPartition
-from kafka_batch_provider.spark.kafka_reader import reader_consumer_config
+from kafka_batch_provider.core.offsets import OffsetRange, TopicPartition
+from kafka_batch_provider.dev.broker import EmbeddedBroker
+from kafka_batch_provider.kafka.client import KafkaOffsets
+from kafka_batch_provider.kafka.config import reader_consumer_config
 from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
 
 KAFKA_BATCH = str(Path(sys.executable).parent / "kafka-batch")
@@ -143,7 +143,7 @@ def compare_writers(config: dict, topic: str, ends: dict[int, int], work: Path, 
     """Spark's Parquet writer and the pyarrow task writer on the same DataFrame, best of two each."""
     from pyspark.sql import SparkSession
 
-    from kafka_batch_provider.planning import plan_replay
+    from kafka_batch_provider.core.planning import plan_replay
     from kafka_batch_provider.spark.ingest import read_plan
     from kafka_batch_provider.spark.task_writer import REPORT_SCHEMA, TaskWriter
 
@@ -267,7 +267,7 @@ def descendants(root: int) -> list[int]:
 
 def connect_measures(args: argparse.Namespace, config: dict, bootstrap: str, topic: str, work: Path) -> dict:
     """Warm Spark Connect servers (local[2], then local[1]): the 1M batch, an empty batch, 5M, worker RSS."""
-    from kafka_batch_provider.spark.connect_server import SparkConnectServer
+    from kafka_batch_provider.dev.spark_connect import SparkConnectServer
 
     warm_topic = f"{topic}-warm"
     produce_topic(config, warm_topic, args.partitions, 1_000, args.value_size)
@@ -411,9 +411,9 @@ def plan_commit_measure(config: dict, topic: str, work: Path) -> dict:
 
     Each Kafka call covers every partition at once, so the time barely grows with them.
     """
-    from kafka_batch_provider.batch_store import BatchStore
-    from kafka_batch_provider.planning import PlanPolicy
-    from kafka_batch_provider.protocol import plan_batch
+    from kafka_batch_provider.core.planning import PlanPolicy
+    from kafka_batch_provider.output.store import BatchStore
+    from kafka_batch_provider.steps.plan import plan_batch
 
     seconds = {}
     for partitions in (1, 50, 200):
@@ -531,7 +531,7 @@ def main() -> int:
                 }
             )
         if not args.no_s3:
-            from kafka_batch_provider.objectstore.embedded import EmbeddedS3
+            from kafka_batch_provider.dev.s3 import EmbeddedS3
 
             with EmbeddedS3(log_path=work / "s3.log") as s3:
                 options = work / "s3-options.json"

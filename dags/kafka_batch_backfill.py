@@ -33,7 +33,7 @@ from airflow.sdk import DAG, Param
 from kafka_batch_provider.operators.plan import KafkaReplayPlanOperator
 from kafka_batch_provider.operators.spark import KafkaSparkBatchOperator
 from kafka_batch_provider.operators.spark_connect import KafkaSparkConnectBatchOperator
-from kafka_batch_provider.sinks.base import FORMATS
+from kafka_batch_provider.output.sink import FORMATS
 
 OFFSETS = {
     "type": ["null", "object"],

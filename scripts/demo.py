@@ -50,12 +50,12 @@ import pyarrow.dataset as ds  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 from pyarrow.fs import FSSpecHandler, PyFileSystem  # noqa: E402
 
-from kafka_batch_provider.batch_store import BatchStore  # noqa: E402
-from kafka_batch_provider.broker.embedded import EmbeddedBroker  # noqa: E402
-from kafka_batch_provider.kafka_offsets import KafkaOffsets  # noqa: E402
-from kafka_batch_provider.lag_monitor import lag_report  # noqa: E402
-from kafka_batch_provider.objectstore.embedded import EmbeddedS3, S3Endpoint  # noqa: E402
-from kafka_batch_provider.spark.connect_server import SparkConnectServer  # noqa: E402
+from kafka_batch_provider.dev.broker import EmbeddedBroker  # noqa: E402
+from kafka_batch_provider.dev.s3 import EmbeddedS3, S3Endpoint  # noqa: E402
+from kafka_batch_provider.dev.spark_connect import SparkConnectServer  # noqa: E402
+from kafka_batch_provider.kafka.client import KafkaOffsets  # noqa: E402
+from kafka_batch_provider.output.store import BatchStore  # noqa: E402
+from kafka_batch_provider.steps.lag import lag_report  # noqa: E402
 from kafka_batch_provider.testing.producers import (  # noqa: E402
     broker_supports_offsets_for_times,
     create_topics,
@@ -260,7 +260,7 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str |
     )
     say(
         f"  read it: pyarrow.dataset.dataset('{store.location.root}', filesystem=<s3fs>, format='parquet', "
-        "partitioning='hive'); its offset log: kafka_batch_provider.batch_store.BatchStore(lake).log.entries()"
+        "partitioning='hive'); its offset log: kafka_batch_provider.output.store.BatchStore(lake).log.entries()"
     )
     say(
         f"  Delta table: {delta_path} ({delta_run['records']:,} rows written in one batch, group {delta_group}); "

@@ -22,9 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "provider"))
 
-from kafka_batch_provider.broker.embedded import EmbeddedBroker  # noqa: E402
-from kafka_batch_provider.objectstore.embedded import EmbeddedS3  # noqa: E402
-from kafka_batch_provider.testing.airflow_live import AirflowStack, AirflowStackError  # noqa: E402
+from kafka_batch_provider.dev.airflow_live import AirflowStack, AirflowStackError  # noqa: E402
+from kafka_batch_provider.dev.broker import EmbeddedBroker  # noqa: E402
+from kafka_batch_provider.dev.s3 import EmbeddedS3  # noqa: E402
 from kafka_batch_provider.testing.producers import create_topics, produce, sample_records  # noqa: E402
 
 TOPIC = "orders"

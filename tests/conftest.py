@@ -18,7 +18,7 @@ from tests.bad_input import tally as _bad_input_tally  # noqa: F401 - registers 
 from tests.faults import tally as _faults_tally  # noqa: F401 - registers its matrix
 from tests.matrix import MATRICES
 
-pytest_plugins = ["kafka_batch_provider.testing.pytest_plugin", "kafka_batch_provider.testing.spark_cluster"]
+pytest_plugins = ["kafka_batch_provider.testing.pytest_plugin", "tests.support.spark_cluster"]
 
 ROOT = Path(__file__).resolve().parent.parent
 

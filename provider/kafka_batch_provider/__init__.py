@@ -1,12 +1,14 @@
 """Offset-checkpointed batch ingestion from Kafka with PySpark, for Apache Airflow.
 
-The protocol has four steps, each in its own place:
+The four steps sit side by side in :mod:`kafka_batch_provider.steps`:
 
-* plan    -- :mod:`kafka_batch_provider.planning` (pure) fed by
-             :mod:`kafka_batch_provider.kafka_offsets` (Kafka I/O)
-* read    -- :mod:`kafka_batch_provider.spark.slice_reader` (one Spark task per slice of the plan)
-* write   -- :mod:`kafka_batch_provider.spark.ingest` (staging, publish, manifest)
-* commit  -- :mod:`kafka_batch_provider.protocol` (manifest check, compare-and-set commit)
+* plan    -- :mod:`~kafka_batch_provider.steps.plan`: reconcile the group with the output's log
+             (:mod:`~kafka_batch_provider.core.reconcile`), plan (:mod:`~kafka_batch_provider.core.planning`)
+* read    -- :mod:`kafka_batch_provider.spark` stages the plan's ranges, one task per slice
+* write   -- :mod:`~kafka_batch_provider.steps.write`: check what was staged, append the log entry, publish
+* commit  -- :mod:`~kafka_batch_provider.steps.commit`: check the entry, compare-and-set commit
+
+``core/`` holds the pure rules, ``kafka/`` and ``output/`` the I/O, ``spark/`` what runs Spark.
 """
 
 from __future__ import annotations

@@ -16,12 +16,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from kafka_batch_provider import __version__, validation
+from kafka_batch_provider import __version__
+from kafka_batch_provider.core import validation
+from kafka_batch_provider.core.planning import DataLossPolicy, NewPartitionPolicy, PlanPolicy
+from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.fail_points import fail_point
-from kafka_batch_provider.kafka_config import LIBRDKAFKA_LOGGER, parse_key_values, read_config_file
-from kafka_batch_provider.planning import DataLossPolicy, NewPartitionPolicy, PlanPolicy
-from kafka_batch_provider.reconcile import GroupMismatchPolicy
+from kafka_batch_provider.kafka.config import LIBRDKAFKA_LOGGER, parse_key_values, read_config_file
 
 log = logging.getLogger("kafka_batch_provider")
 
@@ -62,7 +63,7 @@ non_negative_int = int_at_least(0, "an integer >= 0")
 
 
 def checked(check):
-    """An argparse type from a :mod:`kafka_batch_provider.validation` check (a one-line usage error)."""
+    """An argparse type from a :mod:`kafka_batch_provider.core.validation` check (a one-line usage error)."""
 
     def parse(text: str):
         try:
@@ -135,8 +136,8 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_storage_args(p: argparse.ArgumentParser, output_help: str = "") -> None:
-    from kafka_batch_provider.outputs import add_partition_by_argument
-    from kafka_batch_provider.sinks.base import FORMATS
+    from kafka_batch_provider.output.formats import add_partition_by_argument
+    from kafka_batch_provider.output.sink import FORMATS
 
     g = p.add_argument_group("output")
     g.add_argument(
@@ -182,7 +183,7 @@ def add_storage_args(p: argparse.ArgumentParser, output_help: str = "") -> None:
 
 
 def add_spark_args(p: argparse.ArgumentParser) -> None:
-    from kafka_batch_provider.spark.options import WriteOptions
+    from kafka_batch_provider.core.write_options import WriteOptions
 
     g = p.add_argument_group("Spark")
     WriteOptions.add_arguments(g)
@@ -198,7 +199,7 @@ def add_spark_args(p: argparse.ArgumentParser) -> None:
 
 def write_options(args: argparse.Namespace):
     """The Spark-side flags, checked before anything is planned or read (a refused run leaves no plan)."""
-    from kafka_batch_provider.spark.options import WriteOptions
+    from kafka_batch_provider.core.write_options import WriteOptions
 
     check_spark_target(args)
     spark_conf_from(args)
@@ -216,7 +217,7 @@ def kafka_config_from(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def offsets_client(args: argparse.Namespace):
-    from kafka_batch_provider.kafka_offsets import KafkaOffsets
+    from kafka_batch_provider.kafka.client import KafkaOffsets
 
     client = KafkaOffsets(kafka_config_from(args), timeout=args.timeout)
     _ = client.kafka_config  # check the config now: a bad setting fails before any I/O
@@ -225,7 +226,7 @@ def offsets_client(args: argparse.Namespace):
 
 def storage_options_from(args: argparse.Namespace) -> dict[str, Any]:
     """The file's storage options (credentials), then ``--storage-option`` pairs (values parsed as JSON if they are)."""
-    from kafka_batch_provider.storage import read_storage_options_file
+    from kafka_batch_provider.output.location import read_storage_options_file
 
     options = read_storage_options_file(args.storage_options_file) if args.storage_options_file else {}
     for key, text in parse_key_values(args.storage_option, flag="--storage-option").items():
@@ -238,8 +239,8 @@ def storage_options_from(args: argparse.Namespace) -> dict[str, Any]:
 
 def catalog_properties_from(args: argparse.Namespace) -> dict[str, str]:
     """The file's catalog properties, then ``--catalog-property`` pairs (never secrets: argv is public)."""
-    from kafka_batch_provider.kafka_config import is_secret
-    from kafka_batch_provider.storage import read_storage_options_file
+    from kafka_batch_provider.kafka.config import is_secret
+    from kafka_batch_provider.output.location import read_storage_options_file
 
     pairs = parse_key_values(args.catalog_property, flag="--catalog-property")
     secret = sorted(k for k, v in pairs.items() if is_secret(k, v))
@@ -253,7 +254,7 @@ def catalog_properties_from(args: argparse.Namespace) -> dict[str, str]:
 
 
 def output_spec_from(args: argparse.Namespace, output: str | None = None):
-    from kafka_batch_provider.outputs import OutputSpec
+    from kafka_batch_provider.output.formats import OutputSpec
 
     return OutputSpec(
         format=args.format,
@@ -266,7 +267,7 @@ def output_spec_from(args: argparse.Namespace, output: str | None = None):
 
 
 def store_from(args: argparse.Namespace, output: str | None = None, create: bool = True):
-    from kafka_batch_provider.outputs import open_store
+    from kafka_batch_provider.output.formats import open_store
 
     return open_store(output_spec_from(args, output), create)
 
@@ -284,7 +285,7 @@ def policy_from(args: argparse.Namespace) -> PlanPolicy:
 
 
 def plan_step(args: argparse.Namespace, kafka: Any, store: Any):
-    from kafka_batch_provider.protocol import plan_batch
+    from kafka_batch_provider.steps.plan import plan_batch
 
     return plan_batch(
         kafka,
@@ -329,8 +330,8 @@ def submit_write(args: argparse.Namespace, options: Any, plan_path: str, store: 
 
 
 def connect_write(args: argparse.Namespace, options: Any, plan_path: str, spec: Any, kafka: Any) -> dict[str, Any]:
-    from kafka_batch_provider.batch_store import load_plan_file
-    from kafka_batch_provider.outputs import open_store
+    from kafka_batch_provider.output.formats import open_store
+    from kafka_batch_provider.output.store import load_plan_file
     from kafka_batch_provider.spark.connect import remote_address, write_through_connect
 
     store = open_store(spec, create=False)
@@ -364,7 +365,7 @@ def store_output(store: Any) -> str:
 
 
 def load_plan_and_store(args: argparse.Namespace):
-    from kafka_batch_provider.batch_store import load_plan_file
+    from kafka_batch_provider.output.store import load_plan_file
 
     store = store_from(args, plan_output(args))
     return load_plan_file(args.plan, store.location.storage_options), store
@@ -372,7 +373,7 @@ def load_plan_and_store(args: argparse.Namespace):
 
 def plan_output(args: argparse.Namespace) -> str | None:
     """The output holding ``--plan`` when ``--output`` does not say (a table's: above ``_kafka_batch/``)."""
-    from kafka_batch_provider.outputs import output_of_plan
+    from kafka_batch_provider.output.formats import output_of_plan
 
     if args.output or args.format == "iceberg":
         return args.output
@@ -403,7 +404,7 @@ def cmd_write(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_commit(args: argparse.Namespace) -> dict[str, Any]:
-    from kafka_batch_provider.protocol import commit_batch
+    from kafka_batch_provider.steps.commit import commit_batch
 
     plan, store = load_plan_and_store(args)
     committed = commit_batch(offsets_client(args), store, plan, progress)
@@ -412,7 +413,7 @@ def cmd_commit(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
-    from kafka_batch_provider.protocol import commit_batch
+    from kafka_batch_provider.steps.commit import commit_batch
 
     options = write_options(args)
     kafka = offsets_client(args)
@@ -486,8 +487,8 @@ def format_lag_table(report: Any, now: Any) -> str:
 def cmd_lag(args: argparse.Namespace) -> dict[str, Any]:
     from datetime import datetime, timedelta, timezone
 
-    from kafka_batch_provider.lag_health import HealthPolicy
-    from kafka_batch_provider.lag_monitor import lag_report
+    from kafka_batch_provider.core.lag_health import HealthPolicy
+    from kafka_batch_provider.steps.lag import lag_report
 
     policy = HealthPolicy(
         window=args.window,
@@ -513,8 +514,8 @@ class LagCheckFailed(KafkaBatchError):
 
 
 def cmd_discard(args: argparse.Namespace) -> dict[str, Any]:
-    from kafka_batch_provider.batch_store import load_plan_file, parse_numbered, split_plan_path
-    from kafka_batch_provider.protocol import discard_batch
+    from kafka_batch_provider.output.store import load_plan_file, parse_numbered, split_plan_path
+    from kafka_batch_provider.steps.commit import discard_batch
 
     store = store_from(args, plan_output(args))
     try:
@@ -585,7 +586,7 @@ def cmd_table(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_broker(args: argparse.Namespace) -> dict[str, Any]:
-    from kafka_batch_provider.broker import embedded
+    from kafka_batch_provider.dev import broker as embedded
 
     if args.broker_command == "start":
         info = embedded.start_detached(args.port, timeout=args.timeout)
@@ -601,7 +602,7 @@ def cmd_broker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_s3(args: argparse.Namespace) -> dict[str, Any]:
-    from kafka_batch_provider.objectstore import embedded
+    from kafka_batch_provider.dev import s3 as embedded
 
     if args.s3_command == "start":
         info = embedded.start_detached(args.port, buckets=tuple(args.bucket or [embedded.DEFAULT_BUCKET]))
@@ -621,7 +622,7 @@ def cmd_s3(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_spark_connect(args: argparse.Namespace) -> dict[str, Any]:
-    from kafka_batch_provider.spark import connect_server
+    from kafka_batch_provider.dev import spark_connect as connect_server
 
     if args.connect_command == "start":
         conf = parse_key_values(args.spark_conf, flag="--spark-conf")

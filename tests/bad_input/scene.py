@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from kafka_batch_provider.kafka_offsets import KafkaOffsets
-from kafka_batch_provider.offsets import TopicPartition
+from kafka_batch_provider.core.offsets import TopicPartition
+from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from kafka_batch_provider.local_servers import free_port
+from kafka_batch_provider.dev.local_servers import free_port
 from tests.bad_input.scene import Scene, cli, cli_refusal_problems
 
 

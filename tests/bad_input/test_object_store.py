@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_batch_provider.objectstore.embedded import EmbeddedS3
+from kafka_batch_provider.dev.s3 import EmbeddedS3
 from tests.bad_input.scene import Scene, cli, cli_refusal_problems, one_line_problems
 
 EXPECTED = "access refused"

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from kafka_batch_provider.batch_store import BatchStore
-from kafka_batch_provider.kafka_offsets import KafkaOffsets
-from kafka_batch_provider.offsets import TopicPartition
+from kafka_batch_provider.core.offsets import TopicPartition
+from kafka_batch_provider.kafka.client import KafkaOffsets
+from kafka_batch_provider.output.store import BatchStore
 from kafka_batch_provider.testing.producers import Record, broker_supports_offsets_for_times, produce, sample_records
 from tests.dags.conftest import DAGS
 from tests.integration.helpers import assert_exactly_once, dataset_keys

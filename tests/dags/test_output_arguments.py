@@ -162,8 +162,8 @@ def test_plan_operator_creates_the_table_and_pushes_a_secret_free_xcom(
     kafka_bootstrap_servers, kafka_config, new_topic, group_id, sql_catalog, monkeypatch
 ):
     from kafka_batch_provider.operators.plan import KafkaOffsetPlanOperator
+    from kafka_batch_provider.output.iceberg import load_catalog
     from kafka_batch_provider.sensors.lag import KafkaLagSensor
-    from kafka_batch_provider.sinks.iceberg import load_catalog
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_KAFKA_DEFAULT",

@@ -17,11 +17,11 @@ from urllib.parse import urlparse
 
 import pytest
 
-from kafka_batch_provider.broker.embedded import EmbeddedBroker
-from kafka_batch_provider.objectstore.embedded import S3Endpoint
-from kafka_batch_provider.testing.fault_proxy import FaultProxy
+from kafka_batch_provider.dev.broker import EmbeddedBroker
+from kafka_batch_provider.dev.s3 import S3Endpoint
 from tests.faults.harness import Lake, reap
 from tests.faults.tally import MATRIX, Outcome
+from tests.support.fault_proxy import FaultProxy
 
 #: The formats every scenario runs with: the Parquet layout and a table format.
 FORMATS = ("parquet", "delta")

@@ -22,15 +22,15 @@ from typing import Any
 
 import psutil
 
-from kafka_batch_provider.batch_store import BatchStore
+from kafka_batch_provider.core.manifest import entry_files
+from kafka_batch_provider.dev.s3 import S3Endpoint
 from kafka_batch_provider.fail_points import ENV as FAIL_POINT_ENV
-from kafka_batch_provider.manifest import entry_files
-from kafka_batch_provider.objectstore.embedded import S3Endpoint
-from kafka_batch_provider.outputs import OutputSpec, open_store
-from kafka_batch_provider.storage import Location
-from kafka_batch_provider.testing.fault_proxy import FaultProxy
+from kafka_batch_provider.output.formats import OutputSpec, open_store
+from kafka_batch_provider.output.location import Location
+from kafka_batch_provider.output.store import BatchStore
 from tests.faults.tally import Outcome
 from tests.integration.helpers import Output, TableOutput, dataset_keys
+from tests.support.fault_proxy import FaultProxy
 
 KAFKA_BATCH = str(Path(sys.executable).parent / "kafka-batch")
 

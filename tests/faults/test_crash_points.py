@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kafka_batch_provider.sinks.table_support import MANIFEST_KEY
+from kafka_batch_provider.output.tables import MANIFEST_KEY
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.faults.harness import (
     expect_exactly_once,

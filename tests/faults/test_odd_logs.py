@@ -9,12 +9,14 @@ from dataclasses import replace
 import pytest
 from confluent_kafka import Producer
 
+from kafka_batch_provider.core.planning import DataLossPolicy, PlanPolicy
 from kafka_batch_provider.errors import PlanError
-from kafka_batch_provider.kafka_offsets import KafkaOffsets
-from kafka_batch_provider.planning import DataLossPolicy, PlanPolicy
-from kafka_batch_provider.protocol import commit_batch, plan_batch
+from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.spark.connect import connect_session
-from kafka_batch_provider.spark.ingest import write_batch
+from kafka_batch_provider.spark.ingest import stage_with
+from kafka_batch_provider.steps.commit import commit_batch
+from kafka_batch_provider.steps.plan import plan_batch
+from kafka_batch_provider.steps.write import write_batch
 from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
 from tests.faults.harness import expect_exactly_once, expect_nothing_new_visible, run_cli, scenario_args
 from tests.integration.helpers import group_offsets, produce_committed_aborted_committed
@@ -121,7 +123,7 @@ def test_records_deleted_before_they_were_read_are_skipped_with_the_policy_and_t
     store = lake.store()
 
     plan = plan_batch(kafka, store, group_id, [topic], PlanPolicy(on_data_loss=DataLossPolicy.EARLIEST)).plan
-    write_batch(connect_session(spark_connect_remote), plan, store, kafka.kafka_config)
+    write_batch(plan, store, kafka.kafka_config, stage_with(connect_session(spark_connect_remote)))
     commit_batch(kafka, store, plan)
 
     entry = lake.log_entries()[-1]

@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from kafka_batch_provider.local_servers import free_port
-from kafka_batch_provider.spark.connect_server import SparkConnectServer
+from kafka_batch_provider.dev.local_servers import free_port
+from kafka_batch_provider.dev.spark_connect import SparkConnectServer
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.faults.harness import (
     CliRun,

@@ -10,17 +10,19 @@ from typing import Any
 import pyarrow.dataset as ds
 from pyarrow.fs import FSSpecHandler, PyFileSystem
 
-from kafka_batch_provider.batch_store import BatchStore
+from kafka_batch_provider.core.offsets import TopicPartition
+from kafka_batch_provider.core.planning import PlanPolicy
+from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
+from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.errors import LogConflictError
-from kafka_batch_provider.kafka_offsets import KafkaOffsets
-from kafka_batch_provider.offsets import TopicPartition
-from kafka_batch_provider.outputs import OutputSpec, open_store
-from kafka_batch_provider.planning import PlanPolicy
-from kafka_batch_provider.protocol import PlanOutcome, commit_batch, plan_batch
-from kafka_batch_provider.reconcile import GroupMismatchPolicy
-from kafka_batch_provider.spark.ingest import write_batch
-from kafka_batch_provider.spark.options import WriteOptions
-from kafka_batch_provider.storage import Location
+from kafka_batch_provider.kafka.client import KafkaOffsets
+from kafka_batch_provider.output.formats import OutputSpec, open_store
+from kafka_batch_provider.output.location import Location
+from kafka_batch_provider.output.store import BatchStore
+from kafka_batch_provider.spark.ingest import stage_with
+from kafka_batch_provider.steps.commit import commit_batch
+from kafka_batch_provider.steps.plan import PlanOutcome, plan_batch
+from kafka_batch_provider.steps.write import write_batch
 
 
 @dataclass
@@ -65,7 +67,7 @@ class TableOutput(Output):
         if self.format == "delta":
             from deltalake import DeltaTable
 
-            from kafka_batch_provider.sinks.delta import delta_storage_options
+            from kafka_batch_provider.output.delta import delta_storage_options
 
             try:
                 table = DeltaTable(
@@ -75,7 +77,7 @@ class TableOutput(Output):
             except Exception:  # noqa: BLE001 - no table yet
                 return None
             return table.to_pyarrow_table(columns=columns)
-        from kafka_batch_provider.sinks.iceberg import load_catalog
+        from kafka_batch_provider.output.iceberg import load_catalog
 
         table = load_catalog(self.catalog).load_table(self.table)
         return table.scan(selected_fields=tuple(columns) if columns else ("*",)).to_arrow()
@@ -142,7 +144,7 @@ def write_without_commit(
     """Plan and write a batch, then stop as a crash before the commit would: returns its plan."""
     store = output.store()
     plan = plan_batch(KafkaOffsets(kafka_config, timeout=10), store, group_id, topics, PlanPolicy(), partitions).plan
-    write_batch(spark, plan, store, kafka_config)
+    write_batch(plan, store, kafka_config, stage_with(spark))
     return plan
 
 
@@ -164,7 +166,7 @@ def run_batch(
     outcome = plan_batch(kafka, store, group_id, topics, policy, partitions, on_group_mismatch=on_group_mismatch)
     if not outcome.plan.ranges:
         return outcome, {}
-    write_batch(spark, outcome.plan, store, kafka.kafka_config, WriteOptions(**write_options))
+    write_batch(outcome.plan, store, kafka.kafka_config, stage_with(spark), WriteOptions(**write_options))
     return outcome, commit_batch(kafka, store, outcome.plan)
 
 
@@ -177,7 +179,7 @@ def race_two_writes(spark, kafka_config: dict[str, Any], output: Output, first, 
 
     def write(index: int, plan) -> None:
         try:
-            results[index] = write_batch(spark, plan, output.store(), kafka_config)["batch_id"]
+            results[index] = write_batch(plan, output.store(), kafka_config, stage_with(spark))["batch_id"]
         except Exception as exc:  # noqa: BLE001 - the loser's error is the point
             results[index] = exc
 

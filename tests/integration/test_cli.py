@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kafka_batch_provider.kafka_offsets import KafkaOffsets
-from kafka_batch_provider.local_servers import free_port
-from kafka_batch_provider.offsets import TopicPartition
+from kafka_batch_provider.core.offsets import TopicPartition
+from kafka_batch_provider.dev.local_servers import free_port
+from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.integration.helpers import assert_exactly_once
 
@@ -268,8 +268,8 @@ def test_storage_credentials_stay_out_of_output_files_and_logs(
 ):
     import s3fs
 
+    from kafka_batch_provider.output.location import Location
     from kafka_batch_provider.spark.task_writer import TaskWriter
-    from kafka_batch_provider.storage import Location
 
     topic = new_topic(partitions=1)
     produce(kafka_config, topic, sample_records(1, 5))

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from kafka_batch_provider.broker.embedded import EmbeddedBroker
+from kafka_batch_provider.core.offsets import TopicPartition
+from kafka_batch_provider.dev.broker import EmbeddedBroker
 from kafka_batch_provider.errors import KafkaUnavailableError
-from kafka_batch_provider.kafka_offsets import KafkaOffsets
-from kafka_batch_provider.offsets import TopicPartition
+from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
 
 pytestmark = pytest.mark.integration

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import s3fs
 
+from kafka_batch_provider.dev import s3 as embedded
+from kafka_batch_provider.dev.local_servers import HOST, free_port, pid_alive
+from kafka_batch_provider.dev.s3 import EmbeddedS3, S3Endpoint, buckets_ready, is_s3_server
 from kafka_batch_provider.errors import ConfigError, StorageError
-from kafka_batch_provider.local_servers import HOST, free_port, pid_alive
-from kafka_batch_provider.objectstore import embedded
-from kafka_batch_provider.objectstore.embedded import EmbeddedS3, S3Endpoint, buckets_ready, is_s3_server
 
 pytestmark = pytest.mark.integration
 
@@ -177,7 +177,7 @@ def test_conditional_create_is_atomic_across_processes(s3_storage_options, new_s
 SLOW_SERVER = """
 import sys, time
 from moto.s3.models import S3Backend
-from kafka_batch_provider.objectstore import server
+from kafka_batch_provider.dev import s3_server as server
 
 put_object = S3Backend.put_object
 

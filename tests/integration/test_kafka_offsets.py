@@ -7,10 +7,10 @@ import time
 import pytest
 from confluent_kafka import Producer
 
+from kafka_batch_provider.core.offsets import TopicPartition
+from kafka_batch_provider.dev.local_servers import free_port
 from kafka_batch_provider.errors import CommitConflictError, ConfigError, KafkaUnavailableError, PlanError
-from kafka_batch_provider.kafka_offsets import KafkaOffsets
-from kafka_batch_provider.local_servers import free_port
-from kafka_batch_provider.offsets import TopicPartition
+from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.testing.producers import Record, broker_supports_offsets_for_times, produce
 
 pytestmark = pytest.mark.integration

@@ -9,12 +9,12 @@ from datetime import timedelta
 
 import pytest
 
-from kafka_batch_provider.batch_store import BatchStore
-from kafka_batch_provider.kafka_offsets import KafkaOffsets
-from kafka_batch_provider.lag_health import HealthPolicy, LagStatus
-from kafka_batch_provider.lag_monitor import lag_report
-from kafka_batch_provider.offsets import TopicPartition
-from kafka_batch_provider.planning import PlanPolicy
+from kafka_batch_provider.core.lag_health import HealthPolicy, LagStatus
+from kafka_batch_provider.core.offsets import TopicPartition
+from kafka_batch_provider.core.planning import PlanPolicy
+from kafka_batch_provider.kafka.client import KafkaOffsets
+from kafka_batch_provider.output.store import BatchStore
+from kafka_batch_provider.steps.lag import lag_report
 from kafka_batch_provider.testing.producers import Record, produce, sample_records
 from tests.integration.helpers import run_batch
 from tests.integration.test_cli import cli, last_json
@@ -110,7 +110,7 @@ def test_deferrable_sensor_hands_the_wait_to_a_trigger_that_round_trips_and_fire
 
 
 def test_trigger_reports_an_unreachable_broker_as_an_error_event(monkeypatch):
-    from kafka_batch_provider.local_servers import free_port
+    from kafka_batch_provider.dev.local_servers import free_port
     from kafka_batch_provider.triggers.lag import KafkaLagTrigger
 
     monkeypatch.setenv(

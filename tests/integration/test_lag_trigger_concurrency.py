@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from kafka_batch_provider.local_servers import free_port
+from kafka_batch_provider.dev.local_servers import free_port
 from kafka_batch_provider.testing.producers import produce, sample_records
 
 pytestmark = pytest.mark.integration

@@ -14,15 +14,17 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from kafka_batch_provider.core.manifest import data_dir_name
+from kafka_batch_provider.core.offsets import TopicPartition
+from kafka_batch_provider.core.planning import PlanPolicy
+from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
+from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.errors import CommitConflictError, LogConflictError, ManifestError, WriteCheckError
-from kafka_batch_provider.kafka_offsets import KafkaOffsets
-from kafka_batch_provider.manifest import data_dir_name
-from kafka_batch_provider.offsets import TopicPartition
-from kafka_batch_provider.planning import PlanPolicy
-from kafka_batch_provider.protocol import commit_batch, plan_batch
-from kafka_batch_provider.reconcile import GroupMismatchPolicy
-from kafka_batch_provider.spark.ingest import publish_staged, stage_batch, write_batch
-from kafka_batch_provider.spark.options import WriteOptions
+from kafka_batch_provider.kafka.client import KafkaOffsets
+from kafka_batch_provider.spark.ingest import stage_batch, stage_with
+from kafka_batch_provider.steps.commit import commit_batch
+from kafka_batch_provider.steps.plan import plan_batch
+from kafka_batch_provider.steps.write import publish_staged, write_batch
 from kafka_batch_provider.testing.producers import Record, create_topics, produce, sample_records
 from tests.integration.helpers import (
     assert_exactly_once,
@@ -296,7 +298,7 @@ def test_a_topic_recreated_between_plan_and_write_is_never_published(spark, kafk
     produce(kafka_config, topic, [Record(0, b"new-%d" % i) for i in range(4)])
 
     with pytest.raises(PlanError, match="deleted and recreated since batch"):
-        write_batch(spark, plan, store, kafka_config)
+        write_batch(plan, store, kafka_config, stage_with(spark))
 
     assert store.log.entry(plan.seq) is None and dataset_keys(output) == {}
     run_batch(spark, kafka_config, output, group_id, [topic])  # the next run ingests the new topic once
@@ -306,8 +308,8 @@ def test_a_topic_recreated_between_plan_and_write_is_never_published(spark, kafk
 def test_a_replay_whose_publish_was_cut_short_is_finished_by_the_next_replay_plan(
     spark, kafka_config, new_topic, output, monkeypatch
 ):
-    from kafka_batch_provider.batch_store import BatchStore
-    from kafka_batch_provider.replay import plan_replay_batch
+    from kafka_batch_provider.output.store import BatchStore
+    from kafka_batch_provider.steps.replay import plan_replay_batch
 
     topic = new_topic(partitions=1)
     produce(kafka_config, topic, sample_records(1, 20))
@@ -321,7 +323,7 @@ def test_a_replay_whose_publish_was_cut_short_is_finished_by_the_next_replay_pla
 
     monkeypatch.setattr(BatchStore, "publish", crash)
     with pytest.raises(OSError, match="died while publishing"):
-        write_batch(spark, plan, store, kafka_config)
+        write_batch(plan, store, kafka_config, stage_with(spark))
     monkeypatch.setattr(BatchStore, "publish", publish)
     assert store.log.entry(1)["batch_id"] == plan.batch_id and dataset_keys(output) == {}
 

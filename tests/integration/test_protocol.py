@@ -11,14 +11,16 @@ import time
 
 import pytest
 
+from kafka_batch_provider.core.offsets import OffsetRange, TopicPartition
+from kafka_batch_provider.core.plan import INCREMENTAL, OffsetPlan, batch_id_for
+from kafka_batch_provider.core.planning import PlanPolicy
+from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.errors import CommitConflictError, GroupMismatchError, PlanError, ReadError
-from kafka_batch_provider.kafka_offsets import KafkaOffsets
-from kafka_batch_provider.offsets import OffsetRange, TopicPartition
-from kafka_batch_provider.plan import INCREMENTAL, OffsetPlan, batch_id_for
-from kafka_batch_provider.planning import PlanPolicy
-from kafka_batch_provider.protocol import commit_batch, plan_batch
-from kafka_batch_provider.spark.ingest import stage_batch, write_batch
-from kafka_batch_provider.spark.options import WriteOptions
+from kafka_batch_provider.kafka.client import KafkaOffsets
+from kafka_batch_provider.spark.ingest import stage_batch, stage_with
+from kafka_batch_provider.steps.commit import commit_batch
+from kafka_batch_provider.steps.plan import plan_batch
+from kafka_batch_provider.steps.write import write_batch
 from kafka_batch_provider.testing.producers import Record, produce, sample_records
 from tests.integration.helpers import (
     assert_exactly_once,
@@ -129,10 +131,10 @@ def test_a_crashed_attempt_never_shows_and_a_logged_batch_is_never_written_again
 
     stage_batch(spark, plan, store, kafka_config)  # an attempt that dies before its log entry
     assert dataset_keys(output) == {}, "staged files are invisible to readers"
-    write_batch(spark, plan, store, kafka_config)  # the retry: a fresh staging folder
+    write_batch(plan, store, kafka_config, stage_with(spark))  # the retry: a fresh staging folder
     assert_exactly_once(output, expected)
     files = published_files(store, plan.batch_id)
-    again = write_batch(spark, plan, store, kafka_config)
+    again = write_batch(plan, store, kafka_config, stage_with(spark))
     assert again["batch_id"] == plan.batch_id and published_files(store, plan.batch_id) == files
     assert store.location.list_names("_staging") == [], "the crashed attempt's staged files are cleaned up"
     commit_batch(kafka, store, plan)
@@ -181,7 +183,7 @@ def test_commit_is_refused_when_someone_else_moved_the_group(spark, kafka_config
     kafka = KafkaOffsets(kafka_config)
     store = output.store()
     plan = plan_batch(kafka, store, group_id, [topic], PlanPolicy()).plan
-    write_batch(spark, plan, store, kafka_config)
+    write_batch(plan, store, kafka_config, stage_with(spark))
     tp = TopicPartition(topic, 0)
     kafka.commit(group_id, {tp: None}, {tp: 3})  # another consumer of the same group
 
@@ -239,7 +241,7 @@ def test_bounded_batches_drain_the_backlog_in_order(spark, kafka_config, new_top
 
 
 def test_large_ranges_are_split_into_several_spark_tasks(spark, kafka_config, new_topic):
-    from kafka_batch_provider.planning import plan_replay
+    from kafka_batch_provider.core.planning import plan_replay
     from kafka_batch_provider.spark.ingest import read_plan
 
     topic = new_topic(partitions=1)
@@ -272,7 +274,7 @@ def test_a_range_that_cannot_be_completed_fails_naming_it_and_publishes_nothing(
     )
     store = output.store()
     with pytest.raises(Exception) as err:
-        write_batch(spark, plan, store, kafka_config, WriteOptions(stall_timeout=2))
+        write_batch(plan, store, kafka_config, stage_with(spark), WriteOptions(stall_timeout=2))
     assert isinstance(err.value, ReadError) or f"{topic}[0]: reading [0, 8) stopped at offset 5" in str(err.value)
     assert store.sink.published_files(plan.batch_id) == {} and store.log.entry(1) is None
 
@@ -319,7 +321,7 @@ def test_readers_never_see_a_batch_twice_or_in_part(spark, kafka_config, new_top
 def test_replay_by_offsets_reads_only_the_named_partitions_and_never_touches_the_group(
     spark, kafka_config, new_topic, group_id, output
 ):
-    from kafka_batch_provider.replay import plan_replay_batch
+    from kafka_batch_provider.steps.replay import plan_replay_batch
 
     topic = new_topic(partitions=3)
     produce(kafka_config, topic, sample_records(3, 30))
@@ -327,7 +329,7 @@ def test_replay_by_offsets_reads_only_the_named_partitions_and_never_touches_the
     store = output.store()
     outcome = plan_replay_batch(kafka, store, [topic], start_offsets={0: 2}, end_offsets={0: 6, 2: 4})
     assert [(r.partition, r.start, r.end) for r in outcome.plan.ranges] == [(0, 2, 6), (2, 0, 4)]
-    write_batch(spark, outcome.plan, store, kafka_config)
+    write_batch(outcome.plan, store, kafka_config, stage_with(spark))
     assert_exactly_once(output, {(topic, 0, o) for o in range(2, 6)} | {(topic, 2, o) for o in range(4)})
     with pytest.raises(Exception, match="replays never commit the group"):
         commit_batch(kafka, store, outcome.plan)
@@ -343,7 +345,7 @@ def test_partly_applied_commit_is_finished_by_the_next_plan_step(spark, kafka_co
     kafka = KafkaOffsets(kafka_config)
     store = output.store()
     plan = plan_batch(kafka, store, group_id, [topic], PlanPolicy()).plan
-    write_batch(spark, plan, store, kafka_config)
+    write_batch(plan, store, kafka_config, stage_with(spark))
     tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
     kafka.commit(group_id, {tp0: None}, {tp0: 5})  # the commit reached partition 0 only, then the task died
 
@@ -367,8 +369,8 @@ def test_pending_plan_is_only_replayed_for_the_same_topics_and_partitions(kafka_
 
 
 def test_replays_never_share_an_output_with_ingestion_or_overlap(kafka_config, new_topic, group_id, tmp_path):
-    from kafka_batch_provider.batch_store import BatchStore
-    from kafka_batch_provider.replay import plan_replay_batch
+    from kafka_batch_provider.output.store import BatchStore
+    from kafka_batch_provider.steps.replay import plan_replay_batch
 
     topic = new_topic(partitions=1)
     produce(kafka_config, topic, sample_records(1, 20))

@@ -29,7 +29,7 @@ from kafka_batch_provider.spark.jvm_start import DRIVER_JAVA_OPTIONS, driver_jav
 from kafka_batch_provider.spark.py_files import needs_py_files, package_dir, package_zip
 from kafka_batch_provider.spark.submit import conf_args, spark_submit_executable
 from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
-from kafka_batch_provider.testing.spark_cluster import SparkStandaloneCluster
+from tests.support.spark_cluster import SparkStandaloneCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("spark-cluster")]  # one cluster, on one xdist worker
 

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from kafka_batch_provider.kafka_offsets import KafkaOffsets
-from kafka_batch_provider.local_servers import free_port
-from kafka_batch_provider.planning import PlanPolicy
-from kafka_batch_provider.protocol import plan_batch
+from kafka_batch_provider.core.planning import PlanPolicy
+from kafka_batch_provider.dev.local_servers import free_port
+from kafka_batch_provider.dev.spark_connect import SparkConnectServer
+from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.spark.connect import connect_session, write_through_connect
-from kafka_batch_provider.spark.connect_server import SparkConnectServer
 from kafka_batch_provider.spark.ingest import read_plan
+from kafka_batch_provider.steps.plan import plan_batch
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.integration.helpers import (
     Output,

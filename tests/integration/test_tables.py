@@ -12,10 +12,11 @@ import os
 
 import pytest
 
+from kafka_batch_provider.core.planning import PlanPolicy
 from kafka_batch_provider.errors import ConfigError, LogConflictError, ManifestError
-from kafka_batch_provider.kafka_offsets import KafkaOffsets
-from kafka_batch_provider.planning import PlanPolicy
-from kafka_batch_provider.protocol import commit_batch, plan_batch
+from kafka_batch_provider.kafka.client import KafkaOffsets
+from kafka_batch_provider.steps.commit import commit_batch
+from kafka_batch_provider.steps.plan import plan_batch
 from kafka_batch_provider.testing.producers import Record, produce, sample_records
 from tests.integration.helpers import (
     TableOutput,
@@ -121,7 +122,7 @@ def test_two_incremental_runs_land_each_offset_once_for_the_tables_own_reader(
     assert store.log.tail()["offsets"] == {f"{topic}:0": 13, f"{topic}:1": 13}
     if table.format == "delta":
         delta = store.sink.table()
-        from kafka_batch_provider.sinks.delta import app_id
+        from kafka_batch_provider.output.delta import app_id
 
         versions = {p: delta.transaction_version(app_id(group_id, f"{topic}:{p}")) for p in (0, 1)}
         assert versions == {0: 13, 1: 13}, f"the txn actions must hold the end offsets, found {versions}"
@@ -319,7 +320,7 @@ def test_cli_runs_iceberg_with_catalog_secrets_in_a_file_and_prints_the_tables_b
     assert batches[0]["batch_id"] in listed.stdout.splitlines()[1], "the human table lists the batch"
     assert secret not in listed.stdout + listed.stderr
 
-    from kafka_batch_provider.sinks.iceberg import load_catalog
+    from kafka_batch_provider.output.iceberg import load_catalog
 
     catalog = {
         "type": "sql",
@@ -440,7 +441,7 @@ def staged_attempt(output: TableOutput, batch_id: str, attempt: str, rows: int) 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from kafka_batch_provider.sinks.table_support import KAFKA_SCHEMA
+    from kafka_batch_provider.output.tables import KAFKA_SCHEMA
 
     store = output.store()
     folder = f"data/{batch_id}/{attempt}"
@@ -479,7 +480,7 @@ def test_a_late_attempt_of_a_committed_batch_drops_its_own_files_never_the_commi
     assert winner["location"] == "data/b-1/aaaa", f"the committed attempt is the first, found {winner['location']}"
     late_store.clean_staging("b-1", keep=winner["staging"])
     assert local_table.read(["offset"]).num_rows == 5, "the table still reads: the committed files are in place"
-    from kafka_batch_provider.sinks.table_support import BATCHES
+    from kafka_batch_provider.output.tables import BATCHES
 
     saved = late_store.sink.data.list_names(BATCHES)
     assert saved == [f"{1:020d}-b-1-aaaa.json"], f"only the committed attempt's manifest stays, found {saved}"
@@ -542,8 +543,8 @@ def test_an_older_batch_whose_iceberg_snapshot_expired_is_still_committed_and_ne
 
 
 def test_an_iceberg_format_version_1_table_still_tells_expiry_from_rollback(request, tmp_path):
-    from kafka_batch_provider.sinks.iceberg import load_catalog
-    from kafka_batch_provider.sinks.table_support import KAFKA_SCHEMA
+    from kafka_batch_provider.output.iceberg import load_catalog
+    from kafka_batch_provider.output.tables import KAFKA_SCHEMA
 
     output = make_table(request, tmp_path, "iceberg", "local")
     catalog = load_catalog(output.catalog)

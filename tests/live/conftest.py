@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_batch_provider.testing.airflow_live import AirflowStack, orphans_of
+from kafka_batch_provider.dev.airflow_live import AirflowStack, orphans_of
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 INGEST = "kafka_batch_ingest"

@@ -6,9 +6,9 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from kafka_batch_provider.kafka_offsets import KafkaOffsets
-from kafka_batch_provider.offsets import TopicPartition
-from kafka_batch_provider.testing.airflow_live import AirflowStack
+from kafka_batch_provider.core.offsets import TopicPartition
+from kafka_batch_provider.dev.airflow_live import AirflowStack
+from kafka_batch_provider.kafka.client import KafkaOffsets
 
 T = TypeVar("T")
 

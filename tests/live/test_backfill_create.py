@@ -6,8 +6,8 @@ import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from kafka_batch_provider.kafka_offsets import KafkaOffsets
-from kafka_batch_provider.offsets import TopicPartition
+from kafka_batch_provider.core.offsets import TopicPartition
+from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.testing.producers import Record, produce
 from tests.integration.helpers import assert_exactly_once
 from tests.live.conftest import INGEST

@@ -8,7 +8,7 @@ import signal
 
 import psutil
 
-from kafka_batch_provider.batch_store import BatchStore
+from kafka_batch_provider.output.store import BatchStore
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.integration.helpers import assert_exactly_once
 from tests.live.conftest import INGEST

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from kafka_batch_provider.core.offsets import OffsetRange
 from kafka_batch_provider.errors import ConfigError
-from kafka_batch_provider.kafka_config import check_config, parse_key_values, redact
-from kafka_batch_provider.offsets import OffsetRange
+from kafka_batch_provider.kafka.config import check_config, parse_key_values, redact
 from kafka_batch_provider.spark.jvm_options import jvm_reader_options
 
 # -- librdkafka config -----------------------------------------------------------------------
@@ -84,7 +84,7 @@ def test_callbacks_in_the_connection_cannot_be_shipped_to_spark():
 
 
 def test_config_file_must_be_a_json_object(tmp_path):
-    from kafka_batch_provider.kafka_config import read_config_file
+    from kafka_batch_provider.kafka.config import read_config_file
 
     good = tmp_path / "k.json"
     good.write_text('{"sasl.password": "x"}')
@@ -103,7 +103,7 @@ def test_config_file_must_be_a_json_object(tmp_path):
 def test_write_options_round_trip_through_the_application_flags():
     import argparse
 
-    from kafka_batch_provider.spark.options import WriteOptions
+    from kafka_batch_provider.core.write_options import WriteOptions
 
     options = WriteOptions("jvm", "json", "id long", 1000, 7.5)
     parser = argparse.ArgumentParser()
@@ -124,7 +124,7 @@ def test_write_options_round_trip_through_the_application_flags():
     ],
 )
 def test_bad_write_options_are_refused_with_one_line(kwargs, expected):
-    from kafka_batch_provider.spark.options import WriteOptions
+    from kafka_batch_provider.core.write_options import WriteOptions
 
     with pytest.raises(ConfigError, match=expected):
         WriteOptions(**kwargs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_batch_provider.ddl import check_ddl_schema
+from kafka_batch_provider.core.ddl import check_ddl_schema
 from kafka_batch_provider.errors import ConfigError
 
 

@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from kafka_batch_provider.kafka_errors import is_transient, is_unreachable
+from kafka_batch_provider.kafka.errors import is_transient, is_unreachable
 
 
 @pytest.mark.parametrize(
@@ -86,8 +86,8 @@ def Message(offset=None, error=None):  # noqa: N802 - reads like the class it bu
 
 
 def test_the_reader_counts_transient_errors_and_goes_on_but_stops_at_a_final_one(monkeypatch):
+    from kafka_batch_provider.core.offsets import OffsetRange
     from kafka_batch_provider.errors import ReadError
-    from kafka_batch_provider.offsets import OffsetRange
     from kafka_batch_provider.spark import kafka_reader
 
     def read(script):
@@ -115,7 +115,7 @@ def test_the_commit_consumer_accepts_every_group_protocol_and_timeout(timeout, e
     the commit then fails as a commit (no coordinator), never as a consumer librdkafka refused."""
     from confluent_kafka import KafkaException
 
-    from kafka_batch_provider.kafka_offsets import KafkaOffsets
+    from kafka_batch_provider.kafka.client import KafkaOffsets
 
     offsets = KafkaOffsets({"bootstrap.servers": "127.0.0.1:9", **extra}, timeout=timeout)
     with pytest.raises(KafkaException) as failed:

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from kafka_batch_provider.lag_health import (
+from kafka_batch_provider.core.lag_health import (
     BatchPoint,
     HealthPolicy,
     LagStatus,
@@ -14,7 +14,7 @@ from kafka_batch_provider.lag_health import (
     evaluate,
     ready_to_ingest,
 )
-from kafka_batch_provider.offsets import TopicPartition
+from kafka_batch_provider.core.offsets import TopicPartition
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
 TP = TopicPartition("t", 0)

@@ -6,11 +6,17 @@ import json
 
 import pytest
 
+from kafka_batch_provider.core.manifest import (
+    build_manifest,
+    log_position,
+    offsets_after,
+    plan_of_entry,
+    verify_manifest,
+)
+from kafka_batch_provider.core.offsets import OffsetRange, PartitionOffsets, TopicPartition
+from kafka_batch_provider.core.plan import plan_batch_id
+from kafka_batch_provider.core.planning import LogSlot, PlanPolicy, plan_incremental, plan_replay
 from kafka_batch_provider.errors import ManifestError
-from kafka_batch_provider.manifest import build_manifest, log_position, offsets_after, plan_of_entry, verify_manifest
-from kafka_batch_provider.offsets import OffsetRange, PartitionOffsets, TopicPartition
-from kafka_batch_provider.plan import plan_batch_id
-from kafka_batch_provider.planning import LogSlot, PlanPolicy, plan_incremental, plan_replay
 
 
 def make_plan(slot=LogSlot(), states=None):

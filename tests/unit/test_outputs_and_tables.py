@@ -5,14 +5,14 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.errors import ConfigError
-from kafka_batch_provider.kafka_config import is_secret, redact
-from kafka_batch_provider.outputs import OutputSpec, output_of_plan
-from kafka_batch_provider.sinks.delta import delta_storage_options
-from kafka_batch_provider.sinks.table_support import new_columns
-from kafka_batch_provider.spark.options import WriteOptions
+from kafka_batch_provider.kafka.config import is_secret, redact
+from kafka_batch_provider.output.delta import delta_storage_options
+from kafka_batch_provider.output.formats import OutputSpec, output_of_plan
+from kafka_batch_provider.output.location import Location
+from kafka_batch_provider.output.tables import new_columns
 from kafka_batch_provider.spark.submit import application_args
-from kafka_batch_provider.storage import Location
 
 TABLE = pa.schema(
     [
@@ -55,7 +55,7 @@ def test_maps_are_compared_inside_and_their_encodings_and_nullability_do_not_cou
 
 
 def test_saved_manifest_names_tell_seq_batch_and_attempt_apart():
-    from kafka_batch_provider.sinks.table_support import parse_saved_name, saved_name
+    from kafka_batch_provider.output.tables import parse_saved_name, saved_name
 
     name = saved_name({"seq": 7, "batch_id": "b-0a1b", "location": "data/b-0a1b/1f2e3d4c"})
     assert name == f"_kafka_batch/_batches/{7:020d}-b-0a1b-1f2e3d4c.json"
@@ -172,7 +172,7 @@ def test_plain_settings_are_not_secrets(key, value):
 
 
 def test_the_iceberg_catalog_is_opened_under_the_name_readers_use(tmp_path):
-    from kafka_batch_provider.sinks.iceberg import DEFAULT_CATALOG_NAME, load_catalog
+    from kafka_batch_provider.output.iceberg import DEFAULT_CATALOG_NAME, load_catalog
 
     sql = {"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db", "warehouse": f"file://{tmp_path}"}
     assert load_catalog(sql).name == DEFAULT_CATALOG_NAME == "kafka_batch"

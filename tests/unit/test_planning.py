@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_batch_provider.errors import ConfigError, PlanError
-from kafka_batch_provider.offsets import OffsetGap, OffsetRange, PartitionOffsets, TopicPartition
-from kafka_batch_provider.plan import INCREMENTAL, REPLAY, OffsetPlan
-from kafka_batch_provider.planning import (
+from kafka_batch_provider.core.offsets import OffsetGap, OffsetRange, PartitionOffsets, TopicPartition
+from kafka_batch_provider.core.plan import INCREMENTAL, REPLAY, OffsetPlan
+from kafka_batch_provider.core.planning import (
     DataLossPolicy,
     LogSlot,
     NewPartitionPolicy,
@@ -19,6 +18,7 @@ from kafka_batch_provider.planning import (
     split_range,
     start_offset,
 )
+from kafka_batch_provider.errors import ConfigError, PlanError
 
 NOW = "2026-01-01T00:00:00.000+00:00"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from kafka_batch_provider.core.offsets import OffsetGap, PartitionOffsets, TopicPartition
+from kafka_batch_provider.core.reconcile import GroupMismatchPolicy, LogPosition, Verdict, reconcile
 from kafka_batch_provider.errors import GroupMismatchError
-from kafka_batch_provider.offsets import OffsetGap, PartitionOffsets, TopicPartition
-from kafka_batch_provider.reconcile import GroupMismatchPolicy, LogPosition, Verdict, reconcile
 
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kafka_batch_provider.errors import KafkaBatchError
-from kafka_batch_provider.replay import check_replay_range
+from kafka_batch_provider.steps.replay import check_replay_range
 
 NOW = 1_800_000_000_000
 HOUR = 3_600_000

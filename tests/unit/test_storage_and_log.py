@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from kafka_batch_provider.batch_store import BatchStore, split_plan_path
+from kafka_batch_provider.core.manifest import build_manifest
+from kafka_batch_provider.core.offsets import PartitionOffsets
+from kafka_batch_provider.core.planning import LogSlot, PlanPolicy, plan_incremental
 from kafka_batch_provider.errors import ConfigError, LogConflictError, ManifestError
-from kafka_batch_provider.manifest import build_manifest
-from kafka_batch_provider.offset_log import TAIL_HINT, entry_name
-from kafka_batch_provider.offsets import PartitionOffsets
-from kafka_batch_provider.planning import LogSlot, PlanPolicy, plan_incremental
-from kafka_batch_provider.sinks.parquet_layout import ParquetLayout
-from kafka_batch_provider.storage import Location, split_output
+from kafka_batch_provider.output.location import Location, split_output
+from kafka_batch_provider.output.offset_log import TAIL_HINT, entry_name
+from kafka_batch_provider.output.parquet_layout import ParquetLayout
+from kafka_batch_provider.output.store import BatchStore, split_plan_path
 
 
 @pytest.mark.parametrize(
@@ -250,7 +250,7 @@ def test_a_store_that_ignores_conditional_writes_is_refused_before_the_first_ent
                 Path(self.path(name)).unlink(missing_ok=True)
 
     from kafka_batch_provider.errors import StorageError
-    from kafka_batch_provider.offset_log import OffsetLog
+    from kafka_batch_provider.output.offset_log import OffsetLog
 
     log = OffsetLog(IgnoresConditions(str(tmp_path)))
     with pytest.raises(StorageError, match="accepts a second create of the same name"):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.spark.task_writer import PartFiles
-from kafka_batch_provider.storage import Location
 
 
 def batch(first: int, rows: int) -> pa.RecordBatch:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from kafka_batch_provider.core.validation import check_group_id, check_topics, fraction, positive_seconds
 from kafka_batch_provider.errors import ConfigError
-from kafka_batch_provider.validation import check_group_id, check_topics, fraction, positive_seconds
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-1", "soon", None, True])

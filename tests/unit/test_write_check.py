@@ -6,10 +6,10 @@ import copy
 
 import pytest
 
+from kafka_batch_provider.core.offsets import PartitionOffsets
+from kafka_batch_provider.core.planning import PlanPolicy, plan_incremental
+from kafka_batch_provider.core.write_check import TaskReports, check_write
 from kafka_batch_provider.errors import WriteCheckError
-from kafka_batch_provider.offsets import PartitionOffsets
-from kafka_batch_provider.planning import PlanPolicy, plan_incremental
-from kafka_batch_provider.write_check import TaskReports, check_write
 
 PLAN = plan_incremental(
     "g", ["t"], [PartitionOffsets("t", 0, 0, 0, 10)], PlanPolicy(), "read_committed", "2026-01-01T00:00:00+00:00"

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kafka_batch_provider.errors import ConfigError
-from kafka_batch_provider.kafka_config import is_secret
+from kafka_batch_provider.kafka.config import is_secret
 
 
 def catalog_properties_from_connection(conn_id: str | None) -> dict[str, str]:

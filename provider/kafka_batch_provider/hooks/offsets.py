@@ -1,4 +1,4 @@
-"""``KafkaOffsetsHook``: :class:`~kafka_batch_provider.kafka_offsets.KafkaOffsets` for Airflow.
+"""``KafkaOffsetsHook``: :class:`~kafka_batch_provider.kafka.client.KafkaOffsets` for Airflow.
 
 It reads the librdkafka config from a connection of the ``kafka`` type that
 apache-airflow-providers-apache-kafka defines (extra = librdkafka config JSON), or takes a
@@ -12,7 +12,7 @@ from typing import Any
 
 from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 
-from kafka_batch_provider.kafka_offsets import KafkaOffsets
+from kafka_batch_provider.kafka.client import KafkaOffsets
 
 
 class KafkaOffsetsHook(KafkaOffsets, KafkaBaseHook):

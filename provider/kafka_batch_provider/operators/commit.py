@@ -8,13 +8,13 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
+from kafka_batch_provider.core.validation import positive_seconds
 from kafka_batch_provider.hooks.catalog import check_public_properties
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.output import OutputArgs, open_output
 from kafka_batch_provider.operators.xcom import load_plan, pull_summary
-from kafka_batch_provider.protocol import commit_batch
-from kafka_batch_provider.validation import positive_seconds
+from kafka_batch_provider.steps.commit import commit_batch
 
 
 class KafkaOffsetCommitOperator(BaseOperator):

@@ -9,13 +9,13 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from kafka_batch_provider.core.lag_health import HealthPolicy, LagStatus
+from kafka_batch_provider.core.validation import positive_seconds
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
-from kafka_batch_provider.lag_health import HealthPolicy, LagStatus
-from kafka_batch_provider.lag_monitor import lag_report
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.output import OUTPUT_TEMPLATE_FIELDS, open_existing_output, output_args_of
 from kafka_batch_provider.operators.xcom import as_list
-from kafka_batch_provider.validation import positive_seconds
+from kafka_batch_provider.steps.lag import lag_report
 
 #: WARN (lag growing) is logged, not failed: the batch itself went fine.
 DEFAULT_FAIL_ON = frozenset(s for s in LagStatus if s not in (LagStatus.OK, LagStatus.WARN))
@@ -25,7 +25,7 @@ class KafkaLagHealthOperator(BaseOperator):
     """Judge the group's lag per partition and for the group; fail on the statuses in ``fail_on``.
 
     Statuses: OK, WARN, STALL, STOP, REWIND, RETENTION_RISK, DATA_LOSS (see
-    :mod:`kafka_batch_provider.lag_health`). The window of recent batches comes from the
+    :mod:`kafka_batch_provider.core.lag_health`). The window of recent batches comes from the
     output's plans and commit records. The failure message names the partitions, their numbers
     and status; the full report is pushed to XCom either way.
 

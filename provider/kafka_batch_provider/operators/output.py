@@ -1,5 +1,5 @@
 """Which output an operator writes or reads: the one place operator arguments become an
-:class:`~kafka_batch_provider.outputs.OutputSpec`.
+:class:`~kafka_batch_provider.output.formats.OutputSpec`.
 
 Operators are given connection ids, never secrets: :class:`OutputArgs` holds what the DAG
 says (format, path or table, partitioning, connection ids, non-secret catalog properties) and
@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kafka_batch_provider.batch_store import BatchStore
 from kafka_batch_provider.errors import ConfigError, StorageError
-from kafka_batch_provider.outputs import PARTITION_BY, OutputSpec, open_store
-from kafka_batch_provider.sinks.base import FORMATS, ICEBERG, PARQUET
+from kafka_batch_provider.output.formats import PARTITION_BY, OutputSpec, open_store
+from kafka_batch_provider.output.sink import FORMATS, ICEBERG, PARQUET
+from kafka_batch_provider.output.store import BatchStore
 
 REPLAY_SUFFIX = "_replay"
 
@@ -172,7 +172,7 @@ def open_existing_output(args: OutputArgs) -> BatchStore | None:
         return None
     spec = args.spec()
     if spec.format == ICEBERG:
-        from kafka_batch_provider.sinks.iceberg import load_catalog
+        from kafka_batch_provider.output.iceberg import load_catalog
 
         try:
             exists = load_catalog(spec.catalog_properties).table_exists(str(spec.table))

@@ -8,6 +8,9 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from kafka_batch_provider.core.planning import DataLossPolicy, NewPartitionPolicy, PlanPolicy
+from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
+from kafka_batch_provider.core.validation import check_group_id, check_topics, positive_seconds
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.output import (
@@ -19,11 +22,8 @@ from kafka_batch_provider.operators.output import (
     replay_output_for,
 )
 from kafka_batch_provider.operators.xcom import as_int_list, as_list, plan_xcom
-from kafka_batch_provider.planning import DataLossPolicy, NewPartitionPolicy, PlanPolicy
-from kafka_batch_provider.protocol import plan_batch
-from kafka_batch_provider.reconcile import GroupMismatchPolicy
-from kafka_batch_provider.replay import plan_replay_batch
-from kafka_batch_provider.validation import check_group_id, check_topics, positive_seconds
+from kafka_batch_provider.steps.plan import plan_batch
+from kafka_batch_provider.steps.replay import plan_replay_batch
 
 BACKFILL_RUN_TYPE = "backfill"
 
@@ -277,7 +277,7 @@ class KafkaReplayPlanOperator(BaseOperator):
     def replay_range(self, refuse_future: bool = True) -> dict[str, Any]:
         """The range arguments, parsed and checked (one way of choosing it, complete, in the past)."""
         from kafka_batch_provider.operators.params import parse_bool, parse_offsets, parse_time
-        from kafka_batch_provider.replay import check_replay_range
+        from kafka_batch_provider.steps.replay import check_replay_range
 
         chosen = {
             "start_offsets": parse_offsets("start_offsets", self.start_offsets),

@@ -12,16 +12,16 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException
 
+from kafka_batch_provider.core.write_options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.hooks.catalog import check_public_properties
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import spark_step_error, task_errors
 from kafka_batch_provider.operators.output import OutputArgs, open_output
 from kafka_batch_provider.operators.xcom import load_plan, pull_summary
-from kafka_batch_provider.outputs import open_store
+from kafka_batch_provider.output.formats import open_store
 from kafka_batch_provider.spark.app import CATALOG_PROPERTIES_FILE_ENV, CONFIG_FILE_ENV, STORAGE_OPTIONS_FILE_ENV
 from kafka_batch_provider.spark.jvm_start import lean_submit_conf
-from kafka_batch_provider.spark.options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
 from kafka_batch_provider.spark.py_files import needs_py_files, package_zip
 from kafka_batch_provider.spark.submit import (
     DEFAULT_APPLICATION,

@@ -7,13 +7,13 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from kafka_batch_provider.core.write_options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
 from kafka_batch_provider.errors import SparkStepError
 from kafka_batch_provider.hooks.catalog import check_public_properties
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.spark import batch_result, planned_batch, shippable
-from kafka_batch_provider.outputs import open_store
-from kafka_batch_provider.spark.options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
+from kafka_batch_provider.output.formats import open_store
 
 
 class KafkaSparkConnectBatchOperator(BaseOperator):

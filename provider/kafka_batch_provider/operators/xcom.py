@@ -1,7 +1,7 @@
 """The plan summary the plan operators push and the Spark and commit operators pull.
 
 Small and secret-free: batch id, where the plan file is, ranges and counts, and the output
-as :meth:`~kafka_batch_provider.outputs.OutputSpec.describe` shows it (``output``: format,
+as :meth:`~kafka_batch_provider.output.formats.OutputSpec.describe` shows it (``output``: format,
 path or table, partitioning; no credentials), from which the downstream tasks reopen it.
 ``output_path`` stays for readers of the Parquet layout's XCom: the folder (parquet), the
 table's location (delta) or ``None`` (iceberg).
@@ -13,12 +13,12 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
-from kafka_batch_provider.batch_store import BatchStore, load_plan_file
+from kafka_batch_provider.core.plan import OffsetPlan
 from kafka_batch_provider.errors import ConfigError
-from kafka_batch_provider.outputs import OutputSpec
-from kafka_batch_provider.plan import OffsetPlan
-from kafka_batch_provider.protocol import PlanOutcome
-from kafka_batch_provider.sinks.base import PARQUET
+from kafka_batch_provider.output.formats import OutputSpec
+from kafka_batch_provider.output.sink import PARQUET
+from kafka_batch_provider.output.store import BatchStore, load_plan_file
+from kafka_batch_provider.steps.plan import PlanOutcome
 
 
 def plan_xcom(outcome: PlanOutcome, spec: OutputSpec, store: BatchStore, dry_run: bool = False) -> dict[str, Any]:

@@ -8,13 +8,13 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
+from kafka_batch_provider.core.validation import positive_seconds
 from kafka_batch_provider.errors import KafkaUnavailableError
 from kafka_batch_provider.hooks.catalog import check_public_properties
 from kafka_batch_provider.operators.output import OUTPUT_TEMPLATE_FIELDS, output_args_of
 from kafka_batch_provider.operators.plan import BACKFILL_RUN_TYPE, run_type_of
 from kafka_batch_provider.operators.xcom import as_list
 from kafka_batch_provider.triggers.lag import KafkaLagTrigger, check_lag
-from kafka_batch_provider.validation import positive_seconds
 
 
 class KafkaLagSensor(BaseSensorOperator):

@@ -1,6 +1,6 @@
 """The Spark application: ``spark-submit app.py --plan ... --output ...``.
 
-Reads a plan file, runs the read and write steps (:func:`~kafka_batch_provider.spark.ingest.write_batch`)
+Reads a plan file, runs the read and write steps (:func:`~kafka_batch_provider.steps.write.write_batch`)
 and prints one JSON line with what it wrote. ``spark_apps/kafka_batch_ingest.py`` is a thin
 copy-free entry point to this module for deployments that submit a file from the repository.
 
@@ -23,13 +23,13 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from kafka_batch_provider.batch_store import load_plan_file
+from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
-from kafka_batch_provider.kafka_config import SECRET_KEY_PATTERN, check_config, config_object, read_config_file
-from kafka_batch_provider.outputs import OutputSpec, add_partition_by_argument, open_store, output_of_plan
+from kafka_batch_provider.kafka.config import SECRET_KEY_PATTERN, check_config, config_object, read_config_file
+from kafka_batch_provider.output.formats import OutputSpec, add_partition_by_argument, open_store, output_of_plan
+from kafka_batch_provider.output.location import read_storage_options_file
+from kafka_batch_provider.output.store import load_plan_file
 from kafka_batch_provider.spark.error_lines import spark_error_line, spark_failure_exit_code
-from kafka_batch_provider.spark.options import WriteOptions
-from kafka_batch_provider.storage import read_storage_options_file
 
 CONFIG_FILE_ENV = "KAFKA_BATCH_KAFKA_CONFIG_FILE"
 CONFIG_JSON_ENV = "KAFKA_BATCH_KAFKA_CONFIG"
@@ -111,7 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     use_installed_pyspark()  # byte code from site-packages, not pyspark.zip compiled again
     from pyspark.sql import SparkSession
 
-    from kafka_batch_provider.spark.ingest import write_batch
+    from kafka_batch_provider.spark.ingest import stage_with
+    from kafka_batch_provider.steps.write import write_batch
 
     spark = (
         SparkSession.builder.appName(f"kafka-batch {plan.batch_id}")
@@ -125,10 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     clock = time.perf_counter()
     try:
         manifest = write_batch(
-            spark,
             plan,
             store,
             kafka_config,
+            stage_with(spark),
             options=options,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
         )

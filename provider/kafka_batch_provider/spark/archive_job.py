@@ -45,9 +45,9 @@ def made_up_records(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatc
 def main() -> int:
     from pyspark.sql import SparkSession
 
-    from kafka_batch_provider.kafka_config import SECRET_KEY_PATTERN
+    from kafka_batch_provider.core.write_options import WriteOptions
+    from kafka_batch_provider.kafka.config import SECRET_KEY_PATTERN
     from kafka_batch_provider.spark.ingest import decode_values
-    from kafka_batch_provider.spark.options import WriteOptions
     from kafka_batch_provider.spark.slice_reader import KAFKA_SCHEMA_DDL
     from kafka_batch_provider.spark.task_writer import REPORT_SCHEMA, TaskWriter
 

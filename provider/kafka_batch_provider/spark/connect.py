@@ -2,7 +2,7 @@
 
 ``kafka-batch run|write --spark-remote sc://host:port`` (or ``$SPARK_REMOTE``) and
 ``KafkaSparkConnectBatchOperator`` call :func:`write_through_connect`. The steps, checks,
-plan and manifest are those of the spark-submit path (:func:`~kafka_batch_provider.spark.ingest.write_batch`
+plan and manifest are those of the spark-submit path (:func:`~kafka_batch_provider.steps.write.write_batch`
 runs here instead of in a spark-submit driver); only the tasks run on the server. What the
 server sees: the plan's slices and, inside the pickled reader and writer functions, the Kafka
 settings and storage options. Nothing secret is set as a session conf or a source option, so
@@ -22,12 +22,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kafka_batch_provider import __version__
-from kafka_batch_provider.batch_store import BatchStore
+from kafka_batch_provider.core.plan import OffsetPlan
+from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError, SparkStepError
-from kafka_batch_provider.local_servers import port_open
-from kafka_batch_provider.plan import OffsetPlan
+from kafka_batch_provider.output.store import BatchStore
 from kafka_batch_provider.spark.error_lines import missing_package, spark_error_line, task_error_kind
-from kafka_batch_provider.spark.options import WriteOptions
 
 log = logging.getLogger(__name__)
 
@@ -66,17 +65,21 @@ def retry_while_server_listens(host: str, port: int) -> Any:
     return RetryWhileServerListens(**RETRY_POLICY)
 
 
-def port_refuses(host: str, port: int, timeout: float = 2.0) -> bool:
-    """Whether the host answers that nothing listens on ``port`` (the server's process is gone).
-    A name that does not resolve or a connection that times out is a network problem, which a
-    retry may outlast: not a refusal."""
+def probe(host: str, port: int, timeout: float) -> str:
+    """``open`` (something listens), ``refused`` (the host says nothing listens: the server's
+    process is gone) or ``unreachable`` (no answer or no such name: a network problem)."""
     try:
         with socket.create_connection((host, port), timeout=timeout):
-            return False
+            return "open"
     except ConnectionRefusedError:
-        return True
+        return "refused"
     except OSError:
-        return False
+        return "unreachable"
+
+
+def port_refuses(host: str, port: int, timeout: float = 2.0) -> bool:
+    """Whether retrying is pointless: only a refusal says so, a retry may outlast the rest."""
+    return probe(host, port, timeout) == "refused"
 
 
 def remote_address(remote: str) -> str:
@@ -95,7 +98,7 @@ def check_reachable(remote: str) -> str:
     """Fail in one line unless a server listens at ``remote``; returns its printable address."""
     address = remote_address(remote)
     parts = urlsplit(remote.split(";")[0])
-    if not port_open(parts.port or DEFAULT_PORT, parts.hostname, timeout=5.0):
+    if probe(parts.hostname, parts.port or DEFAULT_PORT, timeout=5.0) != "open":
         raise SparkStepError(
             f"no Spark Connect server answers at {address}: start one (kafka-batch spark-connect start) "
             "or fix --spark-remote / SPARK_REMOTE"
@@ -207,13 +210,14 @@ def write_through_connect(
     :raises SparkStepError: a task failed or the server went away (a retry may pass).
     :raises ConfigError: the server's workers lack this package (or run another version).
     """
-    from kafka_batch_provider.spark.ingest import write_batch
+    from kafka_batch_provider.spark.ingest import stage_with
+    from kafka_batch_provider.steps.write import write_batch
 
     spark = connect_session(remote)
     tag = batch_tag(plan.batch_id)
     spark.addTag(tag)  # so a failed or killed attempt's Spark job can be stopped on the shared session
     try:
-        return write_batch(spark, plan, store, kafka_config, options, progress)
+        return write_batch(plan, store, kafka_config, stage_with(spark), options, progress)
     except KafkaBatchError:
         interrupt(spark, tag)
         raise

@@ -12,8 +12,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kafka_batch_provider.core.offsets import OffsetRange
 from kafka_batch_provider.errors import ConfigError
-from kafka_batch_provider.offsets import OffsetRange
 
 #: Kafka client settings Spark's source refuses or manages itself (see Spark's
 #: "Structured Streaming + Kafka Integration Guide", section "Kafka Specific Configurations").

@@ -31,10 +31,10 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from kafka_batch_provider.core.offsets import OffsetRange
 from kafka_batch_provider.errors import ReadError
-from kafka_batch_provider.kafka_config import consumer_config
-from kafka_batch_provider.kafka_errors import is_transient
-from kafka_batch_provider.offsets import OffsetRange
+from kafka_batch_provider.kafka.config import reader_consumer_config
+from kafka_batch_provider.kafka.errors import is_transient
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
@@ -52,20 +52,6 @@ KAFKA_ARROW_SCHEMA = pa.schema(
     ]
 )
 
-#: Defaults for the reading consumer; user config overrides them. Larger fetches and a
-#: pre-fetch queue keep librdkafka ahead of the Python loop; 32 MB of queue (not 256) keeps a
-#: worker reading 64 KB records well below 512 MB (docs/performance.md), at the same speed.
-#: Once the queue is full librdkafka waits ``fetch.queue.backoff.ms`` (1 s by default) before
-#: it fetches again: a reader that empties the queue faster then stalls ~0.6 s every ~100,000
-#: records (a 250,000-record range: 1.5 s -> 0.9 s with 10 ms).
-READER_DEFAULTS: dict[str, Any] = {
-    "fetch.max.bytes": 32 * 1024 * 1024,
-    "max.partition.fetch.bytes": 16 * 1024 * 1024,
-    "queued.max.messages.kbytes": 32 * 1024,
-    "fetch.wait.max.ms": 100,
-    "fetch.queue.backoff.ms": 10,
-}
-
 #: Arrow batches stay around this size (keys + values), whatever the record size.
 MAX_BATCH_BYTES = 8 * 1024 * 1024
 #: Messages per ``consume`` call, and so per Arrow batch: 10,000 keep the messages in the CPU's
@@ -74,18 +60,6 @@ MAX_BATCH_BYTES = 8 * 1024 * 1024
 BATCH_MESSAGES = 10_000
 #: Messages asked for before any size is known.
 FIRST_BATCH_MESSAGES = 500
-
-#: Group id of the reading consumer. It never joins the group (assign only) and never commits.
-READER_GROUP_ID = "kafka-batch-reader"
-
-
-def reader_consumer_config(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
-    conf = dict(READER_DEFAULTS)
-    conf.update(kafka_config)
-    conf = consumer_config(conf, READER_GROUP_ID)
-    conf["auto.offset.reset"] = "error"
-    conf["enable.partition.eof"] = False
-    return conf
 
 
 def messages_to_batch(messages: list, topic: str, partition: int) -> pa.RecordBatch:

@@ -27,8 +27,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from kafka_batch_provider.offsets import OffsetRange
-from kafka_batch_provider.planning import split_range
+from kafka_batch_provider.core.offsets import OffsetRange
+from kafka_batch_provider.core.planning import split_range
 from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN, release_memory
 
 #: Spark's Kafka source schema, as DDL.

@@ -12,7 +12,7 @@ planning processes and keeps the Kafka settings out of the query plan)::
 
 Options use the vocabulary of Spark's own Kafka source: librdkafka settings are passed as
 ``kafka.<key>`` options (Spark redacts option values whose keys match ``spark.redaction.regex``;
-set it to :data:`~kafka_batch_provider.kafka_config.SECRET_KEY_PATTERN` for SASL settings).
+set it to :data:`~kafka_batch_provider.kafka.config.SECRET_KEY_PATTERN` for SASL settings).
 Each range is split into slices of at most ``maxOffsetsPerTask`` offsets, one Spark task each.
 
 With ``receipts=true`` the schema gains a ``_receipt`` column, as the ingestion's reader has
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from kafka_batch_provider.offsets import OffsetRange
-from kafka_batch_provider.spark.options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT
+from kafka_batch_provider.core.offsets import OffsetRange
+from kafka_batch_provider.core.write_options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT
 from kafka_batch_provider.spark.slice_reader import KAFKA_SCHEMA_DDL, read_slice, slices_of
 from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN
 

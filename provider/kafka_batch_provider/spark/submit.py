@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import kafka_batch_provider.spark.app as spark_app
+from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
-from kafka_batch_provider.spark.options import WriteOptions
 
 #: The application file submitted by default (importable, and installed with the package).
 DEFAULT_APPLICATION = spark_app.__file__
@@ -63,7 +63,7 @@ def private_config_file(kafka_config: Mapping[str, Any]) -> Iterator[str]:
 
 def application_args(plan_path: str, output: Any, options: WriteOptions) -> list[str]:
     """The Spark application's arguments: the plan, the output (a path/URI or an
-    :class:`~kafka_batch_provider.outputs.OutputSpec`) and the options; never a secret."""
+    :class:`~kafka_batch_provider.output.formats.OutputSpec`) and the options; never a secret."""
     if isinstance(output, str):
         return ["--plan", plan_path, "--output", output, *options.to_args()]
     where = ["--table", output.table] if output.table else ["--output", output.output]

@@ -8,7 +8,7 @@ yields one JSON report: the file, its rows and bytes, per Kafka partition the ro
 and timestamp bounds it wrote, and the reader's receipts (what the reading task read, see
 :mod:`kafka_batch_provider.spark.slice_reader`). ``collect()`` brings the reports of the successful
 task attempts to the driver, which checks them before anything is published
-(:mod:`kafka_batch_provider.write_check`). Files of failed attempts are never reported and
+(:mod:`kafka_batch_provider.core.write_check`). Files of failed attempts are never reported and
 never published.
 """
 
@@ -60,7 +60,7 @@ class TaskWriter:
         from pyspark import TaskContext
 
         from kafka_batch_provider import __version__
-        from kafka_batch_provider.storage import Location, fsync_dir
+        from kafka_batch_provider.output.location import Location, fsync_dir
 
         context = TaskContext.get()
         task = f"{context.partitionId():05d}-{context.attemptNumber()}" if context else "00000-0"

@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kafka_batch_provider.kafka_config import LIBRDKAFKA_LOGGER
+from kafka_batch_provider.kafka.config import LIBRDKAFKA_LOGGER
 
 
 @dataclass(frozen=True)
@@ -110,8 +110,8 @@ def broker_supports_offsets_for_times(config: Mapping[str, Any], topic: str) -> 
     Produces two records one minute apart into ``topic`` (a fresh 1-partition topic) and asks
     for the second one's timestamp.
     """
-    from kafka_batch_provider.kafka_offsets import KafkaOffsets
-    from kafka_batch_provider.offsets import TopicPartition
+    from kafka_batch_provider.core.offsets import TopicPartition
+    from kafka_batch_provider.kafka.client import KafkaOffsets
 
     base = 1_600_000_000_000
     produce(config, topic, [Record(0, b"probe", timestamp_ms=base)])

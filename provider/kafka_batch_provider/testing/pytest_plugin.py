@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
-from kafka_batch_provider.broker.embedded import EmbeddedBroker
-from kafka_batch_provider.objectstore.embedded import DEFAULT_BUCKET, EmbeddedS3, S3Endpoint
+from kafka_batch_provider.dev.broker import EmbeddedBroker
+from kafka_batch_provider.dev.s3 import DEFAULT_BUCKET, EmbeddedS3, S3Endpoint
 from kafka_batch_provider.testing.producers import create_topics
 
 
@@ -92,7 +92,7 @@ def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[A
     if os.environ.get("KAFKA_BATCH_TEST_SPARK_REMOTE"):
         yield None
         return
-    from kafka_batch_provider.spark.connect_server import SparkConnectServer
+    from kafka_batch_provider.dev.spark_connect import SparkConnectServer
 
     log_path = Path(tmp_path_factory.mktemp("spark-connect")) / "server.log"
     # INFO: the log shows every session and execution, so tests can look for secrets in it.

@@ -10,8 +10,8 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from asgiref.sync import sync_to_async
 
+from kafka_batch_provider.core.lag_health import ready_to_ingest
 from kafka_batch_provider.errors import KafkaBatchError
-from kafka_batch_provider.lag_health import ready_to_ingest
 
 
 def check_lag(
@@ -35,8 +35,8 @@ def check_lag(
     the position where the group has none.
     """
     from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
-    from kafka_batch_provider.lag_monitor import partition_lags
     from kafka_batch_provider.operators.output import OutputArgs, open_existing_output
+    from kafka_batch_provider.steps.lag import partition_lags
 
     output = OutputArgs(
         output_format=output_format,

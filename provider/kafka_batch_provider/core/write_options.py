@@ -1,0 +1,90 @@
+"""How a batch is read and written: one value from the CLI or operator down to the Spark job.
+
+The same options travel as keyword arguments (operators), command-line flags (the CLI and
+the spark-submit application) and Python (``write_batch``); this value keeps the names,
+defaults and checks in one place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+
+from kafka_batch_provider.core.ddl import check_ddl_schema
+from kafka_batch_provider.errors import ConfigError
+
+READERS = ("python", "jvm")
+VALUE_FORMATS = ("bytes", "string", "json")
+DEFAULT_MAX_OFFSETS_PER_TASK = 250_000
+DEFAULT_STALL_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """:param reader: ``python`` (the confluent-kafka data source) or ``jvm`` (Spark's Kafka source).
+    :param value_format: ``bytes``; ``string`` adds ``value_string``; ``json`` adds ``value_json``.
+    :param value_schema: DDL schema of the JSON values (``json`` only).
+    :param max_offsets_per_task: ranges are split into Spark tasks of at most this many offsets.
+    :param stall_timeout: seconds a read may make no progress before it fails.
+
+    How a table is partitioned belongs to the output (:class:`~kafka_batch_provider.output.formats.OutputSpec`).
+    """
+
+    reader: str = "python"
+    value_format: str = "bytes"
+    value_schema: str | None = None
+    max_offsets_per_task: int = DEFAULT_MAX_OFFSETS_PER_TASK
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT
+
+    def __post_init__(self) -> None:
+        if self.reader not in READERS:
+            raise ConfigError(f"unknown reader {self.reader!r}; choose one of {', '.join(READERS)}")
+        if self.value_format not in VALUE_FORMATS:
+            raise ConfigError(f"unknown value format {self.value_format!r}; choose one of {', '.join(VALUE_FORMATS)}")
+        if self.value_format == "json" and not self.value_schema:
+            raise ConfigError("--value-format json needs --value-schema, a DDL string such as 'id long, name string'")
+        if self.value_schema and self.value_format != "json":
+            raise ConfigError("--value-schema is only used with --value-format json")
+        if self.max_offsets_per_task < 1:
+            raise ConfigError(f"max offsets per task must be positive, got {self.max_offsets_per_task}")
+        if not math.isfinite(self.stall_timeout) or self.stall_timeout <= 0:
+            raise ConfigError(f"stall timeout must be a positive, finite number of seconds, got {self.stall_timeout:g}")
+        if self.value_schema:
+            check_ddl_schema(self.value_schema)  # Spark would refuse it only after the batch was planned
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+        parser.add_argument("--reader", choices=READERS, default="python", help="Kafka reader (default python)")
+        parser.add_argument("--value-format", choices=VALUE_FORMATS, default="bytes")
+        parser.add_argument("--value-schema", help="DDL schema of the JSON values, for --value-format json")
+        parser.add_argument(
+            "--max-offsets-per-task",
+            type=int,
+            default=DEFAULT_MAX_OFFSETS_PER_TASK,
+            help=f"split ranges into Spark tasks of at most this many offsets (default {DEFAULT_MAX_OFFSETS_PER_TASK})",
+        )
+        parser.add_argument(
+            "--stall-timeout",
+            type=float,
+            default=DEFAULT_STALL_TIMEOUT,
+            help=f"seconds a read may make no progress before it fails (default {DEFAULT_STALL_TIMEOUT:g})",
+        )
+
+    @classmethod
+    def from_namespace(cls, args: argparse.Namespace) -> WriteOptions:
+        return cls(
+            args.reader,
+            args.value_format,
+            args.value_schema,
+            args.max_offsets_per_task,
+            args.stall_timeout,
+        )
+
+    def to_args(self) -> list[str]:
+        """The flags :meth:`add_arguments` reads back (for spark-submit's application arguments)."""
+        args = ["--reader", self.reader, "--value-format", self.value_format]
+        if self.value_schema:
+            args += ["--value-schema", self.value_schema]
+        args += ["--max-offsets-per-task", str(self.max_offsets_per_task), "--stall-timeout", str(self.stall_timeout)]
+        return args

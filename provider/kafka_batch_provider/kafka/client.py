@@ -1,0 +1,342 @@
+"""Kafka I/O for the plan and commit steps: offsets in, offsets out. No Airflow here.
+
+Every call has a timeout and turns librdkafka errors into one-line
+:class:`~kafka_batch_provider.errors.KafkaBatchError` messages. Consumers are only used for
+offset APIs (``committed``, ``commit``, the latter bounded by a timeout); they never
+``subscribe``, so no group join happens and no rebalance can move anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import cached_property
+from typing import Any, TypeVar
+
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicCollection,
+)
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
+
+from kafka_batch_provider.core.offsets import PartitionOffsets, TopicPartition
+from kafka_batch_provider.core.validation import check_topics
+from kafka_batch_provider.errors import CommitConflictError, ConfigError, KafkaUnavailableError, PlanError
+from kafka_batch_provider.kafka.config import (
+    READ_COMMITTED,
+    admin_config,
+    check_config,
+    consumer_config,
+    reader_consumer_config,
+)
+from kafka_batch_provider.kafka.errors import is_unreachable
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: librdkafka's "no committed offset" sentinel (OFFSET_INVALID).
+_NO_OFFSET = -1001
+
+
+class KafkaOffsets:
+    """Offsets of a cluster and of its consumer groups, from a librdkafka config dict.
+
+    :param config: librdkafka configuration (``bootstrap.servers`` and security settings).
+        ``enable.auto.commit=true`` is refused. ``isolation.level`` (default
+        ``read_committed``) decides which end offset is reported: the last stable offset
+        for ``read_committed``, the high watermark otherwise.
+    :param timeout: seconds to wait for any one broker request.
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None, timeout: float = 30.0) -> None:
+        self._explicit_config = dict(config) if config is not None else None
+        self.timeout = timeout
+        self._consumers: dict[str, Consumer] = {}
+
+    # -- configuration -------------------------------------------------------------------
+
+    def _load_config(self) -> dict[str, Any]:
+        """Where the librdkafka config comes from; the Airflow hook reads it from a connection."""
+        if self._explicit_config is None:
+            raise PlanError("no Kafka configuration given")
+        return self._explicit_config
+
+    @cached_property
+    def kafka_config(self) -> dict[str, Any]:
+        return check_config(self._load_config())
+
+    @property
+    def isolation_level(self) -> str:
+        return self.kafka_config["isolation.level"]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return str(self.kafka_config["bootstrap.servers"])
+
+    @cached_property
+    def admin(self) -> AdminClient:
+        return AdminClient(admin_config(self.kafka_config))
+
+    def _consumer(self, group_id: str) -> Consumer:
+        if group_id not in self._consumers:
+            self._consumers[group_id] = Consumer(consumer_config(self.kafka_config, group_id))
+        return self._consumers[group_id]
+
+    def close(self) -> None:
+        for consumer in self._consumers.values():
+            consumer.close()
+        self._consumers.clear()
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        """Run one broker request; its failure becomes one line naming the request and broker."""
+        try:
+            return fn()
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if isinstance(error, KafkaError) and is_unreachable(error):
+                raise KafkaUnavailableError(
+                    f"Kafka at {self.bootstrap_servers} did not answer {what} within {self.timeout:g}s "
+                    f"({error.name()}); is the broker running and reachable?"
+                ) from None
+            text = error.str() if isinstance(error, KafkaError) else str(exc)
+            if isinstance(error, KafkaError) and error.code() == KafkaError._INVALID_ARG:
+                # librdkafka refused the configuration (unknown key, bad value): no retry can fix it.
+                raise ConfigError(f"Kafka configuration refused: {text}") from None
+            raise KafkaUnavailableError(f"Kafka {what} failed: {text}") from None
+
+    # -- metadata --------------------------------------------------------------------------
+
+    def topic_partitions(self, topics: Sequence[str], partitions: Iterable[int] | None = None) -> list[TopicPartition]:
+        """Every partition of ``topics`` (or the given subset); unknown names are an error.
+
+        Asks for the metadata of all topics, because asking for a named topic can create it
+        on brokers with ``auto.create.topics.enable``.
+        """
+        if topics:  # an empty list only probes the connection
+            check_topics(topics)
+        metadata = self._call("list_topics", lambda: self.admin.list_topics(timeout=self.timeout))
+        missing = [t for t in topics if t not in metadata.topics]
+        if missing:
+            raise PlanError(f"unknown topic(s) {', '.join(map(repr, missing))} on {self.bootstrap_servers}")
+        wanted = None if partitions is None else sorted(set(partitions))
+        result: list[TopicPartition] = []
+        for topic in topics:
+            topic_meta = metadata.topics[topic]
+            if topic_meta.error is not None:
+                error_type = KafkaUnavailableError if topic_meta.error.retriable() else PlanError
+                raise error_type(f"topic {topic!r}: {topic_meta.error.str()}")
+            existing = sorted(topic_meta.partitions)
+            chosen = existing if wanted is None else [p for p in wanted if p in existing]
+            if wanted is not None and len(chosen) != len(wanted):
+                absent = sorted(set(wanted) - set(existing))
+                raise PlanError(f"topic {topic!r} has no partition(s) {absent} (it has {len(existing)})")
+            result.extend(TopicPartition(topic, p) for p in chosen)
+        return result
+
+    def topic_ids(self, topics: Sequence[str]) -> dict[str, str]:
+        """Each topic's id (a new one when a topic is deleted and recreated); brokers without ids give none.
+
+        The output's log records them, so offsets of a deleted topic are never applied to
+        its successor of the same name.
+        """
+
+        def run() -> dict[str, str]:
+            futures = self.admin.describe_topics(TopicCollection(list(topics)), request_timeout=self.timeout)
+            found = {}
+            for topic, future in futures.items():
+                topic_id = str(future.result().topic_id or "")
+                if topic_id.strip("A="):  # the all-zero id means "no id"
+                    found[topic] = topic_id
+            return found
+
+        return self._call("describe_topics", run)
+
+    # -- log offsets -----------------------------------------------------------------------
+
+    def _list_offsets(self, what: str, specs: Mapping[TopicPartition, OffsetSpec]) -> dict[TopicPartition, int]:
+        if not specs:
+            return {}
+        isolation = (
+            IsolationLevel.READ_COMMITTED if self.isolation_level == READ_COMMITTED else IsolationLevel.READ_UNCOMMITTED
+        )
+        request = {KafkaTopicPartition(tp.topic, tp.partition): spec for tp, spec in specs.items()}
+
+        def run() -> dict[TopicPartition, int]:
+            futures = self.admin.list_offsets(request, isolation_level=isolation, request_timeout=self.timeout)
+            return {TopicPartition(k.topic, k.partition): f.result().offset for k, f in futures.items()}
+
+        return self._call(what, run)
+
+    def log_start_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._list_offsets("list_offsets(earliest)", {tp: OffsetSpec.earliest() for tp in tps})
+
+    def log_end_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """End offsets honouring ``isolation.level`` (last stable offset for read_committed)."""
+        return self._list_offsets("list_offsets(latest)", {tp: OffsetSpec.latest() for tp in tps})
+
+    def offsets_for_times(self, tps: Sequence[TopicPartition], timestamp_ms: int) -> dict[TopicPartition, int]:
+        """Per partition, the first offset whose timestamp is >= ``timestamp_ms``.
+
+        A timestamp after the last record maps to the end offset, so ``[for_time(a),
+        for_time(b))`` is exactly the records with ``a <= timestamp < b``.
+        """
+        found = self._list_offsets(
+            "list_offsets(timestamp)", {tp: OffsetSpec.for_timestamp(int(timestamp_ms)) for tp in tps}
+        )
+        missing = [tp for tp, offset in found.items() if offset < 0]
+        ends = self.log_end_offsets(missing) if missing else {}
+        return {tp: (ends[tp] if offset < 0 else offset) for tp, offset in found.items()}
+
+    # -- group offsets ---------------------------------------------------------------------
+
+    def committed_offsets(self, group_id: str, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets; ``None`` where the group has none."""
+        if not tps:
+            return {}
+        consumer = self._consumer(group_id)
+        request = [KafkaTopicPartition(tp.topic, tp.partition) for tp in tps]
+        answer = self._call(f"committed({group_id})", lambda: consumer.committed(request, timeout=self.timeout))
+        result: dict[TopicPartition, int | None] = {}
+        for item in answer:
+            if item.error is not None:
+                raise KafkaUnavailableError(f"committed offset of {item.topic}[{item.partition}]: {item.error.str()}")
+            result[TopicPartition(item.topic, item.partition)] = None if item.offset < 0 else item.offset
+        return result
+
+    def partition_offsets(
+        self, group_id: str | None, topics: Sequence[str], partitions: Iterable[int] | None = None
+    ) -> list[PartitionOffsets]:
+        """Committed, log start and log end of every partition: the input of planning."""
+        tps = self.topic_partitions(topics, partitions)
+        committed = self.committed_offsets(group_id, tps) if group_id else {}
+        starts = self.log_start_offsets(tps)
+        ends = self.log_end_offsets(tps)
+        return [PartitionOffsets(tp.topic, tp.partition, committed.get(tp), starts[tp], ends[tp]) for tp in tps]
+
+    def commit(
+        self,
+        group_id: str,
+        expected: Mapping[TopicPartition, int | None],
+        offsets: Mapping[TopicPartition, int],
+        metadata: str = "",
+    ) -> dict[TopicPartition, int]:
+        """Compare-and-set commit: move ``group_id`` to ``offsets`` if it still sits at ``expected``.
+
+        Synchronous; every partition's error is checked and the result is read back. A
+        partition already at its target counts as an earlier attempt of this same commit
+        that was cut short (a timeout after the broker applied it, a partial failure):
+        committing it again changes nothing, so the commit can always be finished. The
+        caller has made sure that the target is what the output's offset log holds, so a
+        group that already shows it agrees with the output. Kafka has no atomic
+        compare-and-set for offsets: the check narrows the window, and a concurrent writer
+        that slips in is caught by the read-back.
+
+        :raises CommitConflictError: when a committed offset is neither ``expected`` nor its
+            target before the commit, or not the target after it.
+        """
+        tps = sorted(offsets)
+        current = self.committed_offsets(group_id, tps)
+        moved = [tp for tp in tps if current.get(tp) not in (expected.get(tp), offsets[tp])]
+        if moved:
+            details = ", ".join(f"{tp}: committed {current.get(tp)}, plan expected {expected.get(tp)}" for tp in moved)
+            raise CommitConflictError(
+                f"group {group_id!r} moved since the plan was made ({details}); nothing was committed"
+            )
+        request = [KafkaTopicPartition(tp.topic, tp.partition, offsets[tp], metadata=metadata) for tp in tps]
+        answer = self._call(f"commit({group_id})", lambda: self._commit_synchronously(group_id, request))
+        failed = [f"{a.topic}[{a.partition}]: {a.error.str()}" for a in answer or [] if a.error is not None]
+        if failed:
+            raise KafkaUnavailableError(f"commit of group {group_id!r} failed for {', '.join(failed)}")
+        after = self.committed_offsets(group_id, tps)
+        wrong = [tp for tp in tps if after.get(tp) != offsets[tp]]
+        if wrong:
+            details = ", ".join(f"{tp}: read back {after.get(tp)}, committed {offsets[tp]}" for tp in wrong)
+            raise CommitConflictError(f"group {group_id!r} does not show the committed offsets ({details})")
+        log.info("committed group %s: %s", group_id, ", ".join(f"{tp}={offsets[tp]}" for tp in tps))
+        return {tp: offsets[tp] for tp in tps}
+
+    def _commit_synchronously(self, group_id: str, request: list[KafkaTopicPartition]) -> list[KafkaTopicPartition]:
+        """Commit and wait for the coordinator's answer for every partition, at most ``timeout``.
+
+        ``Consumer.commit(asynchronous=False)`` has no timeout: with the coordinator gone it
+        blocks until librdkafka gives up (~45 s on the embedded broker) or the task times out.
+        An asynchronous commit whose callback is polled for has one. (The admin API's
+        OffsetCommit has a timeout too, but after it the embedded broker failed later commits
+        and group deletions of the same group with transport errors.) The consumer never
+        joins the group, as before, so its session timeout serves one purpose only: librdkafka
+        holds a commit that waits for a coordinator that long, and ``close()`` waits for it
+        (45 s by default, measured), so it is the timeout too.
+        """
+        answers: list[tuple[KafkaError | None, list[KafkaTopicPartition]]] = []
+        session_ms = min(max(3, int(self.timeout * 1000)), 3_600_000)  # librdkafka's range
+        config = {
+            **consumer_config(self.kafka_config, group_id),
+            "on_commit": lambda e, p: answers.append((e, p)),
+            "session.timeout.ms": session_ms,
+            "heartbeat.interval.ms": session_ms // 3,  # must stay below the session timeout
+            "max.poll.interval.ms": max(300_000, session_ms),  # must not be below it
+        }
+        # The session timeout belongs to the classic protocol: librdkafka refuses it with the
+        # consumer protocol (KIP-848), which a consumer that never joins has no use for.
+        for key in ("group.protocol", "group.remote.assignor"):
+            config.pop(key, None)
+        consumer = Consumer(config)
+        try:
+            consumer.commit(offsets=request, asynchronous=True)
+            deadline = time.monotonic() + self.timeout
+            while not answers and time.monotonic() < deadline:
+                consumer.poll(0.1)  # serves the commit's callback
+        finally:
+            consumer.close()
+        if not answers:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        error, partitions = answers[0]
+        if error is not None:
+            raise KafkaException(error)
+        return partitions
+
+    def topic_retention_ms(self, topics: Sequence[str]) -> dict[str, int | None]:
+        """Each topic's ``retention.ms`` (``None`` when the broker does not say; ``-1``: forever)."""
+        resources = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
+
+        def run() -> dict[str, int | None]:
+            found: dict[str, int | None] = {}
+            for resource, future in self.admin.describe_configs(resources, request_timeout=self.timeout).items():
+                entry = future.result().get("retention.ms")
+                found[resource.name] = int(entry.value) if entry is not None and entry.value is not None else None
+            return found
+
+        return self._call("describe_configs", run)
+
+    def first_record_timestamps(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Timestamp (ms) of the first record at or after each position; partitions with none are left out.
+
+        Reads one fetch per partition with an assign-only consumer: it never joins or commits.
+        """
+
+        if not positions:
+            return {}
+        consumer = Consumer({**reader_consumer_config(self.kafka_config), "fetch.max.bytes": 1024 * 1024})
+        found: dict[TopicPartition, int] = {}
+        try:
+            consumer.assign([KafkaTopicPartition(tp.topic, tp.partition, off) for tp, off in positions.items()])
+            deadline = time.monotonic() + self.timeout
+            while len(found) < len(positions) and time.monotonic() < deadline:
+                for m in consumer.consume(len(positions), timeout=0.5):
+                    tp = TopicPartition(m.topic(), m.partition())
+                    if m.error() is None and tp not in found:
+                        found[tp] = m.timestamp()[1]
+                        consumer.pause([KafkaTopicPartition(tp.topic, tp.partition)])
+        finally:
+            consumer.close()
+        return found
+
+    def lag(self, group_id: str, topics: Sequence[str]) -> dict[TopicPartition, int]:
+        """Offsets between the group's position and the end, per partition (isolation-aware)."""
+        return {s.tp: s.lag for s in self.partition_offsets(group_id, topics)}

@@ -1,0 +1,417 @@
+"""Delta Lake tables as the output (``--format delta``), with delta-rs (no JVM).
+
+Each batch is one Delta commit that adds the batch's files and carries its offsets, the way
+kafka-delta-ingest does: one ``txn`` action per topic-partition (app id
+``kafka-batch/<group>/<topic>:<partition>``, version = the batch's end offset), one more
+each for the batch's entry number, id and attempt (app ids ``kafka-batch/seq``,
+``kafka-batch/batch``, ``kafka-batch/attempt``) and the batch's manifest in the commit info
+(``kafka_batch.manifest``).
+The table is the offset log: the plan step reads the newest batch back from the table's
+history and its offsets from the ``txn`` actions (``DeltaTable.transaction_version``).
+``txn`` actions outlive log cleanup (checkpoints keep them); when the history no longer
+holds the newest batch's commit, its saved manifest (``_kafka_batch/_batches/``) stands in,
+so an entry number is never given twice.
+
+Exactly one writer gets a batch in: the commit is made from the snapshot in which the
+previous batch was found to be the newest, with ``max_commit_retries=0``, so delta-rs never
+rebases it over a concurrent commit (it would: appends do not conflict, and delta-rs does
+not check ``txn`` app ids of concurrent commits). A lost race is re-checked from the new
+snapshot: another batch took the slot (refused), or a commit that is not a batch (e.g. an
+``optimize``) came between (committed again from the new snapshot).
+
+Object stores: local disks, GCS and Azure make Delta commits atomic by themselves; on S3 a
+Delta commit needs conditional writes (``conditional_put=etag``, set by default here: AWS S3,
+MinIO and R2 support it) or delta-rs's DynamoDB locking provider
+(``AWS_S3_LOCKING_PROVIDER=dynamodb`` in ``delta_options``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
+from kafka_batch_provider.output.location import Location
+from kafka_batch_provider.output.sink import DELTA
+from kafka_batch_provider.output.tables import (
+    MANIFEST_KEY,
+    TableFiles,
+    attempt_of,
+    files_schema,
+    manifest_text,
+    new_columns,
+    one_line,
+    parse_manifest,
+    s3_settings,
+)
+
+#: History read per step when looking for batches (most lookups need the newest one or two).
+HISTORY_STEP = 20
+DATE_COLUMN = "date"
+#: ``txn`` app ids naming the newest batch: its entry number, its id and its attempt (as numbers).
+SEQ_APP_ID, BATCH_APP_ID, ATTEMPT_APP_ID = "kafka-batch/seq", "kafka-batch/batch", "kafka-batch/attempt"
+
+
+def as_number(hex_id: str) -> int:
+    """A batch id (``b-<hex>``) or an attempt (hex) as a ``txn`` version: its first 60 bits; -1 for others."""
+    digits = hex_id.removeprefix("b-")[:15]
+    try:
+        return int(digits, 16)
+    except ValueError:
+        return -1
+
+
+def app_id(group_id: str | None, key: str) -> str:
+    """The ``txn`` app id of one topic-partition (``key`` is ``topic:partition``)."""
+    return f"kafka-batch/{group_id or '-'}/{key}"
+
+
+def delta_storage_options(location: Location) -> dict[str, str]:
+    """delta-rs (object_store) options from our fsspec storage options (s3fs, gcsfs, adlfs).
+
+    ``delta_options`` inside the storage options passes delta-rs settings through as they are.
+    """
+    options = dict(location.storage_options)
+    extra = {str(k): str(v) for k, v in dict(options.pop("delta_options", None) or {}).items()}
+    if location.protocol == "s3":
+        return {**s3_object_store_options(options), **extra}
+    if location.protocol in ("gs", "gcs"):
+        return {**gcs_object_store_options(options), **extra}
+    if location.protocol in ("abfs", "abfss", "az", "adl"):
+        return {**azure_object_store_options(options), **extra}
+    return extra
+
+
+def s3_object_store_options(options: Mapping[str, Any]) -> dict[str, str]:
+    s3 = s3_settings(options)
+    result = {"conditional_put": "etag"}
+    for ours, theirs in (
+        ("key", "AWS_ACCESS_KEY_ID"),
+        ("secret", "AWS_SECRET_ACCESS_KEY"),
+        ("token", "AWS_SESSION_TOKEN"),
+        ("endpoint_url", "AWS_ENDPOINT_URL"),
+        ("region", "AWS_REGION"),
+    ):
+        if s3[ours]:
+            result[theirs] = str(s3[ours])
+    if str(s3["endpoint_url"] or "").startswith("http://"):
+        result["AWS_ALLOW_HTTP"] = "true"
+    return result
+
+
+def gcs_object_store_options(options: Mapping[str, Any]) -> dict[str, str]:
+    """gcsfs's ``token`` (a service account key as a dict, or a key file's path)."""
+    token = options.get("token")
+    if isinstance(token, Mapping):
+        return {"google_service_account_key": json.dumps(dict(token))}
+    if isinstance(token, str) and token not in ("google_default", "cloud", "anon", "browser", "cache"):
+        return {"google_service_account": token}
+    return {}
+
+
+def azure_object_store_options(options: Mapping[str, Any]) -> dict[str, str]:
+    """adlfs's account name and key, SAS token, service principal or connection string."""
+    settings = dict(options)
+    if settings.get("connection_string"):  # AccountName=...;AccountKey=...;...
+        parts = dict(p.split("=", 1) for p in str(settings["connection_string"]).split(";") if "=" in p)
+        settings.setdefault("account_name", parts.get("AccountName"))
+        settings.setdefault("account_key", parts.get("AccountKey"))
+        settings.setdefault("sas_token", parts.get("SharedAccessSignature"))
+    result = {}
+    for ours, theirs in (
+        ("account_name", "azure_storage_account_name"),
+        ("account_key", "azure_storage_account_key"),
+        ("sas_token", "azure_storage_sas_key"),
+        ("tenant_id", "azure_storage_tenant_id"),
+        ("client_id", "azure_storage_client_id"),
+        ("client_secret", "azure_storage_client_secret"),
+    ):
+        if settings.get(ours):
+            result[theirs] = str(settings[ours])
+    return result
+
+
+class DeltaSink(TableFiles):
+    """A Delta table as output and offset log.
+
+    :param location: the table's location (its root folder, holding ``_delta_log/``).
+    :param partition_by: ``"date"``: partition by the UTC date of the Kafka timestamp.
+    """
+
+    format = DELTA
+
+    def __init__(self, location: Location, partition_by: str | None = None) -> None:
+        self.data = location
+        self.partition_by = partition_by
+        self.name = location.uri
+        self.label = f"Delta table {self.name}"
+        self._table_uri = location.root if location.is_local else location.uri
+        self._options = delta_storage_options(location)
+        self._by_seq: dict[int, dict[str, Any]] = {}  # batches never change once committed
+        self._table: Any = None
+
+    # -- reading the table -------------------------------------------------------------------
+
+    def table(self):
+        """The Delta table at its newest version, or ``None`` while it does not exist.
+
+        One ``DeltaTable`` is kept and brought up to date (reading only the new commits)
+        rather than loaded from its last checkpoint on every call.
+        """
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError, TableNotFoundError
+
+        try:
+            if self._table is None:
+                self._table = DeltaTable(self._table_uri, storage_options=self._options)
+            else:
+                self._table.update_incremental()
+            return self._table
+        except TableNotFoundError:
+            return None
+        except (OSError, DeltaError) as exc:
+            raise StorageError(f"cannot read the Delta table {self.name}: {one_line(exc)}") from None
+
+    def batches(self, table: Any) -> Iterator[dict[str, Any]]:
+        """The batches' manifests in the table's history up to its loaded version, newest first."""
+        limit = HISTORY_STEP
+        seen = 0
+        loaded = table.version()
+        restored: tuple[int, str, int] | None = None  # the newest RESTORE: its version, and restore_target()
+        while True:
+            history = table.history(limit)
+            for info in history[seen:]:
+                version = int(info["version"])
+                if version > loaded:
+                    continue  # history() lists the log as it is now, maybe past the version ``table`` holds
+                if info.get("operation") == "RESTORE" and restored is None:
+                    restored = (version, *restore_target(info))
+                if MANIFEST_KEY in info and restored is not None and restored_away(info, restored[1], restored[2]):
+                    # The batch's files left the table, its txn offsets did not: nothing here can say
+                    # where the output stands.
+                    raise ManifestError(
+                        f"Delta table {self.name} was restored (version {restored[0]}) to before a batch's commit "
+                        f"(version {version}): its offsets would count without its data; restoring a table this "
+                        "provider writes is not supported: restore it forward, or ingest into a new table"
+                    )
+                if MANIFEST_KEY in info:
+                    where = f"Delta table {self.name} version {info['version']}"
+                    manifest = parse_manifest(str(info[MANIFEST_KEY]), where)
+                    manifest["table_version"] = int(info["version"])
+                    manifest["committed_at"] = info.get("timestamp")
+                    self._by_seq[int(manifest["seq"])] = manifest
+                    yield manifest
+            if len(history) < limit:
+                return
+            seen, limit = len(history), limit * 4
+
+    def newest(self, table: Any) -> dict[str, Any] | None:
+        """The newest batch; its saved manifest when the history no longer holds its commit."""
+        if table is None:
+            return None
+        found = next(self.batches(table), None)
+        committed = table.transaction_version(SEQ_APP_ID)
+        if committed is None or (found is not None and int(found["seq"]) >= int(committed)):
+            return found
+        return self._forgotten(table, int(committed))
+
+    def _forgotten(self, table: Any, seq: int) -> dict[str, Any]:
+        def is_committed(manifest: Mapping[str, Any]) -> bool:
+            """The newest batch's txn actions name its id and attempt."""
+            return table.transaction_version(BATCH_APP_ID) == as_number(str(manifest["batch_id"])) and (
+                table.transaction_version(ATTEMPT_APP_ID) == as_number(attempt_of(manifest))
+            )
+
+        newest = table.transaction_version(SEQ_APP_ID) == seq
+        manifest = self.forgotten_entry(seq, is_committed if newest else None)
+        self._by_seq[seq] = manifest
+        return manifest
+
+    def entry(self, seq: int) -> dict[str, Any] | None:
+        if seq < 1:
+            return None
+        if seq in self._by_seq:
+            return self._by_seq[seq]
+        table = self.table()
+        if table is None:
+            return None
+        for manifest in self.batches(table):
+            if int(manifest["seq"]) <= seq:
+                if int(manifest["seq"]) == seq:
+                    return manifest
+                break
+        committed = table.transaction_version(SEQ_APP_ID)
+        if committed is not None and seq <= int(committed):
+            return self._forgotten(table, seq)  # committed, then dropped from the history
+        return None
+
+    def tail_seq(self) -> int:
+        newest = self.newest(self.table())
+        return int(newest["seq"]) if newest else 0
+
+    def tail(self) -> dict[str, Any] | None:
+        """The newest batch, its offsets as the table's ``txn`` actions hold them."""
+        table = self.table()
+        newest = self.newest(table)
+        if newest is None:
+            return None
+        offsets = {}
+        for key, offset in newest.get("offsets", {}).items():
+            version = table.transaction_version(app_id(newest.get("group_id"), key))
+            if version is not None and int(version) != int(offset):
+                raise ManifestError(
+                    f"Delta table {self.name}: the txn of {key} says {version}, batch {newest['batch_id']} ended at "
+                    f"{offset}; was the table written by another tool with our app ids?"
+                )
+            offsets[key] = int(offset if version is None else version)
+        return {**newest, "offsets": offsets}
+
+    def entries(self) -> Iterator[dict[str, Any]]:
+        table = self.table()
+        return iter(sorted(self.batches(table), key=lambda m: m["seq"])) if table is not None else iter(())
+
+    # -- committing a batch ------------------------------------------------------------------
+
+    def commit_once(self, table: Any, manifest: dict[str, Any]) -> bool:
+        """One Delta commit: the batch's files, a ``txn`` per partition and the manifest."""
+        from deltalake.exceptions import CommitFailedError, DeltaError
+
+        try:
+            self.save_manifest(manifest)
+            self._commit(table, manifest)
+            return True
+        except CommitFailedError:
+            return False  # the table moved: look again
+        except DeltaError as exc:
+            if "already exists" in str(exc):
+                return False  # another writer created the table first
+            raise StorageError(f"Delta commit to {self.name} failed: {one_line(exc)}") from None
+
+    def _commit(self, table: Any, manifest: dict[str, Any]) -> None:
+        from deltalake import CommitProperties, Schema, Transaction
+        from deltalake.transaction import create_table_with_add_actions
+
+        now = int(time.time() * 1000)
+        properties = CommitProperties(
+            custom_metadata={MANIFEST_KEY: manifest_text(manifest)},
+            max_commit_retries=0,
+            app_transactions=[
+                Transaction(SEQ_APP_ID, int(manifest["seq"]), now),
+                Transaction(BATCH_APP_ID, as_number(str(manifest["batch_id"])), now),
+                Transaction(ATTEMPT_APP_ID, as_number(attempt_of(manifest)), now),
+                *(
+                    Transaction(app_id(manifest.get("group_id"), f"{r['topic']}:{r['partition']}"), int(r["end"]), now)
+                    for r in manifest["ranges"]
+                ),
+            ],
+        )
+        schema = self.table_schema(files_schema(self.data, manifest))
+        actions = self.add_actions(manifest, now)
+        partition_by = [DATE_COLUMN] if self.partition_by else None
+        if table is None:
+            create_table_with_add_actions(
+                self._table_uri,
+                Schema.from_arrow(schema),
+                actions,
+                mode="error",
+                partition_by=partition_by,
+                storage_options=self._options,
+                commit_properties=properties,
+            )
+            return
+        current = pa.schema(table.schema().to_arrow())
+        self.check_partitioning(table)
+        if new_columns(current, schema, f"Delta table {self.name}"):
+            # e.g. the decoded value asked for after the first batch: a schema-only commit first
+            self.evolve_schema(schema)
+            raise_commit_retry()
+        table.create_write_transaction(
+            actions, "append", schema=current, partition_by=partition_by, commit_properties=properties
+        )
+
+    def evolve_schema(self, schema: pa.Schema) -> None:
+        """Merge ``schema`` (new columns, nested ones too) into the table's, in a commit without files."""
+        from deltalake import write_deltalake
+
+        write_deltalake(
+            self._table_uri,
+            schema.empty_table(),
+            mode="append",
+            schema_mode="merge",
+            partition_by=[DATE_COLUMN] if self.partition_by else None,
+            storage_options=self._options,
+        )
+
+    def table_schema(self, files: pa.Schema) -> pa.Schema:
+        return files.append(pa.field(DATE_COLUMN, pa.date32())) if self.partition_by else files
+
+    def adopt_partitioning(self, table: Any) -> None:
+        """Follow the existing table's partitioning; refuse a different explicit ``--partition-by``."""
+        found = list(table.metadata().partition_columns)
+        if self.partition_by is None and found == [DATE_COLUMN]:
+            self.partition_by = "date"
+        self.check_partitioning(table)
+
+    def check_partitioning(self, table: Any) -> None:
+        found = list(table.metadata().partition_columns)
+        wanted = [DATE_COLUMN] if self.partition_by else []
+        if found != wanted:
+            raise ConfigError(
+                f"Delta table {self.name} is partitioned by {found or 'nothing'}, this run asks for "
+                f"{wanted or 'no partitioning'} (--partition-by): a table keeps its partitioning"
+            )
+
+    def add_actions(self, manifest: Mapping[str, Any], now: int) -> list[Any]:
+        from deltalake.transaction import AddAction
+
+        return [
+            AddAction(
+                f"{manifest['location']}/{f['name']}",
+                int(f["bytes"]),
+                {DATE_COLUMN: (f.get("partition") or {}).get("date")} if self.partition_by else {},
+                now,
+                True,
+                json.dumps({"numRecords": int(f["rows"])}),
+            )
+            for f in manifest.get("files", [])
+        ]
+
+
+def restore_target(info: Mapping[str, Any]) -> tuple[str, int]:
+    """What a RESTORE commit went back to: ``("version", n)`` or ``("time", epoch ms)``;
+    ``("unknown", -1)`` when its parameters do not say (every earlier batch then counts as undone)."""
+    from datetime import datetime
+
+    parameters = info.get("operationParameters") or {}
+    for key, kind in (("version", "version"), ("datetime", "time"), ("timestamp", "time")):
+        value = parameters.get(key)
+        if value in (None, "", "null"):
+            continue
+        try:
+            return kind, int(value)
+        except (TypeError, ValueError):
+            try:
+                return kind, int(datetime.fromisoformat(str(value)).timestamp() * 1000)
+            except ValueError:
+                continue
+    return "unknown", -1
+
+
+def restored_away(info: Mapping[str, Any], kind: str, target: int) -> bool:
+    """Whether the commit ``info`` lies after the point a RESTORE went back to."""
+    if kind == "version":
+        return int(info["version"]) > target
+    if kind == "time":
+        return int(info.get("timestamp") or 0) > target
+    return True
+
+
+def raise_commit_retry() -> None:
+    """After a schema change the table has a new version: commit the batch from it."""
+    from deltalake.exceptions import CommitFailedError
+
+    raise CommitFailedError("the table's schema changed; committing from the new version")

@@ -1,0 +1,124 @@
+"""Which output a run writes to, and opening it: ``--format``, ``--output``, ``--table``.
+
+One value (:class:`OutputSpec`) carries the choice from the command line or an operator to
+:func:`open_store`, which returns the :class:`~kafka_batch_provider.output.store.BatchStore`
+the protocol works with:
+
+* ``parquet`` (default): ``--output`` is a folder; data, log, plans and commit records in it;
+* ``delta``: ``--output`` is the Delta table's location; plans and commit records in its
+  ``_kafka_batch/`` folder;
+* ``iceberg``: ``--table NAMESPACE.NAME`` in the catalog the ``catalog_properties`` describe
+  (pyiceberg's properties: ``type``, ``uri``, ``warehouse``, ``s3.*``, ...); the table is
+  created on first use; plans and commit records in ``_kafka_batch/`` of its location.
+
+Partitioning: ``partition_by="date"`` partitions a *new* table by the UTC date of the Kafka
+timestamp. An existing table keeps its own partitioning, whatever the run says
+(``partition_by=None`` follows it; a different explicit choice is refused), so steps that
+do not write files (commit, lag, ``kafka-batch table``) need not repeat it.
+
+Storage options and catalog properties hold secrets: they are never part of a repr, a log
+line or a file this package writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka_batch_provider.errors import ConfigError
+from kafka_batch_provider.output.location import Location
+from kafka_batch_provider.output.sink import DELTA, FORMATS, ICEBERG, PARQUET
+from kafka_batch_provider.output.store import BatchStore
+
+PARTITION_BY = ("date",)
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """:param format: ``parquet``, ``delta`` or ``iceberg``.
+    :param output: the folder (parquet) or the table's location (delta).
+    :param table: ``NAMESPACE.NAME`` (iceberg).
+    :param catalog_properties: pyiceberg catalog properties (iceberg).
+    :param storage_options: fsspec options of the output's filesystem.
+    :param partition_by: ``"date"`` (delta and iceberg).
+    """
+
+    format: str = PARQUET
+    output: str | None = None
+    table: str | None = None
+    catalog_properties: Mapping[str, str] = field(default_factory=dict, repr=False)
+    storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    partition_by: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ConfigError(f"unknown output format {self.format!r}; choose one of {', '.join(FORMATS)}")
+        if self.format == ICEBERG:
+            if not self.table or "." not in self.table.strip(".") or not self.catalog_properties:
+                raise ConfigError(
+                    "--format iceberg needs --table NAMESPACE.NAME and the catalog's properties "
+                    "(--catalog-property type=sql --catalog-property uri=sqlite:///... or --catalog-properties-file)"
+                )
+            if self.output:
+                raise ConfigError("--format iceberg takes --table, not --output (the catalog knows the location)")
+        else:
+            if not self.output:
+                raise ConfigError(f"--format {self.format} needs --output (a path or URI)")
+            if self.table:
+                raise ConfigError(f"--table is for --format iceberg; --format {self.format} takes --output")
+        if self.partition_by not in (None, *PARTITION_BY):
+            raise ConfigError(f"unknown partitioning {self.partition_by!r}; choose {', '.join(PARTITION_BY)}")
+        if self.partition_by and self.format == PARQUET:
+            raise ConfigError("--partition-by applies to --format delta or iceberg (the Parquet layout is by batch)")
+
+    def describe(self) -> dict[str, Any]:
+        """What may be shown (XCom, plans, logs): no storage options or catalog properties."""
+        return {"format": self.format, "output": self.output, "table": self.table, "partition_by": self.partition_by}
+
+
+def open_store(spec: OutputSpec, create: bool = True) -> BatchStore:
+    """The store of the output ``spec`` names.
+
+    :param create: create a missing Iceberg table (with the Kafka schema); readers pass ``False``.
+    :raises ConfigError: when an existing table is partitioned otherwise than ``spec.partition_by`` asks.
+    """
+    if spec.format == PARQUET:
+        return BatchStore(spec.output, dict(spec.storage_options))
+    if spec.format == DELTA:
+        from kafka_batch_provider.output.delta import DeltaSink
+        from kafka_batch_provider.output.tables import CONTROL
+
+        data = Location(str(spec.output), dict(spec.storage_options))
+        sink = DeltaSink(data, spec.partition_by)
+        existing = sink.table()
+        if existing is not None:
+            sink.adopt_partitioning(existing)
+        return BatchStore(data.uri_of(CONTROL), dict(spec.storage_options), sink)
+    from kafka_batch_provider.output.iceberg import open_iceberg_store
+
+    return open_iceberg_store(spec, create)
+
+
+def add_partition_by_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--partition-by",
+        choices=PARTITION_BY,
+        help="partition a new table by the UTC date of the Kafka timestamp (delta and iceberg; "
+        "an existing table keeps its partitioning)",
+    )
+
+
+def output_of_plan(output_format: str, plan_path: str) -> str:
+    """The ``--output`` holding the plan file ``plan_path`` (a Delta table's: above ``_kafka_batch/``)."""
+    from kafka_batch_provider.output.store import output_of_plan_file
+    from kafka_batch_provider.output.tables import CONTROL
+
+    output = output_of_plan_file(plan_path)
+    if output_format != DELTA:
+        return output
+    parent, _, folder = output.rstrip("/").rpartition("/")
+    if folder != CONTROL or not parent:
+        raise ConfigError(f"{plan_path} is not a plan of a Delta table (<table>/{CONTROL}/_plans/...)")
+    return parent

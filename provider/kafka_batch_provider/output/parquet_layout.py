@@ -1,0 +1,171 @@
+"""The Parquet layout: one folder of Parquet files per batch, manifests as the offset log.
+
+Layout (every name starting with ``_`` is invisible to Parquet readers)::
+
+    <output>/
+      batch_id=<id>/part-*.parquet     published data, one folder per batch
+      _log/<seq>.json                  the offset log: one manifest per batch, the commit point
+      _staging/<id>.<attempt>/         what the Spark tasks wrote, until it is published
+
+A batch becomes part of the output when its log entry is created (exclusively, see
+:mod:`kafka_batch_provider.output.offset_log`). Publishing its files follows the entry and is
+rolled forward by whoever finds it unfinished: on a local disk one atomic rename of the
+staging folder (readers see all of the batch or none of it); on an object store a
+server-side copy of each file into ``batch_id=<id>/`` (a reader listing the folder meanwhile
+may see part of the batch, never a file of a batch that is not in the log, and never a file
+twice).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from kafka_batch_provider.core.manifest import data_dir_name, entry_files
+from kafka_batch_provider.errors import ManifestError, StorageError, WriteCheckError
+from kafka_batch_provider.output.location import Location
+from kafka_batch_provider.output.offset_log import OffsetLog
+from kafka_batch_provider.output.sink import PARQUET
+
+STAGING = "_staging"
+
+
+class ParquetLayout:
+    """The default sink (``--format parquet``).
+
+    :param location: the output folder.
+    """
+
+    format = PARQUET
+
+    def __init__(self, location: Location) -> None:
+        self.data = location
+        self.log = OffsetLog(location)
+
+    # -- the offset log ----------------------------------------------------------------------
+
+    def entry(self, seq: int) -> dict[str, Any] | None:
+        return self.log.entry(seq)
+
+    def tail_seq(self) -> int:
+        return self.log.tail_seq()
+
+    def tail(self) -> dict[str, Any] | None:
+        return self.log.tail()
+
+    def entries(self) -> Iterator[dict[str, Any]]:
+        return self.log.entries()
+
+    def append(self, manifest: dict[str, Any]) -> bool:
+        return self.log.append(manifest)
+
+    # -- staging and publishing --------------------------------------------------------------
+
+    def staging_folder(self, batch_id: str) -> str:
+        """A fresh folder per attempt, so a retry never writes into a crashed attempt's files."""
+        return f"{STAGING}/{batch_id}.{uuid.uuid4().hex[:8]}"
+
+    def clean_staging(self, batch_id: str, keep: str | None = None) -> None:
+        """Remove what earlier attempts of ``batch_id`` left (never another batch's)."""
+        for name in self.data.list_names(STAGING):
+            if name.startswith(f"{batch_id}.") and f"{STAGING}/{name}" != keep:
+                self.data.delete_tree(f"{STAGING}/{name}")
+
+    def drop_saved_manifest(self, manifest: dict[str, Any]) -> None:
+        """Nothing to do: this layout's manifests exist only as log entries."""
+
+    def published_files(self, batch_id: str) -> dict[str, int]:
+        return self.data.file_sizes(data_dir_name(batch_id))
+
+    def is_published(self, entry: dict[str, Any]) -> bool:
+        found = self.published_files(entry["batch_id"])
+        return all(found.get(name) == size for name, size in entry_files(entry).items())
+
+    def seal(self, staging: str, names: list[str]) -> str:
+        """The folder to publish: exactly ``names`` of ``staging``.
+
+        Local disks publish a whole folder with one rename, so the reported files move into a
+        fresh folder no Spark task knows: a file that a lingering task attempt creates late in
+        ``staging`` can never be renamed into place. Object stores copy file by file and need
+        nothing of this.
+        """
+        if not self.data.is_local or not names:  # no files (e.g. only transaction markers read)
+            return staging
+        sealed = f"{staging}.sealed"
+        try:
+            self.data.move_files(staging, sealed, names)
+        except FileNotFoundError as exc:
+            raise WriteCheckError(f"a file of {staging} vanished before it was published ({exc.filename})") from None
+        try:
+            self.data.delete_tree(staging)  # what is left: files no successful task reported
+        except StorageError:
+            pass  # a late writer still at it: invisible under _staging, removed with the batch's leftovers
+        return sealed
+
+    def batch_location(self, batch_id: str, sealed: str) -> str:
+        """Where readers find the batch's files once published."""
+        return data_dir_name(batch_id)
+
+    def publish(self, entry: dict[str, Any]) -> None:
+        """Make a logged batch's files visible; idempotent, so it also finishes a publish cut short.
+
+        Two publishers of one entry (a plan step rolling it forward while its writer publishes)
+        are fine: whoever finds the work done stops.
+
+        :raises ManifestError: when files the entry lists are neither published nor staged.
+        """
+        try:
+            self._publish(entry)
+        except FileNotFoundError:
+            if not self.is_published(entry):
+                raise ManifestError(
+                    f"batch {entry['batch_id']} (output log entry {entry['seq']}): its staged files disappeared "
+                    "while it was being published, and it is not published"
+                ) from None
+        except ManifestError:
+            if not self.is_published(entry):  # else another publisher finished between our two listings
+                raise
+
+    def _publish(self, entry: dict[str, Any]) -> None:
+        files = entry_files(entry)
+        if not files:
+            return
+        final, staging = data_dir_name(entry["batch_id"]), entry["staging"]
+        found = self.published_files(entry["batch_id"])
+        if all(found.get(n) == size for n, size in files.items()):
+            if self.data.exists(staging):
+                self.data.delete_tree(staging)
+            return
+        staged = self.data.file_sizes(staging)
+        lost = sorted(n for n, size in files.items() if found.get(n) != size and staged.get(n) != size)
+        if lost:
+            raise ManifestError(
+                f"batch {entry['batch_id']} (output log entry {entry['seq']}) lists {len(lost)} file(s) that are "
+                f"neither published nor staged, e.g. {data_dir_name(entry['batch_id'])}/{lost[0]}: the output lost data"
+            )
+        strays = sorted(set(found) - set(files))
+        if strays and not self.data.is_local:
+            # Files of an attempt whose log entry was lost: readers would count them with this
+            # entry's files. The entry is the truth, and its files are copied after this.
+            self.data.delete(f"{final}/{name}" for name in strays)
+        if self.data.is_local:
+            if found:  # never merge: set aside whatever a foreign hand left there
+                self.data.rename_folder(final, f"{STAGING}/{entry['batch_id']}.displaced.{uuid.uuid4().hex[:8]}")
+            self.data.rename_folder(staging, final)  # one rename: all of the batch or none of it
+            return
+        for name, size in files.items():
+            if found.get(name) != size:
+                self.data.copy(f"{staging}/{name}", f"{final}/{name}")
+        self.data.delete_tree(staging)
+
+    def check_published(self, entry: dict[str, Any]) -> None:
+        """Raise :class:`ManifestError` unless every file the entry lists is in place with its size."""
+        found = self.published_files(entry["batch_id"])
+        wrong = sorted(n for n, size in entry_files(entry).items() if found.get(n) != size)
+        if wrong:
+            raise ManifestError(
+                f"batch {entry['batch_id']}: {len(wrong)} of its {len(entry_files(entry))} file(s) are missing or "
+                f"changed in {self.data.uri_of(data_dir_name(entry['batch_id']))} (e.g. {wrong[0]}); "
+                "its offsets are not committed"
+            )

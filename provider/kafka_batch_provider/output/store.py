@@ -1,0 +1,258 @@
+"""The output: its sink (data and offset log), plus plans and Kafka commit records.
+
+The sink (:mod:`kafka_batch_provider.output`) holds the data and the offset log. Beside it,
+in the output's control folder (the output itself for the Parquet layout, ``_kafka_batch/``
+inside a Delta or Iceberg table's location)::
+
+    _plans/<seq>-<id>.json           the plan, written before anything is read
+    _commits/<seq>-<id>.json         the batch's Kafka commit, once it succeeded
+
+A batch becomes part of the output when the sink appends its log entry (exclusively);
+what remains to make its files readable is rolled forward by whoever finds it unfinished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from typing import Any
+
+from kafka_batch_provider.core.manifest import build_manifest
+from kafka_batch_provider.core.plan import OffsetPlan
+from kafka_batch_provider.errors import CommitConflictError, ConfigError, LogConflictError, ManifestError
+from kafka_batch_provider.output.location import Location, json_bytes
+from kafka_batch_provider.output.parquet_layout import ParquetLayout
+from kafka_batch_provider.output.sink import Sink
+
+PLANS = "_plans"
+COMMITS = "_commits"
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def numbered_name(folder: str, seq: int, batch_id: str) -> str:
+    """``<folder>/<seq>-<batch id>.json``: sorted by sequence, found by name without reading."""
+    return f"{folder}/{seq:020d}-{batch_id}.json"
+
+
+def parse_numbered(name: str) -> tuple[int, str] | None:
+    stem, _, batch_id = name.removesuffix(".json").partition("-")
+    return (int(stem), batch_id) if name.endswith(".json") and stem.isdigit() and batch_id else None
+
+
+class BatchStore:
+    """Plans, the offset log, commit records and published data of one output.
+
+    :param output: the control folder: a local path or a URI (``s3://``, ``gs://``,
+        ``abfs://``, ``file://``); for the Parquet layout, the output itself.
+    :param storage_options: fsspec options for that filesystem (credentials, endpoint).
+    :param sink: where the data and the offset log live (default: the Parquet layout in ``output``).
+    """
+
+    def __init__(
+        self,
+        output: str | os.PathLike[str],
+        storage_options: dict[str, Any] | None = None,
+        sink: Sink | None = None,
+    ) -> None:
+        self.location = Location(str(output), storage_options or {})
+        self.sink: Sink = sink if sink is not None else ParquetLayout(self.location)
+        self.log: Sink = self.sink  # the sink is the offset log
+
+    @property
+    def root(self) -> str:
+        """The output as users name it (a path for local disks, else the URI; a table's name)."""
+        return getattr(self.sink, "name", None) or str(self.location)
+
+    @property
+    def format(self) -> str:
+        return self.sink.format
+
+    # -- plans -------------------------------------------------------------------------------
+
+    def plan_uri(self, plan: OffsetPlan) -> str:
+        return self.location.uri_of(numbered_name(PLANS, plan.seq, plan.batch_id))
+
+    def save_plan(self, plan: OffsetPlan) -> str:
+        self.location.put_atomic(numbered_name(PLANS, plan.seq, plan.batch_id), json_bytes(plan.to_dict()))
+        return self.plan_uri(plan)
+
+    def load_plan(self, seq: int, batch_id: str) -> OffsetPlan:
+        name = numbered_name(PLANS, seq, batch_id)
+        uri = self.location.uri_of(name)
+        try:
+            return OffsetPlan.from_json(self.location.read_bytes(name).decode())
+        except FileNotFoundError:
+            raise ManifestError(f"batch {batch_id} has no plan at {uri}") from None
+        except (ConfigError, UnicodeDecodeError) as exc:
+            raise ConfigError(
+                f"plan file {uri} cannot be used ({exc}); remove it with kafka-batch discard --plan {uri}"
+            ) from None
+
+    def plan_files(self) -> list[tuple[int, str]]:
+        """``(seq, batch id)`` of every plan, by sequence; read from the names alone."""
+        return sorted(p for p in map(parse_numbered, self.location.list_names(PLANS)) if p)
+
+    def plans_after(self, seq: int) -> list[OffsetPlan]:
+        """The plans for entries after ``seq`` (candidates for the next entry), oldest first."""
+        return [self.load_plan(s, b) for s, b in self.plan_files() if s > seq]
+
+    # -- the offset log ----------------------------------------------------------------------
+
+    def entry_of(self, plan: OffsetPlan) -> dict[str, Any] | None:
+        """The plan's log entry, ``None`` when its slot is free.
+
+        :raises LogConflictError: when another batch took the plan's slot in the log.
+        """
+        entry = self.log.entry(plan.seq)
+        if entry is not None and entry.get("batch_id") != plan.batch_id:
+            raise LogConflictError(
+                f"output log entry {plan.seq} of {self.root} holds batch {entry.get('batch_id')}, not batch "
+                f"{plan.batch_id}: another run published first, so this batch is never published; plan again"
+            )
+        return entry
+
+    def previous_entry(self, plan: OffsetPlan) -> dict[str, Any] | None:
+        """The log entry the plan follows; it must still be the one it was planned after.
+
+        :raises LogConflictError: when the log changed since the plan was made.
+        """
+        previous = self.log.entry(plan.seq - 1)
+        found = None if previous is None else previous.get("batch_id")
+        if found != plan.previous:
+            raise LogConflictError(
+                f"the output log of {self.root} changed since batch {plan.batch_id} was planned: entry {plan.seq - 1} "
+                f"is {found!r}, the plan followed {plan.previous!r}; this batch is never published; plan again"
+            )
+        return previous
+
+    def commit_entry(self, plan: OffsetPlan, manifest: dict[str, Any]) -> dict[str, Any]:
+        """The storage commit: create the plan's log entry, then publish its files.
+
+        When another attempt of the *same* batch created the entry first, its entry wins and
+        this attempt's staged files are dropped.
+
+        :returns: the entry now in the log.
+        :raises LogConflictError: when another batch took the plan's entry first.
+        """
+        if not self.log.append(manifest):
+            winner = self.entry_of(plan)  # raises for another batch
+            # The entry may be this very attempt's: a conditional write whose answer was lost
+            # is retried by the client and then refused (412) for the entry it created.
+            # Only another attempt's entry makes this attempt's staged files redundant.
+            if winner is None:
+                raise ManifestError(
+                    f"{self.root} refused output log entry {plan.seq} as existing, yet it cannot be read back"
+                )
+            if winner.get("staging") != manifest.get("staging") and manifest.get("staging"):
+                self.sink.data.delete_tree(manifest["staging"])
+                self.sink.drop_saved_manifest(manifest)
+            manifest = winner
+        self.publish(manifest)
+        return manifest
+
+    def commit_without_data(self, plan: OffsetPlan) -> dict[str, Any]:
+        """A plan with nothing to read becomes an entry without files: its offsets still move the log."""
+        return self.commit_entry(plan, build_manifest(plan, self.previous_entry(plan), written_at=utc_now()))
+
+    # -- staging and publishing (the sink's) -------------------------------------------------
+
+    def new_staging(self, batch_id: str) -> str:
+        return self.sink.staging_folder(batch_id)
+
+    def clean_staging(self, batch_id: str, keep: str | None = None) -> None:
+        self.sink.clean_staging(batch_id, keep)
+
+    def seal(self, staging: str, names: list[str]) -> str:
+        return self.sink.seal(staging, names)
+
+    def publish(self, entry: dict[str, Any]) -> None:
+        self.sink.publish(entry)
+
+    def check_published(self, entry: dict[str, Any]) -> None:
+        self.sink.check_published(entry)
+
+    def remove_unpublished(self, plan: OffsetPlan) -> None:
+        """Remove a batch that is not in the log: its staged files, then its plan."""
+        self.remove_unpublished_plan_file(plan.seq, plan.batch_id)
+
+    def remove_unpublished_plan_file(self, seq: int, batch_id: str) -> None:
+        """Remove a plan file (readable or not) whose batch is not in the log, with its staged files.
+
+        :raises CommitConflictError: when the batch is in the log (logged batches stay).
+        """
+        entry = self.log.entry(seq)
+        if entry is not None and entry.get("batch_id") == batch_id:
+            raise CommitConflictError(
+                f"batch {batch_id} is entry {seq} of the output log: logged batches are never removed; finish it "
+                f"with kafka-batch commit --plan {self.location.uri_of(numbered_name(PLANS, seq, batch_id))}"
+            )
+        self.clean_staging(batch_id)
+        self.location.delete([numbered_name(PLANS, seq, batch_id)])
+
+    # -- Kafka commit records ----------------------------------------------------------------
+
+    def record_commit(self, plan: OffsetPlan, committed: dict[str, int], rows: int) -> None:
+        self.location.put_atomic(
+            numbered_name(COMMITS, plan.seq, plan.batch_id),
+            json_bytes(
+                {
+                    "batch_id": plan.batch_id,
+                    "seq": plan.seq,
+                    "group_id": plan.group_id,
+                    "committed": committed,
+                    "previous": {r.tp.key: r.expected_committed for r in plan.ranges},
+                    "rows": rows,
+                    "committed_at": utc_now(),
+                }
+            ),
+        )
+
+    def commit_record(self, seq: int, batch_id: str) -> dict[str, Any] | None:
+        name = numbered_name(COMMITS, seq, batch_id)
+        try:
+            return json.loads(self.location.read_bytes(name))
+        except FileNotFoundError:
+            return None
+        except ValueError as exc:
+            raise ManifestError(f"commit record {self.location.uri_of(name)} is not valid JSON: {exc}") from None
+
+    def commit_records(self, group_id: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
+        """Commit history, oldest first (what lag health reads); ``last`` keeps only the newest ones."""
+        names = sorted(p for p in map(parse_numbered, self.location.list_names(COMMITS)) if p)
+        if last is not None:
+            names = names[-last:]
+        records = [self.commit_record(seq, batch_id) for seq, batch_id in names]
+        return [r for r in records if r is not None and (group_id is None or r.get("group_id") == group_id)]
+
+
+def load_plan_file(path: str, storage_options: dict[str, Any] | None = None) -> OffsetPlan:
+    """A plan from its file (a local path or a URI)."""
+    output, name = split_plan_path(path)
+    try:
+        text = Location(output, storage_options or {}).read_bytes(name).decode()
+    except FileNotFoundError:
+        raise ConfigError(f"plan file {path} does not exist") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"plan file {path} is not a plan (not UTF-8 text)") from None
+    try:
+        return OffsetPlan.from_json(text)
+    except ConfigError as exc:
+        raise ConfigError(f"plan file {path}: {exc}") from None
+
+
+def split_plan_path(path: str) -> tuple[str, str]:
+    """``<output>/_plans/<file>`` -> ``(<output>, "_plans/<file>")``."""
+    text = str(path).rstrip("/")
+    head, _, file_name = text.rpartition("/")
+    output, _, folder = head.rpartition("/")
+    if folder != PLANS or not file_name:
+        raise ConfigError(f"{path} is not a plan file inside an output's {PLANS}/ folder")
+    return output or "/", f"{PLANS}/{file_name}"
+
+
+def output_of_plan_file(path: str) -> str:
+    return split_plan_path(path)[0]

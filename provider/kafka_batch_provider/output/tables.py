@@ -1,0 +1,298 @@
+"""What the Delta and Iceberg sinks share: the Kafka schema, file layout, saved manifests,
+schema checks and option mapping.
+
+Both table sinks register Parquet files that the Spark tasks wrote with pyarrow into
+``<table>/data/<batch id>/<attempt>/`` (names are unique per attempt, so a file is written
+once). A table commit names exactly the files the successful tasks reported: files of failed
+or superseded attempts are never referenced, and are removed by the write step (and, in the
+end, by the table's own ``vacuum`` / orphan-file removal).
+
+A batch's full manifest is saved as ``<table>/_kafka_batch/_batches/<seq>-<batch id>-<attempt>.json``
+before its table commit; the commit itself carries only what finds it (sequence number,
+batch id, offsets). A saved manifest means nothing until a commit names it, and it outlives
+the table's own history (Delta log cleanup, Iceberg snapshot expiry), so the newest batch
+is still known after the table forgot its commit.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
+from kafka_batch_provider.output.location import Location
+
+#: Where the Spark tasks write the tables' files, relative to the table's location.
+DATA = "data"
+#: The control folder (plans, Kafka commit records) inside the table's location.
+CONTROL = "_kafka_batch"
+#: The key holding a batch's manifest in a Delta commit's info.
+MANIFEST_KEY = "kafka_batch.manifest"
+#: Saved manifests, one per planned batch that reached its table commit (winners and losers).
+BATCHES = f"{CONTROL}/_batches"
+
+#: Spark's Kafka source schema, as Arrow (what the Spark tasks hand to pyarrow).
+KAFKA_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
+        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    ]
+)
+
+
+#: Commits that are not batches (optimize, compaction) moving the table while we commit: retry this often.
+COMMIT_ATTEMPTS = 5
+
+
+class TableFiles:
+    """What the Delta and Iceberg sinks share: the file side of the sink interface, saved
+    manifests, and the append loop around each format's own commit.
+
+    Files stay where the tasks wrote them: the table commit names exactly the reported ones,
+    so a file a lingering task writes late is never referenced, and nothing is moved.
+    """
+
+    data: Location
+    name: str
+    #: how messages name the table
+    label: str
+    _by_seq: dict[int, dict[str, Any]]
+
+    def table(self) -> Any:
+        """The table at its newest state, or ``None`` while it does not exist."""
+        raise NotImplementedError
+
+    def newest(self, table: Any) -> dict[str, Any] | None:
+        """The newest batch's manifest in ``table``."""
+        raise NotImplementedError
+
+    def commit_once(self, table: Any, manifest: dict[str, Any]) -> bool:
+        """Commit the batch on ``table`` as loaded; ``False`` when the table moved meanwhile (look again)."""
+        raise NotImplementedError
+
+    def append(self, manifest: dict[str, Any]) -> bool:
+        """One table commit holding the batch, only while its entry number is the next free one.
+
+        The commit is made on the table state in which the previous batch was found to be the
+        newest; ``False`` when another batch took the entry.
+        """
+        seq = int(manifest["seq"])
+        for _ in range(COMMIT_ATTEMPTS):
+            table = self.table()
+            newest = self.newest(table)
+            newest_seq = int(newest["seq"]) if newest else 0
+            if newest_seq >= seq:
+                return False
+            if newest_seq != seq - 1:
+                raise ManifestError(f"{self.label} holds batch {newest_seq} as its newest: cannot add {seq}")
+            if self.commit_once(table, manifest):
+                self._by_seq.pop(seq, None)
+                return True
+        raise StorageError(f"{self.label} kept changing during {COMMIT_ATTEMPTS} commit attempts")
+
+    def staging_folder(self, batch_id: str) -> str:
+        return f"{DATA}/{batch_id}/{uuid.uuid4().hex[:8]}"
+
+    def seal(self, staging: str, names: list[str]) -> str:
+        return staging
+
+    def batch_location(self, batch_id: str, sealed: str) -> str:
+        return sealed
+
+    def publish(self, entry: dict[str, Any]) -> None:
+        """Nothing to do: the table commit made the batch visible."""
+
+    def check_published(self, entry: Mapping[str, Any]) -> None:
+        """Every file the batch's commit references is in place with its size.
+
+        Not for a batch the table's history forgot: upkeep may have compacted its files since.
+        """
+        if not entry.get("files") or entry.get("forgotten_by_table"):
+            return
+        found = self.data.file_sizes(entry["location"])
+        wrong = sorted(f["name"] for f in entry["files"] if found.get(f["name"]) != int(f["bytes"]))
+        if wrong:
+            raise ManifestError(
+                f"batch {entry['batch_id']}: {len(wrong)} of its {len(entry['files'])} file(s) are missing or "
+                f"changed in {self.data.uri_of(entry['location'])} (e.g. {wrong[0]}); its offsets are not committed"
+            )
+
+    def clean_staging(self, batch_id: str, keep: str | None = None) -> None:
+        """Remove the folders of ``batch_id``'s attempts other than ``keep`` (never another batch's)."""
+        if keep is None:
+            self.data.delete_tree(f"{DATA}/{batch_id}")
+            return
+        for attempt in self.data.list_names(f"{DATA}/{batch_id}"):
+            if f"{DATA}/{batch_id}/{attempt}" != keep:
+                self.data.delete_tree(f"{DATA}/{batch_id}/{attempt}")
+
+    # -- saved manifests ---------------------------------------------------------------------
+
+    def save_manifest(self, manifest: Mapping[str, Any]) -> None:
+        """Save the attempt's manifest before its commit (one file per attempt: attempts differ in their files)."""
+        self.data.put_atomic(saved_name(manifest), manifest_text(manifest).encode())
+
+    def drop_saved_manifest(self, manifest: Mapping[str, Any]) -> None:
+        """Forget an attempt that lost its entry: its saved manifest can never be the committed one."""
+        self.data.delete([saved_name(manifest)])
+
+    def saved_manifest(self, seq: int, batch_id: str, attempt: str) -> dict[str, Any]:
+        name = saved_name({"seq": seq, "batch_id": batch_id, "attempt": attempt})
+        try:
+            text = self.data.read_bytes(name).decode()
+        except FileNotFoundError:
+            raise ManifestError(
+                f"{self.name}: batch {batch_id} (entry {seq}) is committed but its manifest "
+                f"{self.data.uri_of(name)} is gone; restore it from a backup"
+            ) from None
+        return parse_manifest(text, self.data.uri_of(name))
+
+    def saved_manifests(self, seq: int) -> list[dict[str, Any]]:
+        """Every saved manifest of entry ``seq``: the committed attempt's, and maybe some that lost it."""
+        found = [parse_saved_name(n) for n in self.data.list_names(BATCHES)]
+        return [self.saved_manifest(*f) for f in found if f and f[0] == seq]
+
+    def forgotten_entry(self, seq: int, is_committed: Any = None) -> dict[str, Any]:
+        """Entry ``seq``, committed but no longer in the table's history: its saved manifest.
+
+        :param is_committed: tells the committed attempt's manifest from others saved for ``seq``.
+        """
+        candidates = self.saved_manifests(seq)
+        if is_committed is not None:
+            candidates = [m for m in candidates if is_committed(m)]
+        if len(candidates) != 1:
+            raise ManifestError(
+                f"{self.name}: entry {seq} is committed but no longer in the table's history (log cleanup or "
+                f"snapshot expiry), and {len(candidates)} saved manifests in {self.data.uri_of(BATCHES)} match "
+                "its commit: cannot tell where the output stands"
+            )
+        return {**candidates[0], "forgotten_by_table": True}
+
+
+def attempt_of(manifest: Mapping[str, Any]) -> str:
+    """The attempt whose files the manifest lists (``data/<batch>/<attempt>``); ``none`` without files."""
+    if manifest.get("attempt"):
+        return str(manifest["attempt"])
+    location = str(manifest.get("location") or "")
+    return location.rstrip("/").rpartition("/")[2] or "none"
+
+
+def saved_name(manifest: Mapping[str, Any]) -> str:
+    """``_kafka_batch/_batches/<seq>-<batch id>-<attempt>.json``."""
+    return f"{BATCHES}/{int(manifest['seq']):020d}-{manifest['batch_id']}-{attempt_of(manifest)}.json"
+
+
+def parse_saved_name(name: str) -> tuple[int, str, str] | None:
+    stem, _, rest = name.removesuffix(".json").partition("-")
+    batch_id, _, attempt = rest.rpartition("-")
+    return (int(stem), batch_id, attempt) if name.endswith(".json") and stem.isdigit() and batch_id else None
+
+
+def files_schema(data: Location, entry: Mapping[str, Any]) -> pa.Schema:
+    """The Arrow schema of the batch's files (all written from one DataFrame), or the Kafka schema."""
+    if not entry.get("files"):
+        return KAFKA_SCHEMA
+    with data.open_input(f"{entry['location']}/{entry['files'][0]['name']}") as f:
+        return pq.read_schema(f)
+
+
+def _plain(kind: pa.DataType) -> pa.DataType:
+    """A leaf type with Arrow's encodings of the same values made alike (large, view, dictionary, UTC)."""
+    if pa.types.is_dictionary(kind):
+        return _plain(kind.value_type)
+    if pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+        return pa.string()
+    if pa.types.is_large_binary(kind) or pa.types.is_binary_view(kind):
+        return pa.binary()
+    if pa.types.is_timestamp(kind) and kind.tz in ("+00:00", "Etc/UTC", "utc"):
+        return pa.timestamp(kind.unit, tz="UTC")
+    return kind
+
+
+def _nested(kind: pa.DataType) -> tuple[str, list[pa.Field]] | None:
+    """``(kind, children)`` of a struct, list or map (a list's element and a map's key and value as
+    fields); ``None`` for a leaf."""
+    if pa.types.is_struct(kind):
+        return "struct", [kind.field(i) for i in range(kind.num_fields)]
+    if pa.types.is_map(kind):
+        return "map", [pa.field("key", kind.key_type), pa.field("value", kind.item_type)]
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_list_view(kind):
+        return "list", [pa.field("element", kind.value_type)]
+    if pa.types.is_large_list_view(kind) or pa.types.is_fixed_size_list(kind):
+        return "list", [pa.field("element", kind.value_type)]
+    return None
+
+
+def new_columns(
+    table: list[pa.Field] | pa.Schema, files: list[pa.Field] | pa.Schema, where: str, prefix: str = ""
+) -> list[str]:
+    """Columns (nested ones as ``a.b``, inside lists ``a.element.b``, maps ``a.value.b``) the batch's
+    files have and the table has not. Names, nullability and Arrow's encodings of the same
+    values (large, view, dictionary) do not count as changes.
+
+    :raises ConfigError: when a column the table has is of another type in the files: a
+        table's column keeps its type, so the batch is refused (nothing is committed).
+    """
+    known = {f.name: f for f in table}
+    added = []
+    for field in files:
+        path = f"{prefix}{field.name}"
+        if field.name not in known:
+            added.append(path)
+            continue
+        theirs, ours = _nested(known[field.name].type), _nested(field.type)
+        if theirs is not None and ours is not None and theirs[0] == ours[0]:
+            added += new_columns(theirs[1], ours[1], where, f"{path}.")
+        elif theirs is not None or ours is not None or _plain(known[field.name].type) != _plain(field.type):
+            table_type, file_type = _plain(known[field.name].type), _plain(field.type)
+            raise ConfigError(
+                f"{where}: column {path} is {table_type} in the table but {file_type} in this batch: a table's "
+                "column keeps its type; write to a new table, or decode the value as before "
+                "(--value-format/--value-schema)"
+            )
+    return added
+
+
+def one_line(exc: Exception) -> str:
+    """A library's message that may span lines (a schema diff): the first line plus a count of the rest."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    return lines[0] + (f" (+{len(lines) - 1} more line(s))" if len(lines) > 1 else "")
+
+
+def manifest_text(manifest: Mapping[str, Any]) -> str:
+    return json.dumps(manifest, sort_keys=True, separators=(",", ":"))
+
+
+def parse_manifest(text: str, where: str) -> dict[str, Any]:
+    try:
+        manifest = json.loads(text)
+    except ValueError as exc:
+        raise ManifestError(f"{where}: the batch manifest is not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict) or "seq" not in manifest or "batch_id" not in manifest:
+        raise ManifestError(f"{where}: the batch manifest is damaged (no seq or batch_id)")
+    return manifest
+
+
+def s3_settings(storage_options: Mapping[str, Any]) -> dict[str, Any]:
+    """The S3 settings inside fsspec/s3fs storage options: key, secret, token, endpoint, region."""
+    client = dict(storage_options.get("client_kwargs") or {})
+    return {
+        "key": storage_options.get("key"),
+        "secret": storage_options.get("secret"),
+        "token": storage_options.get("token"),
+        "endpoint_url": storage_options.get("endpoint_url") or client.get("endpoint_url"),
+        "region": client.get("region_name") or storage_options.get("region_name"),
+    }

@@ -1,0 +1,73 @@
+"""The commit step: the batch must be the plan's entry in the output's log and its files must be
+in place; then its end offsets are committed synchronously with compare-and-set, and the commit
+is recorded. Also :func:`discard_batch`, which removes a batch that never reached the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from kafka_batch_provider.core.manifest import verify_manifest
+from kafka_batch_provider.core.plan import OffsetPlan
+from kafka_batch_provider.errors import CommitConflictError, ConfigError, ManifestError
+from kafka_batch_provider.kafka.client import KafkaOffsets
+from kafka_batch_provider.output.store import BatchStore
+from kafka_batch_provider.steps.guards import check_same_topics
+from kafka_batch_provider.steps.write import record_without_data
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+
+def commit_batch(
+    kafka: KafkaOffsets, store: BatchStore, plan: OffsetPlan, progress: Progress = log.info
+) -> dict[str, int]:
+    """Commit step: check the batch's log entry and files, then compare-and-set commit its ends.
+
+    Idempotent: a batch whose commit is recorded is not committed again. A plan with nothing
+    to read has no Spark step: its log entry is created here.
+
+    :returns: committed offsets as ``{"topic:partition": offset}``.
+    """
+    if not plan.commits_group or not plan.group_id:
+        raise ConfigError(f"batch {plan.batch_id} is a {plan.mode} plan; replays never commit the group")
+    record = store.commit_record(plan.seq, plan.batch_id)
+    if record is not None:
+        progress(f"batch {plan.batch_id} was already committed at {record['committed_at']}")
+        return record["committed"]
+    entry = store.entry_of(plan)
+    if entry is None:
+        if plan.has_data:
+            raise ManifestError(
+                f"batch {plan.batch_id} is not in the output log of {store.root} (entry {plan.seq} is free): "
+                "run the write step first; its offsets are not committed"
+            )
+        entry = record_without_data(kafka, store, plan)
+    verify_manifest(plan, entry)
+    store.publish(entry)  # finishes a publish cut short
+    store.check_published(entry)
+    newest = store.log.tail_seq()
+    if newest > plan.seq:
+        raise CommitConflictError(
+            f"batch {plan.batch_id} (output log entry {plan.seq}) is followed by entry {newest}: its offsets are no "
+            "longer committed on their own; the next plan step reconciles the group with the output"
+        )
+    check_same_topics(kafka, plan)
+    committed = kafka.commit(plan.group_id, plan.expected_committed(), plan.end_offsets(), metadata=plan.batch_id)
+    result = {tp.key: offset for tp, offset in committed.items()}
+    store.record_commit(plan, result, int(entry["rows"]))
+    progress(
+        f"batch {plan.batch_id}: committed {len(result)} partition(s) of group {plan.group_id} ({entry['rows']} rows)"
+    )
+    return result
+
+
+def discard_batch(store: BatchStore, plan: OffsetPlan, progress: Progress = log.info) -> None:
+    """Remove a batch that is not in the output log: its staged files, then its plan.
+
+    Refused for a logged batch: the log is append-only, and the next plan step finishes it.
+    """
+    store.remove_unpublished(plan)
+    progress(f"batch {plan.batch_id} discarded (staged files and plan removed)")

@@ -1,0 +1,39 @@
+"""Checks against Kafka that a plan still holds, made before its batch becomes visible (write)
+and before its offsets are committed (commit)."""
+
+from __future__ import annotations
+
+from kafka_batch_provider.core.plan import OffsetPlan
+from kafka_batch_provider.errors import CommitConflictError, PlanError
+from kafka_batch_provider.kafka.client import KafkaOffsets
+
+
+def check_same_topics(kafka: KafkaOffsets, plan: OffsetPlan) -> None:
+    """The plan's topics are still the ones it was planned on (not deleted and recreated since).
+
+    Offsets of a recreated topic name other records: publishing or committing them under the
+    old topic's plan would mislead the next plan step into reading them again.
+    """
+    if not plan.topic_ids:
+        return
+    current = kafka.topic_ids(list(plan.topic_ids))
+    changed = sorted(t for t, topic_id in plan.topic_ids.items() if current.get(t) not in (None, topic_id))
+    if changed:
+        raise PlanError(
+            f"topic(s) {', '.join(map(repr, changed))} were deleted and recreated since batch {plan.batch_id} was "
+            "planned: nothing of it is published or committed; plan again"
+        )
+
+
+def check_group_unmoved(kafka: KafkaOffsets, plan: OffsetPlan) -> None:
+    """The group is still where the plan expects it (or already at its ends)."""
+    current = kafka.committed_offsets(plan.group_id, [r.tp for r in plan.ranges])
+    moved = [r for r in plan.ranges if current.get(r.tp) not in (r.expected_committed, r.end)]
+    if moved:
+        details = ", ".join(
+            f"{r.tp}: committed {current.get(r.tp)}, plan expected {r.expected_committed}" for r in moved
+        )
+        raise CommitConflictError(
+            f"group {plan.group_id!r} moved since batch {plan.batch_id} was planned ({details}); nothing was "
+            "committed or recorded; the next plan step reconciles the group with the output"
+        )

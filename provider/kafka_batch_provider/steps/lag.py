@@ -1,0 +1,106 @@
+"""Gather what lag health judges: the partitions now (Kafka) and the recent batches (the output).
+
+The judging itself is pure: :mod:`kafka_batch_provider.core.lag_health`. Where the group has no
+committed offset (deleted, or expired on an idle partition) but the output's offset log knows
+the partition, the log's position stands in: the output is the truth, and the next batch
+resumes from there and restores the group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timezone
+
+from kafka_batch_provider.core.lag_health import BatchPoint, HealthPolicy, HealthReport, PartitionLag, evaluate
+from kafka_batch_provider.core.manifest import log_position
+from kafka_batch_provider.core.offsets import PartitionOffsets, TopicPartition
+from kafka_batch_provider.kafka.client import KafkaOffsets
+from kafka_batch_provider.output.store import BatchStore
+
+
+def output_positions(store: BatchStore | None, kafka: KafkaOffsets, topics: Sequence[str]) -> dict[TopicPartition, int]:
+    """Where the output's offset log stands per partition (empty without an output or a log)."""
+    tail = store.log.tail() if store is not None else None
+    if tail is None:
+        return {}
+    position = log_position(tail, kafka_commit_recorded=True)
+    topic_ids = kafka.topic_ids(topics)
+    return {tp: offset for tp, offset in position.offsets.items() if position.knows(tp, topic_ids)}
+
+
+def partition_lags(
+    kafka: KafkaOffsets,
+    group_id: str,
+    topics: Sequence[str],
+    with_ages: bool = True,
+    store: BatchStore | None = None,
+) -> list[PartitionLag]:
+    """Committed, log start, end (isolation-aware), age of the oldest unconsumed record, retention.
+
+    :param store: the ingestion's output; its log's position stands in where the group has no offset.
+    """
+    logged = output_positions(store, kafka, topics)
+    states = [
+        replace(s, committed=logged[s.tp]) if s.committed is None and s.tp in logged else s
+        for s in kafka.partition_offsets(group_id, topics)
+    ]
+    retention = kafka.topic_retention_ms(topics) if with_ages else {}
+    stamps = kafka.first_record_timestamps({s.tp: s.position for s in states if s.lag > 0}) if with_ages else {}
+    return [
+        PartitionLag(
+            s.topic,
+            s.partition,
+            s.committed,
+            s.log_start,
+            s.log_end,
+            oldest_unconsumed_ms=stamps.get(s.tp),
+            retention_ms=retention.get(s.topic),
+        )
+        for s in states
+    ]
+
+
+def batch_history(store: BatchStore, group_id: str, last: int | None = None) -> list[BatchPoint]:
+    """The group's committed incremental batches, oldest first, from commit records and plan snapshots.
+
+    :param last: only the newest ``last`` batches (the window), so a long history is not read.
+    """
+    points = []
+    for record in store.commit_records(group_id, last=last):
+        plan = store.load_plan(int(record["seq"]), record["batch_id"])
+        snap = {TopicPartition.from_key(k): v for k, v in plan.extra.get("snapshot", {}).items()}
+        committed: dict[TopicPartition, int | None] = {tp: c for tp, (c, _, _) in snap.items()}
+        committed.update({TopicPartition.from_key(k): v for k, v in record["committed"].items()})
+        lag_at_plan = {tp: PartitionOffsets(tp.topic, tp.partition, *offsets).lag for tp, offsets in snap.items()}
+        points.append(
+            BatchPoint(
+                batch_id=record["batch_id"],
+                committed_at=datetime.fromisoformat(record["committed_at"]),
+                committed=committed,
+                lag_at_plan=lag_at_plan,
+            )
+        )
+    return points
+
+
+def lag_report(
+    kafka: KafkaOffsets,
+    group_id: str,
+    topics: Sequence[str],
+    store: BatchStore | None = None,
+    policy: HealthPolicy = HealthPolicy(),
+    now: datetime | None = None,
+) -> HealthReport:
+    """Lag and health of ``group_id`` on ``topics``; without an output only the statuses that need no history."""
+    states = partition_lags(kafka, group_id, topics, store=store)
+    history = batch_history(store, group_id, last=policy.window + 1) if store is not None else []
+    notes = (
+        []
+        if store is not None
+        else ["no --output: WARN, STALL, STOP and REWIND need the batch history and were not judged"]
+    )
+    unknown = sorted({s.topic for s in states if s.retention_ms is None})
+    if unknown:
+        notes.append(f"retention.ms unknown for {', '.join(unknown)}: RETENTION_RISK not judged there")
+    return evaluate(group_id, states, history, policy, now or datetime.now(timezone.utc), notes)

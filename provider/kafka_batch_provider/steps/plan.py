@@ -1,0 +1,257 @@
+"""The plan step, and the reconciliation and repair that come before it.
+
+The output's offset log (:mod:`kafka_batch_provider.output.offset_log`) is the truth about what was
+ingested; the group's committed offsets mirror it, so lag tools, sensors and operators see
+progress. These are the functions the command line and the Airflow operators call; Kafka and
+storage details live in :mod:`kafka_batch_provider.kafka.client` and
+:mod:`kafka_batch_provider.output.store`.
+
+Plan step (:func:`plan_batch`):
+
+1. finish publishing the log's newest batch if a crash cut its publish short;
+2. reconcile the group with the log (:mod:`kafka_batch_provider.core.reconcile`): equal, missing
+   (resume from the log), one batch behind (repair), unknown partitions, or a mismatch
+   (refused unless ``--on-group-mismatch`` says otherwise);
+3. repair: the newest batch's Kafka commit did not happen, or only partly: commit it now,
+   without reading again;
+4. reuse a pending plan for the next log entry when it still starts where a new plan would
+   (a retry replays the same ranges into the same batch);
+5. else plan the next batch (every chosen partition, idle ones too) and persist it before
+   anything is read.
+
+The commit step is :mod:`kafka_batch_provider.steps.commit`; a repair (3) calls it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kafka_batch_provider.core.manifest import log_position, plan_of_entry
+from kafka_batch_provider.core.offsets import PartitionOffsets
+from kafka_batch_provider.core.plan import INCREMENTAL, OffsetPlan
+from kafka_batch_provider.core.planning import LogSlot, PlanPolicy, plan_incremental, select_partitions
+from kafka_batch_provider.core.reconcile import GroupMismatchPolicy, Reconciliation, reconcile
+from kafka_batch_provider.errors import ConfigError, ManifestError, PlanError
+from kafka_batch_provider.kafka.client import KafkaOffsets
+from kafka_batch_provider.output.store import BatchStore, utc_now
+from kafka_batch_provider.steps.commit import Progress, commit_batch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PlanOutcome:
+    """What the plan step did.
+
+    :param plan: the plan to run next (``plan.ranges`` empty: nothing to do).
+    :param reused: the plan is a pending one from an earlier, unfinished run.
+    :param repaired: batch ids whose Kafka commit was finished while repairing.
+    :param notes: what the reconciliation of the group with the output decided, line by line.
+    """
+
+    plan: OffsetPlan
+    reused: bool = False
+    repaired: list[str] = field(default_factory=list)
+    plan_path: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def plan_batch(
+    kafka: KafkaOffsets,
+    store: BatchStore,
+    group_id: str,
+    topics: Sequence[str],
+    policy: PlanPolicy,
+    partitions: Sequence[int] | None = None,
+    progress: Progress = log.info,
+    on_group_mismatch: GroupMismatchPolicy = GroupMismatchPolicy.FAIL,
+) -> PlanOutcome:
+    """Plan step: reconcile the group with the output, repair, then plan and persist the next batch.
+
+    Everything that can refuse the request (bad topics, a mismatched group, data loss, a
+    pending plan that can no longer be read) is checked before anything changes.
+    """
+    if not topics:
+        raise ConfigError("at least one topic is required (--topic)")
+    if not group_id:
+        raise ConfigError("a consumer group is required (--group)")
+    tail = store.log.tail()
+    pending = store.plans_after(tail["seq"] if tail else 0)
+    refuse_foreign_output(store, INCREMENTAL, group_id, tail, pending)
+
+    def decide() -> tuple[Reconciliation, OffsetPlan, OffsetPlan | None]:
+        states = kafka.partition_offsets(group_id, topics)  # unknown topics and an absent broker fail here
+        slot = LogSlot((tail["seq"] if tail else 0) + 1, tail["batch_id"] if tail else None, kafka.topic_ids(topics))
+        decision = reconcile_group(kafka, store, group_id, states, partitions, tail, slot.topic_ids, on_group_mismatch)
+        fresh = plan_incremental(
+            group_id,
+            topics,
+            states,
+            policy,
+            kafka.isolation_level,
+            utc_now(),
+            partitions,
+            slot=slot,
+            checkpoints=decision.checkpoints,
+            accepted_gaps=decision.gaps,
+        )
+        reusable = next((p for p in pending if same_start(p, fresh, topics, partitions)), None)
+        if reusable is not None:
+            check_readable(kafka, store, reusable)
+        return decision, fresh, reusable
+
+    decision, fresh, reusable = decide()
+    # Only now, with the request accepted, does anything change.
+    if tail is not None:
+        store.publish(tail)  # finishes a publish cut short
+    drop_stale_plans(store, progress)
+    notes = list(decision.notes)
+    for note in notes:
+        progress(note)
+    repaired = []
+    if decision.repair:
+        progress(
+            f"batch {tail['batch_id']} (output log entry {tail['seq']}) was written but its Kafka commit did not "
+            "finish: committing it without reading again"
+        )
+        commit_batch(kafka, store, plan_for_entry(store, tail), progress)
+        repaired.append(tail["batch_id"])
+        decision, fresh, reusable = decide()
+
+    if reusable is not None:
+        progress(f"batch {reusable.batch_id} was planned but not written: running the same plan again")
+        return PlanOutcome(reusable, True, repaired, store.plan_uri(reusable), notes)
+    for other in pending:
+        progress(
+            f"pending batch {other.batch_id} no longer starts where the group and the output stand; "
+            "it is left unpublished and a new plan takes its place"
+        )
+    if not fresh.ranges:
+        progress(f"group {group_id}: no new data on {', '.join(topics)}")
+        return PlanOutcome(fresh, repaired=repaired, notes=notes)
+    path = store.save_plan(fresh)
+    progress(
+        f"batch {fresh.batch_id}: planned {len(fresh.readable_ranges)} partition(s) with data, "
+        f"up to {fresh.planned_offsets} offsets, as output log entry {fresh.seq}"
+        + (" (bounded; more remains)" if fresh.truncated else "")
+    )
+    return PlanOutcome(fresh, repaired=repaired, plan_path=path, notes=notes)
+
+
+def reconcile_group(
+    kafka: KafkaOffsets,
+    store: BatchStore,
+    group_id: str,
+    states: list[PartitionOffsets],
+    partitions: Sequence[int] | None,
+    tail: dict[str, Any] | None,
+    topic_ids: dict[str, str],
+    on_group_mismatch: GroupMismatchPolicy,
+) -> Reconciliation:
+    """The reconciliation of the chosen partitions' group offsets with the log's newest entry.
+
+    While the newest batch's Kafka commit is not recorded, its partitions outside this run's
+    choice (another partition subset, another topic) decide too whether that commit can be
+    finished now: a later entry would leave it unfinishable on its own. They change nothing
+    else of this run's plan.
+    """
+    position = None
+    if tail is not None:
+        position = log_position(tail, store.commit_record(tail["seq"], tail["batch_id"]) is not None)
+    chosen = select_partitions(states, partitions)
+    decision = reconcile(group_id, chosen, position, topic_ids, on_group_mismatch)
+    missing = [tp for tp in (position.unfinished if position else {}) if tp not in {s.tp for s in chosen}]
+    if not missing:
+        return decision
+    other_topics = sorted({tp.topic for tp in missing} - {s.topic for s in states})
+    try:
+        others = kafka.partition_offsets(group_id, other_topics) if other_topics else []
+        other_ids = kafka.topic_ids(other_topics) if other_topics else {}
+    except PlanError:  # a topic of that batch is gone: its commit cannot be finished
+        return replace(decision, repair=False)
+    extra = [s for s in [*states, *others] if s.tp in missing]
+    whole = reconcile(group_id, chosen + extra, position, {**topic_ids, **other_ids}, on_group_mismatch)
+    return replace(decision, repair=whole.repair)
+
+
+def plan_for_entry(store: BatchStore, entry: dict[str, Any]) -> OffsetPlan:
+    """The plan of a logged batch: its file, or (when the file is gone) rebuilt from the entry."""
+    try:
+        return store.load_plan(int(entry["seq"]), str(entry["batch_id"]))
+    except (ManifestError, ConfigError):  # gone or damaged: the entry says all a commit needs
+        return plan_of_entry(entry)
+
+
+def same_start(pending: OffsetPlan, fresh: OffsetPlan, topics: Sequence[str], partitions: Sequence[int] | None) -> bool:
+    """A pending plan is replayed only for the same request and while it starts where a new plan would."""
+    wanted = sorted(partitions) if partitions is not None else None
+    if pending.mode != INCREMENTAL or list(pending.topics) != list(topics) or pending.extra.get("partitions") != wanted:
+        return False
+    if (pending.seq, pending.previous, pending.topic_ids) != (fresh.seq, fresh.previous, fresh.topic_ids):
+        return False
+    starts = {(r.tp, r.start, r.expected_committed) for r in pending.ranges}
+    return bool(fresh.ranges) and starts == {(r.tp, r.start, r.expected_committed) for r in fresh.ranges}
+
+
+def check_readable(kafka: KafkaOffsets, store: BatchStore, plan: OffsetPlan) -> None:
+    """A pending plan is replayed only while its offsets still exist."""
+    log_starts = kafka.log_start_offsets([r.tp for r in plan.readable_ranges])
+    gone = [r for r in plan.readable_ranges if r.start < log_starts[r.tp]]
+    if gone:
+        missing = ", ".join(f"{r.tp} [{r.start}, {log_starts[r.tp]})" for r in gone)
+        raise PlanError(
+            f"pending batch {plan.batch_id} can no longer be read: offsets {missing} were deleted before it was "
+            f"written; remove it with kafka-batch discard --plan {store.plan_uri(plan)}, then plan again with "
+            "--on-data-loss=earliest to skip them"
+        )
+
+
+def drop_stale_plans(store: BatchStore, progress: Progress = log.info) -> None:
+    """Remove plans that lost their log entry to another batch: they can never be published."""
+    tail_seq = store.log.tail_seq()
+    by_seq: dict[int, list[str]] = {}
+    for seq, batch_id in store.plan_files():
+        if seq <= tail_seq:
+            by_seq.setdefault(seq, []).append(batch_id)
+    for seq, batch_ids in by_seq.items():
+        if len(batch_ids) < 2:
+            continue
+        entry = store.log.entry(seq)
+        winner = entry["batch_id"] if entry else None
+        for batch_id in batch_ids:
+            if batch_id != winner:
+                store.remove_unpublished_plan_file(seq, batch_id)
+                progress(
+                    f"batch {batch_id} lost output log entry {seq} to batch {winner}: "
+                    "its plan and staged files are removed"
+                )
+
+
+def refuse_foreign_output(
+    store: BatchStore, mode: str, group_id: str | None, tail: dict[str, Any] | None, pending: Sequence[OffsetPlan]
+) -> None:
+    """One output, one kind of batch and one group: readers would otherwise see offsets twice."""
+    found = [(tail["mode"], tail.get("group_id"), tail["batch_id"], "")] if tail else []
+    found += [
+        (
+            p.mode,
+            p.group_id,
+            p.batch_id,
+            f" (a pending plan: remove it with kafka-batch discard --plan {store.plan_uri(p)})",
+        )
+        for p in pending
+    ]
+    for other_mode, other_group, batch_id, remedy in found:
+        if other_mode != mode:
+            raise PlanError(
+                f"output {store.root} holds {other_mode} batches (e.g. {batch_id}{remedy}); "
+                f"{mode} batches need an output of their own, or readers would see those offsets twice"
+            )
+        if mode == INCREMENTAL and other_group != group_id:
+            raise PlanError(
+                f"output {store.root} is the output of group {other_group!r} (e.g. batch {batch_id}{remedy}), not "
+                f"of {group_id!r}: each group needs an output of its own"
+            )

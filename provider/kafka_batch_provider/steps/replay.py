@@ -1,0 +1,220 @@
+"""Replay (backfill) plans: an explicit offset or time range, read again, never committed.
+
+Replays serve manual backfills from the Airflow UI and Airflow's own backfill runs of the
+ingest DAG. They write to their own output (never the incremental dataset, which already
+holds those offsets), each batch an entry of that output's log like any batch. Replaying a
+range that is already there does nothing (and a retry finishes the same pending batch);
+another replay overlapping it is refused. The consumer group is not touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timezone
+
+from kafka_batch_provider.core.offsets import OffsetRange, TopicPartition
+from kafka_batch_provider.core.plan import REPLAY, OffsetPlan
+from kafka_batch_provider.core.planning import LogSlot, plan_replay
+from kafka_batch_provider.errors import ConfigError, PlanError
+from kafka_batch_provider.kafka.client import KafkaOffsets
+from kafka_batch_provider.output.store import BatchStore, utc_now
+from kafka_batch_provider.steps.plan import PlanOutcome, drop_stale_plans, refuse_foreign_output
+
+log = logging.getLogger(__name__)
+
+
+def replay_ranges(
+    tps: Sequence[TopicPartition],
+    starts: Mapping[TopicPartition, int],
+    ends: Mapping[TopicPartition, int],
+) -> list[OffsetRange]:
+    """Pair start and end offsets per partition; an end before its start is an error."""
+    ranges = []
+    for tp in tps:
+        start, end = starts[tp], ends[tp]
+        if end < start:
+            raise PlanError(f"{tp}: end offset {end} is before start offset {start}")
+        ranges.append(OffsetRange(tp.topic, tp.partition, start, end))
+    return ranges
+
+
+def refuse_overlaps(store: BatchStore, plan: OffsetPlan, others: Sequence[tuple[str, list[OffsetRange], str]]) -> None:
+    """Two different replays of the same offsets in one output would show readers those offsets twice.
+
+    :param others: ``(batch id, readable ranges, how to get rid of it)`` of the batches already there.
+    """
+    for batch_id, ranges, remedy in others:
+        for mine in plan.readable_ranges:
+            for theirs in ranges:
+                if mine.tp == theirs.tp and mine.start < theirs.end and theirs.start < mine.end:
+                    raise PlanError(
+                        f"replay {mine} overlaps {theirs} of batch {batch_id} in {store.root}; "
+                        f"choose another output{remedy}"
+                    )
+
+
+def same_ranges(a: Sequence[OffsetRange], b: Sequence[OffsetRange]) -> bool:
+    return sorted((r.topic, r.partition, r.start, r.end) for r in a) == sorted(
+        (r.topic, r.partition, r.start, r.end) for r in b
+    )
+
+
+def _per_partition(
+    name: str, offsets: Mapping[int, int] | None, tps: Sequence[TopicPartition], default: Mapping[TopicPartition, int]
+) -> dict[TopicPartition, int]:
+    offsets = dict(offsets or {})
+    known = {tp.partition for tp in tps}
+    unknown = sorted(set(offsets) - known)
+    if unknown:
+        raise PlanError(f"{name} names partition(s) {unknown} outside the chosen partitions {sorted(known)}")
+    return {tp: int(offsets[tp.partition]) if tp.partition in offsets else default[tp] for tp in tps}
+
+
+def check_replay_range(
+    start_offsets: Mapping[int, int] | None,
+    end_offsets: Mapping[int, int] | None,
+    start_ms: int | None,
+    end_ms: int | None,
+    whole_topic: bool,
+    now_ms: int | None = None,
+    refuse_future: bool = True,
+) -> None:
+    """Exactly one way of choosing the range, complete and in the past; pure, so operators
+    check it when the DAG is parsed as well as when the task runs.
+
+    :param refuse_future: ``False`` when the DAG is parsed: a window still open then may have
+        closed by the time the task runs, and a DAG must not fail to import because of the clock.
+    """
+    by_time = start_ms is not None or end_ms is not None
+    by_offset = start_offsets is not None or end_offsets is not None
+    if by_time and by_offset:
+        raise ConfigError("give either start/end offsets or start/end times, not both")
+    if whole_topic and (by_time or by_offset):
+        raise ConfigError("whole_topic replays everything: give it without start/end offsets or times")
+    if not (by_time or by_offset or whole_topic):
+        raise ConfigError(
+            "a replay needs a range: start/end offsets, start/end times, or whole_topic=true "
+            "to replay every offset of the chosen partitions (the backfill DAG's Whole topic param)"
+        )
+    if by_time and (start_ms is None or end_ms is None):
+        raise ConfigError("a replay by time needs both a start and an end time")
+    if by_time and end_ms <= start_ms:  # type: ignore[operator]
+        raise PlanError(f"end time {iso(end_ms)} is not after start time {iso(start_ms)}")
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    if refuse_future and by_time and end_ms > now_ms:  # type: ignore[operator]
+        # Records of a window still open keep arriving: the replay would be silently short.
+        raise PlanError(
+            f"end time {iso(end_ms)} is in the future (now {iso(now_ms)}): the window is not complete yet; "
+            "replay it once it has passed"
+        )
+
+
+def iso(epoch_ms: int | None) -> str:
+    if epoch_ms is None:
+        return "None"
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+def plan_replay_batch(
+    kafka: KafkaOffsets,
+    store: BatchStore,
+    topics: Sequence[str],
+    *,
+    partitions: Sequence[int] | None = None,
+    start_offsets: Mapping[int, int] | None = None,
+    end_offsets: Mapping[int, int] | None = None,
+    start_ms: int | None = None,
+    end_ms: int | None = None,
+    whole_topic: bool = False,
+    dry_run: bool = False,
+    progress: Callable[[str], None] = log.info,
+    now_ms: int | None = None,
+) -> PlanOutcome:
+    """Plan a replay by offsets, by time, or of the whole topic.
+
+    By offsets, the partitions are ``partitions`` or else those named in the offsets; a
+    chosen partition without a start offset starts at the log start, one without an end
+    offset ends at the log end.
+
+    By time, the range is ``[first offset at or after start_ms, first offset at or after
+    end_ms)``: exactly the records with ``start_ms <= timestamp < end_ms`` (for timestamps
+    that grow with offsets, as producers' CreateTime usually does).
+
+    ``whole_topic`` replays every chosen partition from its log start to its end: it must be
+    asked for, because a replay without a range would otherwise read everything there is.
+
+    :param dry_run: plan and validate only; nothing is persisted.
+    """
+    check_replay_range(start_offsets, end_offsets, start_ms, end_ms, whole_topic, now_ms)
+    by_offset = start_offsets is not None or end_offsets is not None
+    by_time = start_ms is not None
+
+    if by_offset and partitions is None:
+        # Naming partitions in the offsets chooses them; the others are not replayed.
+        partitions = sorted(set(start_offsets or {}) | set(end_offsets or {}))
+    states = kafka.partition_offsets(None, topics, partitions)
+    tps = [s.tp for s in states]
+    log_starts = {s.tp: s.log_start for s in states}
+    log_ends = {s.tp: s.log_end for s in states}
+    if by_time:
+        starts = kafka.offsets_for_times(tps, start_ms)  # type: ignore[arg-type]
+        ends = kafka.offsets_for_times(tps, end_ms)  # type: ignore[arg-type]
+    else:
+        starts = _per_partition("start offsets", start_offsets, tps, log_starts)
+        ends = _per_partition("end offsets", end_offsets, tps, log_ends)
+    tail = store.log.tail()
+    tail_seq = tail["seq"] if tail else 0
+    pending = store.plans_after(tail_seq)
+    refuse_foreign_output(store, REPLAY, None, tail, pending)
+    slot = LogSlot(tail_seq + 1, tail["batch_id"] if tail else None, kafka.topic_ids(topics))
+    plan = plan_replay(replay_ranges(tps, starts, ends), states, kafka.isolation_level, utc_now(), slot=slot)
+    described = ", ".join(str(r) for r in plan.ranges) or "nothing"
+    entries = list(store.log.entries())
+    logged = [
+        (e["batch_id"], [OffsetRange.from_dict(r) for r in e["ranges"] if r["end"] > r["start"]]) for e in entries
+    ]
+    done = next(
+        (e for e, (_, ranges) in zip(entries, logged) if plan.ranges and same_ranges(ranges, plan.ranges)), None
+    )
+    if done is not None:
+        if not dry_run:
+            store.publish(done)  # finishes its publish if a crash cut it short
+        progress(f"replay of {described} is already in {store.root} as batch {done['batch_id']}: nothing to do")
+        return PlanOutcome(replace(plan, ranges=()), notes=[f"already replayed as batch {done['batch_id']}"])
+    again = next(
+        (
+            p
+            for p in pending
+            if (p.seq, p.previous, p.topic_ids) == (plan.seq, plan.previous, plan.topic_ids)
+            and same_ranges(p.readable_ranges, plan.readable_ranges)
+        ),
+        None,
+    )
+    others = [(b, r, "") for b, r in logged] + [
+        (
+            p.batch_id,
+            list(p.readable_ranges),
+            f", or remove that batch with kafka-batch discard --plan {store.plan_uri(p)}",
+        )
+        for p in pending
+        if p is not again
+    ]
+    refuse_overlaps(store, plan, others)
+    if dry_run:
+        progress(f"dry run: replay batch {plan.batch_id} would read {described}")
+        return PlanOutcome(plan)
+    if not plan.ranges:
+        progress("replay: the chosen range holds no offsets")
+        return PlanOutcome(plan)
+    if again is not None:
+        progress(f"replay batch {again.batch_id} was planned but not written: running the same plan again")
+        return PlanOutcome(again, reused=True, plan_path=store.plan_uri(again))
+    if tail is not None:
+        store.publish(tail)  # finishes a publish cut short (replays have no commit step to do it)
+    drop_stale_plans(store, progress)
+    path = store.save_plan(plan)
+    progress(f"replay batch {plan.batch_id}: planned {described} ({plan.planned_offsets} offsets)")
+    return PlanOutcome(plan, plan_path=path)

@@ -1,0 +1,209 @@
+"""The write step's driver half: what the Spark tasks staged becomes one batch of the output.
+
+1-2. ``stage`` reads the plan's ranges and writes them into a fresh staging folder (with Spark:
+     :func:`kafka_batch_provider.spark.ingest.stage_with`); it is an argument, so this module
+     never imports Spark and is tested without it.
+3. The driver lists the staging folder, reads the files' footers and checks the reports
+   against the plan: written must equal read (:mod:`kafka_batch_provider.core.write_check`).
+4. The manifest is appended to the output's offset log, exclusively: the commit point.
+5. The files are published (a rename on local disks, copies on object stores).
+
+A crash before 4 leaves nothing in the log, so the batch is simply written again (into a
+fresh staging folder); a crash after 4 is rolled forward by the next step that finds it. A
+plan with nothing to read is recorded in the log without staging anything
+(:func:`record_without_data`, also the commit step's way).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kafka_batch_provider.core.manifest import build_manifest
+from kafka_batch_provider.core.plan import OffsetPlan
+from kafka_batch_provider.core.write_check import TaskReports, check_write
+from kafka_batch_provider.core.write_options import WriteOptions
+from kafka_batch_provider.fail_points import fail_point
+from kafka_batch_provider.kafka.client import KafkaOffsets
+from kafka_batch_provider.output.store import BatchStore, utc_now
+from kafka_batch_provider.steps.guards import check_group_unmoved, check_same_topics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StagedBatch:
+    """What the Spark tasks left in the staging folder, and what they said about it."""
+
+    staging: str
+    reports: TaskReports
+    schema: str
+    counted_at_source: bool
+
+
+#: Steps 1-2: ``stage(plan, store, kafka_config, options)`` stages the plan's records.
+Stage = Callable[[OffsetPlan, BatchStore, Mapping[str, Any], WriteOptions], StagedBatch]
+
+
+def write_batch(
+    plan: OffsetPlan,
+    store: BatchStore,
+    kafka_config: Mapping[str, Any],
+    stage: Stage,
+    options: WriteOptions = WriteOptions(),
+    progress: Callable[[str], None] = log.info,
+) -> dict[str, Any]:
+    """Read the plan's ranges (``stage``) and make them one batch of the output, with its log entry.
+
+    A batch already in the log is not written again (its publish is finished if it was cut
+    short). A plan with nothing to read is recorded in the log without starting a Spark job.
+
+    :returns: the batch's log entry (its manifest).
+    """
+    bid = plan.batch_id
+    entry = store.entry_of(plan)
+    if entry is not None:
+        store.publish(entry)
+        progress(
+            f"batch {bid} is already in the output log (entry {plan.seq}, {entry['rows']} rows); not reading again"
+        )
+        return entry
+    previous = store.previous_entry(plan)  # fail before reading when the log moved on since planning
+    if previous is not None:
+        store.publish(previous)  # finishes a predecessor's publish cut short (replays have no commit step)
+    kafka = KafkaOffsets(kafka_config)
+    try:
+        if not plan.has_data:
+            entry = record_without_data(kafka, store, plan)
+            progress(f"batch {bid} has nothing to read: recorded in the output log as entry {plan.seq}")
+            return entry
+        return read_check_publish(plan, store, kafka, stage, options, progress)
+    finally:
+        kafka.close()
+
+
+def record_without_data(kafka: KafkaOffsets, store: BatchStore, plan: OffsetPlan) -> dict[str, Any]:
+    """A plan with nothing to read becomes its log entry directly, once the plan still holds."""
+    check_same_topics(kafka, plan)
+    if plan.commits_group:
+        check_group_unmoved(kafka, plan)  # before the entry: a refused commit must not move the log
+    return store.commit_without_data(plan)
+
+
+def read_check_publish(
+    plan: OffsetPlan,
+    store: BatchStore,
+    kafka: KafkaOffsets,
+    stage: Stage,
+    options: WriteOptions,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    """Steps 1-5 for a plan with something to read."""
+    bid = plan.batch_id
+    progress(
+        f"batch {bid}: reading {len(plan.readable_ranges)} range(s), up to {plan.planned_offsets} offsets, "
+        f"with the {options.reader} reader"
+    )
+    clock = time.perf_counter()
+    try:
+        staged = stage(plan, store, kafka.kafka_config, options)
+        timings = {"read_write_seconds": round(time.perf_counter() - clock, 3)}
+        check_same_topics(kafka, plan)  # a topic recreated while Spark read would pass every other check
+        entry = publish_staged(store, plan, staged, options, timings)
+    except Exception:
+        # The batch may be in the log all the same: another attempt of it (a retry racing a
+        # slow first try, which may also have cleaned this attempt's files up) or this one,
+        # whose publish then failed. Either way only its publish can remain to be done.
+        entry = store.entry_of(plan)
+        if entry is None:
+            raise
+        store.publish(entry)
+        progress(f"batch {bid} is in the output log (entry {plan.seq}) and published; this attempt stops here")
+        return entry
+    store.clean_staging(bid, keep=entry.get("staging"))  # leftovers of crashed attempts of this batch
+    if staged.reports.files and not str(entry.get("staging") or "").startswith(staged.staging):
+        progress(
+            f"batch {bid}: another attempt of the same batch logged it first (output log entry {plan.seq}); "
+            "this attempt's files were dropped"
+        )
+        return entry
+    progress(
+        f"batch {bid}: wrote {entry['rows']} rows in {len(entry['files'])} file(s) to "
+        f"{store.sink.data.uri_of(entry['location']) if entry['location'] else store.root} "
+        f"(output log entry {plan.seq}, {store.format})"
+    )
+    return entry
+
+
+def publish_staged(
+    store: BatchStore,
+    plan: OffsetPlan,
+    staged: StagedBatch,
+    options: WriteOptions,
+    timings: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """Steps 3-5: check the staged files, append the manifest to the log, publish the files.
+
+    :raises WriteCheckError: when what was written does not match what was read (nothing
+        is published, the plan stays pending).
+    :raises LogConflictError: when another batch took the plan's entry of the log first.
+    """
+    data = store.sink.data
+    found = data.file_sizes(staged.staging)
+    reported = {f["name"] for f in staged.reports.files}
+    footers = {name: footer_rows(store, f"{staged.staging}/{name}") for name in sorted(reported & set(found))}
+    stats = check_write(plan, staged.reports, found, footers, staged.counted_at_source)
+    # Files of task attempts that failed or were superseded are never part of the batch.
+    data.delete(f"{staged.staging}/{name}" for name in sorted(set(found) - reported))
+    staging = store.seal(staged.staging, sorted(reported))
+    for s in stats:
+        s["min_timestamp"], s["max_timestamp"] = (
+            iso_from_micros(s["min_timestamp"]),
+            iso_from_micros(s["max_timestamp"]),
+        )
+    manifest = build_manifest(
+        plan,
+        store.previous_entry(plan),
+        stats,
+        staged.reports.files,
+        staging=staging,
+        location=store.sink.batch_location(plan.batch_id, staging),
+        schema=staged.schema,
+        written_at=utc_now(),
+        options={
+            "reader": options.reader,
+            "value_format": options.value_format,
+            "value_schema": options.value_schema,
+            "partition_by": partition_of(store),
+        },
+        timings=timings,
+    )
+    fail_point("before-log-entry")
+    return store.commit_entry(plan, manifest)
+
+
+def partition_of(store: BatchStore) -> str | None:
+    return getattr(store.sink, "partition_by", None)
+
+
+def footer_rows(store: BatchStore, name: str) -> int | None:
+    """Rows in a staged file's Parquet footer; ``None`` when it is gone or unreadable (the check says so)."""
+    try:
+        with store.sink.data.open_input(name) as f:
+            return pq.ParquetFile(f).metadata.num_rows
+    except (OSError, pa.ArrowException):
+        return None
+
+
+def iso_from_micros(micros: int | None) -> str | None:
+    if micros is None:
+        return None
+    moment = datetime.fromtimestamp(micros // 1_000_000, tz=timezone.utc).replace(microsecond=micros % 1_000_000)
+    return moment.isoformat(timespec="milliseconds")
