@@ -38,7 +38,7 @@ class FaultProxy(LocalServer):
         return self.pid is None
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", __name__, str(self.port), str(self.target_port)]
+        return [sys.executable, __file__, str(self.port), str(self.target_port)]  # any working directory
 
     def wait_until_ready(self, timeout: float) -> None:
         self.poll_until(lambda: port_open(self.port), timeout, KafkaBatchError, "did not listen")

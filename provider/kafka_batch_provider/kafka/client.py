@@ -319,7 +319,6 @@ class KafkaOffsets:
 
         Reads one fetch per partition with an assign-only consumer: it never joins or commits.
         """
-
         if not positions:
             return {}
         consumer = Consumer({**reader_consumer_config(self.kafka_config), "fetch.max.bytes": 1024 * 1024})
