@@ -73,5 +73,5 @@ def test_backfill_create_replays_two_intervals_into_the_replay_output_without_co
     else:
         # The embedded broker answers every ListOffsets by timestamp with 0, so both intervals
         # plan nothing: what is checked here is the backfill's wiring, not the time mapping
-        # (a real Kafka, KAFKA_BOOTSTRAP_SERVERS, checks that; so do tests/unit/test_replay_range.py).
+        # (a real Kafka, KAFKA_BOOTSTRAP_SERVERS, checks that; so do tests/unit/steps/test_replay.py).
         assert planned == [], f"the embedded broker maps every time to offset 0, yet ranges were planned: {planned}"

@@ -1,0 +1,1 @@
+"""Unit tests of kafka_batch_provider.output (no servers)."""
