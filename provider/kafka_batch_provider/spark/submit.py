@@ -24,6 +24,7 @@ from typing import Any
 import kafka_batch_provider.spark.app as spark_app
 from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
+from kafka_batch_provider.spark.jvm_start import lean_submit_conf
 
 #: The application file submitted by default (importable, and installed with the package).
 DEFAULT_APPLICATION = spark_app.__file__
@@ -79,7 +80,6 @@ def conf_args(settings: Mapping[str, str]) -> list[str]:
 def submit_command(
     app_args: Sequence[str], master: str, conf: Mapping[str, str] | None = None, application: str | None = None
 ) -> list[str]:
-    from kafka_batch_provider.spark.jvm_start import lean_submit_conf
     from kafka_batch_provider.spark.py_files import needs_py_files, package_zip
 
     settings = {"spark.sql.session.timeZone": "UTC", "spark.log.level": "WARN", **(conf or {})}
