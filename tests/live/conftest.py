@@ -31,6 +31,7 @@ LIVE_DAG_ENV = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist turns the group into the test ids, however pytest was called
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:

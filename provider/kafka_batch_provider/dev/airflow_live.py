@@ -35,6 +35,8 @@ SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
 # The components /api/v2/monitor/health reports; each must say "healthy".
 HEALTH_COMPONENTS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
 TERMINAL_RUN_STATES = {"success", "failed"}
+# Task states that can still lead to running code.
+BUSY_TASK_STATES = ["running", "queued", "scheduled", "deferred", "restarting", "up_for_retry", "up_for_reschedule"]
 
 
 class AirflowStackError(RuntimeError):
@@ -290,22 +292,49 @@ class AirflowStack:
             f"{dag_id} run {run_id} did not finish within {timeout:.0f} s; tasks: {self.task_states(dag_id, run_id)}"
         )
 
-    def quiesce(self, dag_id: str, timeout: float = 120) -> None:
-        """Pause the DAG, fail its unfinished runs and wait until none of its tasks runs any more."""
+    def quiesce(self, dag_id: str, timeout: float = 120, settle: float = 4) -> None:
+        """Pause the DAG and fail whatever of it is unfinished until nothing of it is left to run.
+
+        Failing a run once is not enough: the scheduler may have been creating a run, or queueing a
+        task of a run, in the same loop as the pause, and such a leftover would later run with the
+        next test's Variables. So the runs and tasks are failed on every poll, and the DAG counts as
+        quiet only after two polls ``settle`` seconds apart (longer than a scheduler loop) found none.
+        """
         self.set_paused(dag_id, True)
-        for run in self.dag_runs(dag_id, state=["queued", "running"]):
-            self.api("PATCH", f"/dags/{dag_id}/dagRuns/{run['dag_run_id']}", json={"state": "failed"})
         deadline = time.monotonic() + timeout
+        quiet_since: float | None = None
+        busy: list[dict] = []
         while time.monotonic() < deadline:
+            runs = self.dag_runs(dag_id, state=["queued", "running"])
             busy = self.api(
                 "GET",
                 f"/dags/{dag_id}/dagRuns/~/taskInstances",
-                params={"state": ["running", "queued", "scheduled", "deferred", "restarting"], "limit": 10},
+                params={"state": BUSY_TASK_STATES, "limit": 100},
             )["task_instances"]
-            if not busy:
-                return
+            if not runs and not busy:
+                if quiet_since is None:
+                    quiet_since = time.monotonic()
+                elif time.monotonic() - quiet_since >= settle:
+                    return
+                time.sleep(1)
+                continue
+            quiet_since = None
+            for run in runs:
+                self._try("PATCH", f"/dags/{dag_id}/dagRuns/{run['dag_run_id']}", json={"state": "failed"})
+            for ti in busy:  # a task queued or started after its run was failed
+                path = f"/dags/{dag_id}/dagRuns/{ti['dag_run_id']}/taskInstances/{ti['task_id']}/{ti['map_index']}"
+                self._try("PATCH", path, json={"new_state": "failed"})
+            self._check_processes()
             time.sleep(1)
-        raise AirflowStackError(f"{dag_id}: tasks still running {timeout:.0f} s after its runs were failed")
+        left = [(ti["dag_run_id"], ti["task_id"], ti["state"]) for ti in busy]
+        raise AirflowStackError(f"{dag_id}: still busy {timeout:.0f} s after its runs were failed: {left}")
+
+    def _try(self, method: str, path: str, **kwargs: Any) -> None:
+        """An API call whose failure is retried by the caller's next poll (the state moved on meanwhile)."""
+        try:
+            self.api(method, path, **kwargs)
+        except AirflowStackError:
+            pass
 
     # -- stopping ------------------------------------------------------------------------------
 
