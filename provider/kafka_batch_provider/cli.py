@@ -20,6 +20,7 @@ from kafka_batch_provider import __version__
 from kafka_batch_provider.core import validation
 from kafka_batch_provider.core.planning import DataLossPolicy, NewPartitionPolicy, PlanPolicy
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
+from kafka_batch_provider.core.settings import FLAGS_WORDING, worded
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.fail_points import fail_point
 from kafka_batch_provider.kafka.config import LIBRDKAFKA_LOGGER, parse_key_values, read_config_file
@@ -361,7 +362,7 @@ def check_spark_target(args: argparse.Namespace) -> None:
 
 def store_output(store: Any) -> str:
     """The ``--output`` that opens ``store`` again (the table's location for Delta)."""
-    return store.sink.data.output
+    return store.data.output
 
 
 def load_plan_and_store(args: argparse.Namespace):
@@ -381,7 +382,7 @@ def plan_output(args: argparse.Namespace) -> str | None:
 
 
 def location_of(store: Any, entry: dict[str, Any]) -> str | None:
-    return store.sink.data.uri_of(entry["location"]) if entry.get("location") else None
+    return store.data_uri(entry)
 
 
 def cmd_write(args: argparse.Namespace) -> dict[str, Any]:
@@ -779,11 +780,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # librdkafka retries loudly while a broker is down; the error we raise says it in one line.
     LIBRDKAFKA_LOGGER.setLevel(logging.DEBUG if args.debug else logging.CRITICAL)
     try:
-        if getattr(args, "topic", None) is not None:
-            validation.check_topics(args.topic)
-        if getattr(args, "group", None) is not None:
-            validation.check_group_id(args.group)
-        emit(args.func(args))
+        with worded(FLAGS_WORDING):  # advice names --flags, not the operators' keyword arguments
+            if getattr(args, "topic", None) is not None:
+                validation.check_topics(args.topic)
+            if getattr(args, "group", None) is not None:
+                validation.check_group_id(args.group)
+            emit(args.func(args))
         return 0
     except KafkaBatchError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -34,13 +34,16 @@ ARGUMENT_CASES = [
     ArgumentCase("plan-empty-group", "plan", {"group_id": " "}, "a consumer group id is required"),
     ArgumentCase("plan-timeout-nan", "plan", {"kafka_timeout": float("nan")}, "kafka_timeout must be a positive"),
     ArgumentCase("plan-timeout-negative", "plan", {"kafka_timeout": -1}, "kafka_timeout must be a positive"),
-    ArgumentCase("plan-max-records-zero", "plan", {"max_records": 0}, "max-records must be a positive integer"),
+    ArgumentCase("plan-max-records-zero", "plan", {"max_records": 0}, "max_records must be a positive integer"),
     ArgumentCase("plan-unknown-format", "plan", {"output_format": "csv"}, "unknown output_format 'csv'"),
     ArgumentCase("plan-unknown-policy", "plan", {"new_partitions": "sometimes"}, "'sometimes' is not a valid"),
     ArgumentCase("commit-timeout-inf", "commit", {"kafka_timeout": float("inf")}, "kafka_timeout must be a positive"),
     ArgumentCase("spark-stall-timeout-nan", "spark", {"stall_timeout": float("nan")}, "stall timeout must be"),
     ArgumentCase("spark-bad-value-schema", "spark", {"value_format": "json", "value_schema": "id,"}, "Spark DDL"),
     ArgumentCase("spark-unknown-value-format", "spark", {"value_format": "xml"}, "unknown value format 'xml'"),
+    ArgumentCase(
+        "spark-json-without-schema", "spark", {"value_format": "json"}, "value_format='json' needs value_schema"
+    ),
     ArgumentCase("connect-unknown-reader", "spark_connect", {"reader": "scala"}, "unknown reader 'scala'"),
     ArgumentCase("connect-stall-timeout-inf", "spark_connect", {"stall_timeout": float("inf")}, "stall timeout must"),
     ArgumentCase(

@@ -137,9 +137,9 @@ CASES = [
     Case(
         "value-schema-without-json",
         lambda s: run(s, "--value-schema", "id long"),
-        "--value-schema is only used with --value-format json",
+        "--value-schema is only used with --value-format=json",
     ),
-    Case("json-without-value-schema", lambda s: run(s, "--value-format", "json"), "--value-format json needs"),
+    Case("json-without-value-schema", lambda s: run(s, "--value-format", "json"), "--value-format=json needs"),
     Case(
         "unwritable-output",
         lambda s: run(s, "--output", "/proc/kafka-batch/lake"),
@@ -157,7 +157,11 @@ CASES = [
         "bad storage option for s3://lake/x",
     ),
     Case("partition-by-on-parquet", lambda s: run(s, "--partition-by", "date"), "--partition-by applies to"),
-    Case("iceberg-without-table", lambda s: run(s, "--format", "iceberg"), "--format iceberg needs --table"),
+    Case(
+        "iceberg-without-table",
+        lambda s: run(s, "--format", "iceberg"),
+        "--format=iceberg needs --table=NAMESPACE.NAME",
+    ),
 ]
 
 

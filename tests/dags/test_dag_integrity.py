@@ -160,7 +160,8 @@ def test_ingest_group_with_a_bad_output_fails_when_the_dag_is_parsed():
 
     with DAG(dag_id="bad_tables", schedule=None), pytest.raises(ConfigError) as raised:
         kafka_batch_ingest_group(topics="t", consumer_group="g", output_format="iceberg", table="lake.orders")
-    assert "needs catalog_conn_id" in str(raised.value), f"expected the missing catalog, got {raised.value}"
+    expected = "needs the catalog's properties: catalog_conn_id"
+    assert expected in str(raised.value), f"expected the missing catalog ({expected!r}), got {raised.value}"
 
 
 @pytest.mark.parametrize(

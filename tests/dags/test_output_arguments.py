@@ -79,15 +79,21 @@ def test_unusable_catalog_connections_fail_with_one_line(monkeypatch, fields, ex
     "arguments, expected",
     [
         ({"output_format": "csv", "output_path": "/lake"}, "unknown output_format 'csv'"),
-        ({"output_format": "iceberg", "table": "lake.orders"}, "needs catalog_conn_id"),
+        (
+            {"output_format": "iceberg", "table": "lake.orders"},
+            "needs the catalog's properties: catalog_conn_id, a connection",
+        ),
         ({"output_format": "iceberg", "catalog_conn_id": "c", "table": "orders"}, "needs table='NAMESPACE.NAME'"),
         (
             {"output_format": "iceberg", "catalog_conn_id": "c", "table": "a.b", "output_path": "/lake"},
             "takes table, not output_path",
         ),
-        ({"output_format": "delta"}, "output_format='delta' needs output_path"),
+        ({"output_format": "delta"}, "output_format='delta' needs output_path (a path or a URI)"),
         ({"output_path": "/lake", "table": "a.b"}, "table is for output_format='iceberg'"),
-        ({"output_path": "/lake", "partition_by": "date"}, "partition_by applies to output_format delta or iceberg"),
+        (
+            {"output_path": "/lake", "partition_by": "date"},
+            "partition_by applies to output_format='delta' or output_format='iceberg'",
+        ),
         ({"output_format": "delta", "output_path": "/t", "partition_by": "hour"}, "unknown partition_by 'hour'"),
         (
             {"output_format": "iceberg", "table": "a.b", "catalog_properties": {"s3.secret-access-key": "x"}},

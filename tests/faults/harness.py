@@ -84,7 +84,7 @@ class Lake:
         """Data files written but not (yet) part of the output: the Parquet layout's ``_staging/``,
         a table's data files that no commit names yet."""
         store = store or self.store()
-        location = store.sink.data  # a table's data files sit in the table, not beside its log
+        location = store.data  # a table's data files sit in the table, not beside its log
         folder = "_staging" if self.format == "parquet" else "data"
         if not location.exists(folder):
             return []
@@ -212,6 +212,11 @@ def scenario_args(lake: Lake, kafka_config: dict[str, Any], topic: str, group: s
         *lake.cli_args(),
         *extra,
     ]
+
+
+def through_spark_submit(args: list[str], remote: str) -> list[str]:
+    """The same run with spark-submit (a local master) instead of the Spark Connect server."""
+    return [a for a in args if a not in ("--spark-remote", remote)] + ["--spark-master", "local[2]"]
 
 
 def run_through_outage(

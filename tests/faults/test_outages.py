@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 
+from kafka_batch_provider.errors import EXIT_TRANSIENT
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.faults.harness import (
     CliRun,
@@ -19,6 +20,7 @@ from tests.faults.harness import (
     run_cli,
     run_through_outage,
     scenario_args,
+    through_spark_submit,
     wait_until_tasks_write,
 )
 from tests.integration.helpers import group_offsets, offsets_of
@@ -62,16 +64,25 @@ def test_a_broker_outage_shorter_than_the_stall_timeout_is_read_through(
     expect_exactly_once(outcome, lake, offsets_of(topic, {0: 1_000, 1: 1_000}))
 
 
+@pytest.mark.parametrize("spark", ["connect", "spark-submit"])
 def test_a_broker_outage_longer_than_the_stall_timeout_fails_in_one_line_and_a_retry_replays_the_plan(
-    outcome, lake, kafka_proxy, kafka_config, new_topic, group_id, spark_connect_remote
+    outcome, lake, kafka_proxy, kafka_config, new_topic, group_id, spark_connect_remote, spark
 ):
     topic = new_topic(partitions=2)
     produce(kafka_config, topic, sample_records(2, 40))
     args = scenario_args(lake, kafka_config, topic, group_id, spark_connect_remote, "--stall-timeout", "3")
+    if spark == "spark-submit":
+        args = through_spark_submit(args, spark_connect_remote)
 
-    line = run_through_outage(args, lake.env(), "after-plan", kafka_proxy).error_line()
+    failed = run_through_outage(args, lake.env(), "after-plan", kafka_proxy)
+    line = failed.error_line()
 
     assert "no progress for 3s" in line and topic in line, f"the line must name the stalled range: {line}"
+    # A stall is transient on both Spark paths: exit 3, which Airflow's task would retry.
+    assert failed.process.returncode == EXIT_TRANSIENT, (
+        f"expected exit {EXIT_TRANSIENT} (transient: a retry may pass) through {spark}, "
+        f"found {failed.process.returncode}: {line}"
+    )
     assert group_offsets(kafka_config, group_id, topic, 2) == {0: None, 1: None}
     expect_nothing_new_visible(lake, Counter())
     retried = run_cli(args, lake.env()).result()

@@ -17,6 +17,7 @@ from tests.faults.harness import (
     expect_nothing_new_visible,
     run_cli,
     scenario_args,
+    through_spark_submit,
     wait_until_tasks_write,
 )
 from tests.integration.helpers import group_offsets, offsets_of
@@ -32,8 +33,7 @@ def test_spark_submit_killed_with_its_process_group_mid_write_then_a_retry_lands
     topic = new_topic(partitions=2)
     produce(kafka_config, topic, sample_records(2, RECORDS, value_size=100))
     args = scenario_args(lake, kafka_config, topic, group_id, spark_connect_remote, "--max-offsets-per-task", "3000")
-    submit_args = [a for a in args if a not in ("--spark-remote", spark_connect_remote)]
-    submit_args += ["--spark-master", "local[2]"]
+    submit_args = through_spark_submit(args, spark_connect_remote)
 
     run = CliRun(submit_args, lake.env()).start()  # its own session: the CLI, spark-submit's JVM, its Python workers
     try:

@@ -131,7 +131,7 @@ def test_run_with_no_new_data_succeeds_without_starting_spark(kafka_bootstrap_se
         (["--max-records-per-partition", "many"], "expected a positive integer, got 'many'"),
         (["--partition", "7"], "has no partition(s) [7]"),
         (["--new-partitions", "sometimes"], "argument --new-partitions: invalid choice"),
-        (["--value-format", "json"], "--value-format json needs --value-schema"),
+        (["--value-format", "json"], "--value-format=json needs --value-schema"),
     ],
 )
 def test_bad_input_is_one_line_and_changes_nothing(

@@ -15,8 +15,9 @@ from kafka_batch_provider.core.offsets import OffsetRange, TopicPartition
 from kafka_batch_provider.core.plan import INCREMENTAL, OffsetPlan, batch_id_for
 from kafka_batch_provider.core.planning import PlanPolicy
 from kafka_batch_provider.core.write_options import WriteOptions
-from kafka_batch_provider.errors import CommitConflictError, GroupMismatchError, PlanError, ReadError
+from kafka_batch_provider.errors import CommitConflictError, GroupMismatchError, PlanError
 from kafka_batch_provider.kafka.client import KafkaOffsets
+from kafka_batch_provider.spark.error_lines import task_error_kind
 from kafka_batch_provider.spark.ingest import stage_batch, stage_with
 from kafka_batch_provider.steps.commit import commit_batch
 from kafka_batch_provider.steps.plan import plan_batch
@@ -275,7 +276,11 @@ def test_a_range_that_cannot_be_completed_fails_naming_it_and_publishes_nothing(
     store = output.store()
     with pytest.raises(Exception) as err:
         write_batch(plan, store, kafka_config, stage_with(spark), WriteOptions(stall_timeout=2))
-    assert isinstance(err.value, ReadError) or f"{topic}[0]: reading [0, 8) stopped at offset 5" in str(err.value)
+    # Raised in a Spark task: it reaches the driver as Spark's text, naming its class and range.
+    found = str(err.value)
+    assert (
+        task_error_kind(found) == "ReadStalledError" and f"{topic}[0]: reading [0, 8) stopped at offset 5" in found
+    ), f"expected a ReadStalledError naming {topic}[0] [0, 8) stopped at offset 5, found {found[-600:]}"
     assert store.sink.published_files(plan.batch_id) == {} and store.log.entry(1) is None
 
 

@@ -357,10 +357,12 @@ def test_cli_delta_refuses_bad_input_with_one_line_and_changes_nothing(kafka_boo
     )
     assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not out.exists(), f"a refused plan must leave nothing behind, found {list(out.rglob('*'))}"
-    assert_one_line_error(cli("table", "--format", "iceberg", "--table", "x"), "--format iceberg needs --table")
+    assert_one_line_error(
+        cli("table", "--format", "iceberg", "--table", "x"), "--format=iceberg needs --table=NAMESPACE.NAME"
+    )
     assert_one_line_error(
         cli("table", "--format", "parquet", "--output", str(out), "--partition-by", "date"),
-        "--partition-by applies to --format delta or iceberg",
+        "--partition-by applies to --format=delta or --format=iceberg",
     )
 
 
@@ -448,9 +450,9 @@ def staged_attempt(output: TableOutput, batch_id: str, attempt: str, rows: int) 
     columns = {f.name: pa.nulls(rows, f.type) for f in KAFKA_SCHEMA}
     columns.update(topic=pa.array(["t"] * rows), partition=pa.array([0] * rows, pa.int32()))
     columns["offset"] = pa.array(range(rows), pa.int64())
-    with store.sink.data.write_stream(f"{folder}/part-0.parquet") as f:
+    with store.data.write_stream(f"{folder}/part-0.parquet") as f:
         pq.write_table(pa.table(columns, schema=KAFKA_SCHEMA), f)
-    size = store.sink.data.file_sizes(folder)["part-0.parquet"]
+    size = store.data.file_sizes(folder)["part-0.parquet"]
     return {
         "format_version": 1,
         "seq": 1,
@@ -482,7 +484,7 @@ def test_a_late_attempt_of_a_committed_batch_drops_its_own_files_never_the_commi
     assert local_table.read(["offset"]).num_rows == 5, "the table still reads: the committed files are in place"
     from kafka_batch_provider.output.tables import BATCHES
 
-    saved = late_store.sink.data.list_names(BATCHES)
+    saved = late_store.data.list_names(BATCHES)
     assert saved == [f"{1:020d}-b-1-aaaa.json"], f"only the committed attempt's manifest stays, found {saved}"
 
 

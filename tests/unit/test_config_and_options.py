@@ -117,8 +117,8 @@ def test_write_options_round_trip_through_the_application_flags():
     [
         ({"reader": "kafka"}, "unknown reader 'kafka'"),
         ({"value_format": "avro"}, "unknown value format 'avro'"),
-        ({"value_format": "json"}, "--value-format json needs --value-schema"),
-        ({"value_schema": "id long"}, "--value-schema is only used with --value-format json"),
+        ({"value_format": "json"}, "value_format='json' needs value_schema"),
+        ({"value_schema": "id long"}, "value_schema is only used with value_format='json'"),
         ({"max_offsets_per_task": 0}, "max offsets per task must be positive"),
         ({"stall_timeout": 0}, "stall timeout must be a positive, finite number"),
     ],

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import re
 
+from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError
+
+SCHEMA = Setting("value_schema")
 
 PRIMITIVE_TYPES = frozenset(
     "boolean tinyint byte smallint short int integer bigint long float real double date timestamp "
@@ -31,7 +34,7 @@ def _tokens(text: str) -> list[str]:
             break
         match = _TOKEN.match(text, position)
         if match is None:
-            raise ConfigError(f"--value-schema: unexpected {text[position:].strip()[:20]!r} in {text!r}")
+            raise ConfigError(f"{SCHEMA}: unexpected {text[position:].strip()[:20]!r} in {text!r}", setting=SCHEMA)
         tokens.append(match.group(1))
         position = match.end()
     return tokens
@@ -46,8 +49,9 @@ class _Parser:
     def fail(self, expected: str):
         found = self.tokens[self.i] if self.i < len(self.tokens) else "the end"
         raise ConfigError(
-            f"--value-schema {self.text!r} is not a Spark DDL schema: expected {expected} at {found!r} "
-            "(e.g. 'id long, name string, tags array<string>')"
+            f"{SCHEMA} {self.text!r} is not a Spark DDL schema: expected {expected} at {found!r} "
+            "(e.g. 'id long, name string, tags array<string>')",
+            setting=SCHEMA,
         )
 
     def peek(self) -> str | None:

@@ -14,6 +14,7 @@ from enum import Enum
 
 from kafka_batch_provider.core.offsets import OffsetGap, OffsetRange, PartitionOffsets, TopicPartition
 from kafka_batch_provider.core.plan import INCREMENTAL, REPLAY, OffsetPlan, batch_id_for
+from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError, PlanError
 
 
@@ -49,7 +50,7 @@ class PlanPolicy:
         for name in ("max_records_per_partition", "max_records"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ConfigError(f"{name.replace('_', '-')} must be a positive integer, got {value}")
+                raise ConfigError(f"{Setting(name)} must be a positive integer, got {value}", setting=Setting(name))
 
 
 def start_offset(
@@ -64,13 +65,18 @@ def start_offset(
         raise PlanError(
             f"{state.tp}: {source} {state.committed} is beyond the end offset {state.log_end}; the topic may have "
             "been recreated (on a broker without topic ids), truncated by an unclean leader election, or the "
-            "group points at another cluster"
+            "group points at another cluster",
+            partition=state.tp,
+            offsets=(state.log_end, state.committed),
         )
     if state.committed is None:
         if policy.new_partitions is NewPartitionPolicy.ERROR:
+            fix = Setting("new_partitions", NewPartitionPolicy.EARLIEST.value)
             raise PlanError(
-                f"{state.tp}: the group has no committed offset and --new-partitions=error; "
-                "use --new-partitions=earliest or latest"
+                f"{state.tp}: the group has no committed offset and {Setting('new_partitions', 'error')}; "
+                f"use {fix} or {Setting('new_partitions', NewPartitionPolicy.LATEST.value)}",
+                setting=fix,
+                partition=state.tp,
             )
         if policy.new_partitions is NewPartitionPolicy.LATEST:
             return state.log_end, None
@@ -78,10 +84,14 @@ def start_offset(
     if state.committed < state.log_start:
         missing = f"[{state.committed}, {state.log_start})"
         if policy.on_data_loss is DataLossPolicy.FAIL:
+            fix = Setting("on_data_loss", DataLossPolicy.EARLIEST.value)
             raise PlanError(
                 f"{state.tp}: {source} {state.committed} is below the log start {state.log_start}: "
                 f"offsets {missing} were deleted before they were ingested; "
-                "rerun with --on-data-loss=earliest to skip them (the gap is recorded in the plan)"
+                f"rerun with {fix} to skip them (the gap is recorded in the plan)",
+                setting=fix,
+                partition=state.tp,
+                offsets=(state.committed, state.log_start),
             )
         return state.log_start, OffsetGap(state.topic, state.partition, state.committed, state.log_start)
     return state.committed, None

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from kafka_batch_provider.core.offsets import OffsetGap, PartitionOffsets, TopicPartition
+from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import GroupMismatchError
 
 
@@ -139,19 +140,25 @@ def reconcile(
             verdicts[tp] = Verdict.MISMATCH
             if policy is GroupMismatchPolicy.OUTPUT:
                 notes.append(
-                    f"{tp}: group at {group}, output at {logged}: resuming from the output (--on-group-mismatch=output)"
+                    f"{tp}: group at {group}, output at {logged}: resuming from the output "
+                    f"({Setting('on_group_mismatch', 'output')})"
                 )
             elif policy is GroupMismatchPolicy.GROUP and group > logged:
                 checkpoints[tp] = group
                 gaps.append(OffsetGap(tp.topic, tp.partition, logged, group))
                 notes.append(
-                    f"{tp}: group at {group}, output at {logged}: accepting the group (--on-group-mismatch=group); "
+                    f"{tp}: group at {group}, output at {logged}: accepting the group "
+                    f"({Setting('on_group_mismatch', 'group')}); "
                     f"offsets [{logged}, {group}) are recorded as a gap"
                 )
             else:
                 refused.append((state, logged))
     if refused:
-        raise GroupMismatchError(mismatch_message(group_id, refused, log, policy))
+        raise GroupMismatchError(
+            mismatch_message(group_id, refused, log, policy),
+            setting=Setting("on_group_mismatch", GroupMismatchPolicy.OUTPUT.value),
+            partition=refused[0][0].tp if len(refused) == 1 else None,
+        )
     # The newest batch's commit compares-and-sets every one of its partitions: it can only be
     # finished when each is at that batch's start or end. Otherwise (a partition resolved by the
     # policy, or a group deleted since) the next batch's commit moves them all instead.
@@ -166,15 +173,13 @@ def mismatch_message(
     where = ", ".join(f"{s.tp}: group at {s.committed}, output at {logged}" for s, logged in refused)
     behind = [s for s, logged in refused if s.committed is not None and s.committed < logged]
     entry = f" (output log entry {log.seq}, batch {log.batch_id})" if log else ""
-    fixes = "rerun with --on-group-mismatch=output to resume from the output (its commit moves the group there)"
+    output, group = Setting("on_group_mismatch", "output"), Setting("on_group_mismatch", "group")
+    fixes = f"rerun with {output} to resume from the output (its commit moves the group there)"
     if len(behind) < len(refused):
-        fixes += (
-            ", or --on-group-mismatch=group to accept the group where it is ahead "
-            "(the skipped offsets are recorded as a gap)"
-        )
+        fixes += f", or {group} to accept the group where it is ahead (the skipped offsets are recorded as a gap)"
     if behind and policy is GroupMismatchPolicy.GROUP:
         fixes = (
             "the group is behind the output there, and those offsets are already in it, so it cannot be accepted; "
-            "rerun with --on-group-mismatch=output"
+            f"rerun with {output}"
         )
     return f"group {group_id!r} disagrees with the output's offset log{entry}: {where}; nothing was changed; {fixes}"

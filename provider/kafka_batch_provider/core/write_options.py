@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from kafka_batch_provider.core.ddl import check_ddl_schema
+from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError
 
 READERS = ("python", "jvm")
@@ -43,9 +44,13 @@ class WriteOptions:
         if self.value_format not in VALUE_FORMATS:
             raise ConfigError(f"unknown value format {self.value_format!r}; choose one of {', '.join(VALUE_FORMATS)}")
         if self.value_format == "json" and not self.value_schema:
-            raise ConfigError("--value-format json needs --value-schema, a DDL string such as 'id long, name string'")
+            json_values, schema = Setting("value_format", "json"), Setting("value_schema")
+            raise ConfigError(
+                f"{json_values} needs {schema}, a DDL string such as 'id long, name string'", setting=schema
+            )
         if self.value_schema and self.value_format != "json":
-            raise ConfigError("--value-schema is only used with --value-format json")
+            json_values = Setting("value_format", "json")
+            raise ConfigError(f"{Setting('value_schema')} is only used with {json_values}", setting=json_values)
         if self.max_offsets_per_task < 1:
             raise ConfigError(f"max offsets per task must be positive, got {self.max_offsets_per_task}")
         if not math.isfinite(self.stall_timeout) or self.stall_timeout <= 0:

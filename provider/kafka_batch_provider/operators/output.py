@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kafka_batch_provider.errors import ConfigError, StorageError
-from kafka_batch_provider.output.formats import PARTITION_BY, OutputSpec, open_store
-from kafka_batch_provider.output.sink import FORMATS, ICEBERG, PARQUET
+from kafka_batch_provider.output.formats import OutputSpec, open_store
+from kafka_batch_provider.output.sink import ICEBERG, PARQUET
 from kafka_batch_provider.output.store import BatchStore
 
 REPLAY_SUFFIX = "_replay"
@@ -76,6 +76,7 @@ class OutputArgs:
         check_public_properties(self.catalog_properties)
         if any(is_template(v) for v in (self.output_format, self.output_path, self.table, self.partition_by)):
             return
+        # The connection is read when the task runs: here it only has to be named.
         self._spec(storage_options={}, catalog_from_connection={"(from the connection)": "-"})
 
     def spec(self) -> OutputSpec:
@@ -87,40 +88,18 @@ class OutputArgs:
         return self._spec(storage_options_from_connection(self.storage_conn_id), catalog)
 
     def _spec(self, storage_options: Mapping[str, Any], catalog_from_connection: Mapping[str, str]) -> OutputSpec:
+        """The :class:`OutputSpec`, which checks the output rules (there alone, for every caller)."""
         from kafka_batch_provider.hooks.catalog import check_public_properties
 
-        fmt, path, table = self.format, blank_to_none(self.output_path), blank_to_none(self.table)
-        partition_by = blank_to_none(self.partition_by)
-        if fmt not in FORMATS:
-            raise ConfigError(f"unknown output_format {fmt!r}; choose one of {', '.join(FORMATS)}")
-        if fmt == ICEBERG:
-            if path:
-                raise ConfigError("output_format='iceberg' takes table, not output_path (the catalog knows where)")
-            if not table or "." not in table.strip("."):
-                raise ConfigError(f"output_format='iceberg' needs table='NAMESPACE.NAME', got {table!r}")
-            if not self.catalog_conn_id and not self.catalog_properties:
-                raise ConfigError(
-                    "output_format='iceberg' needs catalog_conn_id: a connection whose extra holds the "
-                    "pyiceberg catalog properties (type, uri, warehouse, ...)"
-                )
-        else:
-            if table:
-                raise ConfigError(f"table is for output_format='iceberg'; output_format={fmt!r} takes output_path")
-            if not path:
-                raise ConfigError(f"output_format={fmt!r} needs output_path (a path or a URI)")
-        if partition_by is not None:
-            if partition_by not in PARTITION_BY:
-                raise ConfigError(f"unknown partition_by {partition_by!r}; choose {', '.join(PARTITION_BY)}")
-            if fmt == PARQUET:
-                raise ConfigError("partition_by applies to output_format delta or iceberg (Parquet is by batch)")
-        catalog = {**catalog_from_connection, **check_public_properties(self.catalog_properties)}
+        catalog = {**(catalog_from_connection if self.catalog_conn_id else {})}
+        catalog.update(check_public_properties(self.catalog_properties))
         return OutputSpec(
-            format=fmt,
-            output=path,
-            table=table,
-            catalog_properties=catalog if fmt == ICEBERG else {},
+            format=self.format,
+            output=blank_to_none(self.output_path),
+            table=blank_to_none(self.table),
+            catalog_properties=catalog if self.format == ICEBERG else {},
             storage_options=dict(storage_options),
-            partition_by=partition_by,
+            partition_by=blank_to_none(self.partition_by),
         )
 
     def replay(self, replay_output_path: str | None = None, replay_table: str | None = None) -> OutputArgs:

@@ -8,7 +8,6 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from kafka_batch_provider.core.write_options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
-from kafka_batch_provider.errors import SparkStepError
 from kafka_batch_provider.hooks.catalog import check_public_properties
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import task_errors
@@ -85,12 +84,6 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
                 write_through_connect(
                     remote, plan, open_store(spec, create=False), kafka_config, self.write_options, self.log.info
                 )
-            except SparkStepError as exc:
-                # A task's failure or a server that went away: left to Airflow's retries, which
-                # replay the same plan.
-                from airflow.sdk.exceptions import AirflowException
-
-                raise AirflowException(str(exc)) from None
             finally:
                 self._running = None
         return batch_result(spec, plan)

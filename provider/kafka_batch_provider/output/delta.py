@@ -34,6 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
 from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.output.sink import DELTA
@@ -362,7 +363,8 @@ class DeltaSink(TableFiles):
         if found != wanted:
             raise ConfigError(
                 f"Delta table {self.name} is partitioned by {found or 'nothing'}, this run asks for "
-                f"{wanted or 'no partitioning'} (--partition-by): a table keeps its partitioning"
+                f"{wanted or 'no partitioning'} ({Setting('partition_by')}): a table keeps its partitioning",
+                setting=Setting("partition_by", "date" if found else None),
             )
 
     def add_actions(self, manifest: Mapping[str, Any], now: int) -> list[Any]:

@@ -1,7 +1,8 @@
-"""Which output a run writes to, and opening it: ``--format``, ``--output``, ``--table``.
+"""Which output a run writes to, its rules, and opening it: ``--format``, ``--output``, ``--table``.
 
 One value (:class:`OutputSpec`) carries the choice from the command line or an operator to
-:func:`open_store`, which returns the :class:`~kafka_batch_provider.output.store.BatchStore`
+:func:`open_store`, and is the one place that checks it (worded for the caller:
+``core/settings.py``); :func:`open_store` returns the :class:`~kafka_batch_provider.output.store.BatchStore`
 the protocol works with:
 
 * ``parquet`` (default): ``--output`` is a folder; data, log, plans and commit records in it;
@@ -27,12 +28,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafka_batch_provider.core.settings import Advice, Setting
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.output.sink import DELTA, FORMATS, ICEBERG, PARQUET
 from kafka_batch_provider.output.store import BatchStore
 
 PARTITION_BY = ("date",)
+
+FORMAT, OUTPUT, TABLE = Setting("output_format"), Setting("output_path"), Setting("table")
+PARTITION, CATALOG = Setting("partition_by"), Setting("catalog_conn_id")
+CATALOG_ADVICE = Advice(
+    keywords="catalog_conn_id, a connection whose extra holds the pyiceberg catalog properties "
+    "(type, uri, warehouse, ...)",
+    flags="--catalog-property type=sql --catalog-property uri=sqlite:///... or --catalog-properties-file",
+)
 
 
 @dataclass(frozen=True)
@@ -53,25 +63,38 @@ class OutputSpec:
     partition_by: str | None = None
 
     def __post_init__(self) -> None:
+        """The output rules, for the command line and the operators alike (worded for each)."""
+        chosen = Setting("output_format", self.format)
         if self.format not in FORMATS:
-            raise ConfigError(f"unknown output format {self.format!r}; choose one of {', '.join(FORMATS)}")
+            raise ConfigError(f"unknown {FORMAT} {self.format!r}; choose one of {', '.join(FORMATS)}", setting=FORMAT)
         if self.format == ICEBERG:
-            if not self.table or "." not in self.table.strip(".") or not self.catalog_properties:
+            if not self.table or "." not in self.table.strip("."):
                 raise ConfigError(
-                    "--format iceberg needs --table NAMESPACE.NAME and the catalog's properties "
-                    "(--catalog-property type=sql --catalog-property uri=sqlite:///... or --catalog-properties-file)"
+                    f"{chosen} needs {Setting('table', 'NAMESPACE.NAME')}, got {self.table!r}", setting=TABLE
                 )
             if self.output:
-                raise ConfigError("--format iceberg takes --table, not --output (the catalog knows the location)")
+                raise ConfigError(
+                    f"{chosen} takes {TABLE}, not {OUTPUT} (the catalog knows the location)", setting=TABLE
+                )
+            if not self.catalog_properties:
+                raise ConfigError(f"{chosen} needs the catalog's properties: {CATALOG_ADVICE}", setting=CATALOG)
         else:
-            if not self.output:
-                raise ConfigError(f"--format {self.format} needs --output (a path or URI)")
             if self.table:
-                raise ConfigError(f"--table is for --format iceberg; --format {self.format} takes --output")
+                raise ConfigError(
+                    f"{TABLE} is for {Setting('output_format', ICEBERG)}; {chosen} takes {OUTPUT}", setting=OUTPUT
+                )
+            if not self.output:
+                raise ConfigError(f"{chosen} needs {OUTPUT} (a path or a URI)", setting=OUTPUT)
         if self.partition_by not in (None, *PARTITION_BY):
-            raise ConfigError(f"unknown partitioning {self.partition_by!r}; choose {', '.join(PARTITION_BY)}")
+            raise ConfigError(
+                f"unknown {PARTITION} {self.partition_by!r}; choose {', '.join(PARTITION_BY)}", setting=PARTITION
+            )
         if self.partition_by and self.format == PARQUET:
-            raise ConfigError("--partition-by applies to --format delta or iceberg (the Parquet layout is by batch)")
+            raise ConfigError(
+                f"{PARTITION} applies to {Setting('output_format', DELTA)} or {Setting('output_format', ICEBERG)} "
+                "(the Parquet layout is by batch)",
+                setting=PARTITION,
+            )
 
     def describe(self) -> dict[str, Any]:
         """What may be shown (XCom, plans, logs): no storage options or catalog properties."""

@@ -25,6 +25,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError, ManifestError, StorageError
 from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.output.sink import ICEBERG
@@ -310,7 +311,8 @@ class IcebergSink(TableFiles):
         if found != wanted:
             raise ConfigError(
                 f"{self.name} is partitioned by {found or 'nothing'}, this run asks for {wanted or 'no partitioning'} "
-                "(--partition-by): a table keeps its partitioning"
+                f"({Setting('partition_by')}): a table keeps its partitioning",
+                setting=Setting("partition_by", "date" if found else None),
             )
 
 

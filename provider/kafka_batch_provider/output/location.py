@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError, StorageAccessError, StorageError
 
 #: Scheme -> (fsspec protocol, the package that provides it, pip extra).
@@ -65,7 +66,7 @@ def split_output(output: str) -> tuple[str, str]:
     """
     text = str(output).strip()
     if not text:
-        raise ConfigError("the output location is empty (--output)")
+        raise ConfigError(f"the output location is empty ({Setting('output_path')})", setting=Setting("output_path"))
     if "://" not in text:
         return "file", str(Path(text).expanduser().absolute())
     scheme = urlsplit(text).scheme.lower()

@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
 from kafka_batch_provider.output.location import Location
 
@@ -259,7 +260,8 @@ def new_columns(
             raise ConfigError(
                 f"{where}: column {path} is {table_type} in the table but {file_type} in this batch: a table's "
                 "column keeps its type; write to a new table, or decode the value as before "
-                "(--value-format/--value-schema)"
+                f"({Setting('value_format')}, {Setting('value_schema')})",
+                setting=Setting("value_schema"),
             )
     return added
 

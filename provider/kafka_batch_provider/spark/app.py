@@ -23,6 +23,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from kafka_batch_provider.core.settings import WORDING_ENV, worded
 from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.kafka.config import SECRET_KEY_PATTERN, check_config, config_object, read_config_file
@@ -85,6 +86,12 @@ def launch_seconds(now: float) -> dict[str, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Errors are worded for whoever started spark-submit: the command line or an operator.
+    with worded(os.environ.get(WORDING_ENV)):
+        return run(argv)
+
+
+def run(argv: Sequence[str] | None) -> int:
     timings = launch_seconds(time.time())
     args = parse_args(argv)
     try:

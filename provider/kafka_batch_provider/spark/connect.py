@@ -26,7 +26,7 @@ from kafka_batch_provider.core.plan import OffsetPlan
 from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError, SparkStepError
 from kafka_batch_provider.output.store import BatchStore
-from kafka_batch_provider.spark.error_lines import missing_package, spark_error_line, task_error_kind
+from kafka_batch_provider.spark.error_lines import missing_package, spark_error_line, task_error_class
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +42,6 @@ SESSION_NAMESPACE = uuid.UUID("5b0c7d5e-6f0a-4d8e-9a51-7c1c2b4e9f30")
 SESSION_CONF = {"spark.sql.session.timeZone": "UTC", "spark.sql.execution.arrow.useLargeVarTypes": "false"}
 #: Errors no retry can fix: the task fails at once instead of spending its retries.
 NOT_RETRYABLE = ("UNAUTHENTICATED", "PERMISSION_DENIED", "INVALID_CONNECT_URL", "INVALID_HANDLE")
-#: Errors of tasks that a retry may get past (a broker or a store that was unreachable).
-RETRYABLE_TASK_ERRORS = ("ReadError", "KafkaUnavailableError", "StorageError", "SparkStepError")
 
 #: How long the client keeps retrying a server that stopped answering (~25 s in all): long
 #: enough for a network blip, short enough that the task fails and is retried by its scheduler
@@ -223,15 +221,13 @@ def write_through_connect(
         raise
     except Exception as exc:
         interrupt(spark, tag)
-        text = str(exc)
         line = scrub(spark_error_line(exc), remote)
-        if missing_package(text):
+        if missing_package(str(exc)):
             raise ConfigError(line) from None
-        where = f"batch {plan.batch_id} through Spark Connect at {remote_address(remote)}: {line}"
-        kind = task_error_kind(text)
-        if kind is not None and kind not in RETRYABLE_TASK_ERRORS:
-            raise KafkaBatchError(where) from None  # bad input or a broken invariant: no retry fixes it
-        raise SparkStepError(where) from None
+        # A task's own error keeps its class, so its retry decision (errors.py) is the one
+        # spark-submit's exit code carries; anything else (an executor lost) may pass on a retry.
+        error = task_error_class(str(exc)) or SparkStepError
+        raise error(f"batch {plan.batch_id} through Spark Connect at {remote_address(remote)}: {line}") from None
     finally:
         # The server-side session stays for the next batch (warm workers); the client's channel goes.
         spark.client.close()

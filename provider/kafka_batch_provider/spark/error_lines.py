@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from kafka_batch_provider.errors import ConfigError, KafkaBatchError, error_named
+
 _TASK_ERROR = re.compile(r"kafka_batch_provider\.errors\.(\w+Error): (.+)")
 _MISSING_PACKAGE = re.compile(r"No module named '?kafka_batch_provider")
 
@@ -33,22 +35,25 @@ def jvm_connector_missing(text: str) -> bool:
     return "KAFKA_DATA_SOURCE_NOT_ENABLED" in text or "Failed to find data source: kafka" in text
 
 
-def spark_failure_exit_code(exc: BaseException) -> int:
-    """The exit code of an error that reached the driver through Spark.
+def task_error_class(text: str) -> type[KafkaBatchError] | None:
+    """The error class of a failure that reached the driver through Spark, read from its text.
 
-    A :class:`KafkaBatchError` raised in a Spark task keeps its class's code; a missing package
-    or the JVM reader without its connector is a configuration error; anything else (an
-    executor lost, the JVM) exits 1, which a retry may get past.
+    A :class:`KafkaBatchError` raised in a Spark task keeps its class (and so its retry
+    decision); a missing package or the JVM reader without its connector is a configuration
+    error; anything else (an executor lost, the JVM) is ``None``: no class of ours, a retry may pass.
     """
-    from kafka_batch_provider import errors
-
-    text = str(exc)
     kind = task_error_kind(text)
     if kind:
-        return getattr(errors, kind, errors.KafkaBatchError).exit_code
+        return error_named(kind) or KafkaBatchError
     if jvm_connector_missing(text) or missing_package(text):
-        return errors.ConfigError.exit_code
-    return 1
+        return ConfigError
+    return None
+
+
+def spark_failure_exit_code(exc: BaseException) -> int:
+    """The Spark application's exit code for an error that reached it through Spark (1: none of ours)."""
+    found = task_error_class(str(exc))
+    return found.exit_code if found else 1
 
 
 def spark_error_line(exc: BaseException) -> str:

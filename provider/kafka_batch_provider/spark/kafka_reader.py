@@ -32,7 +32,8 @@ from confluent_kafka import Consumer, KafkaError, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from kafka_batch_provider.core.offsets import OffsetRange
-from kafka_batch_provider.errors import ReadError
+from kafka_batch_provider.core.settings import Setting
+from kafka_batch_provider.errors import ReadFailedError, ReadStalledError
 from kafka_batch_provider.kafka.config import reader_consumer_config
 from kafka_batch_provider.kafka.errors import is_transient
 
@@ -145,7 +146,8 @@ def read_range(
         or the broker is unreachable, and waiting forever would hide it. Transient errors
         (broker away, leader moving) are read through until then; others fail at once.
     :param stats: filled in while reading (rows, first and last offset, position reached).
-    :raises ReadError: naming topic, partition and offsets when the range cannot be completed.
+    :raises ReadStalledError: no progress for ``stall_timeout`` (transient: a retry may pass).
+    :raises ReadFailedError: the broker answered with an error no retry changes.
     """
     topic, partition, start, end = offset_range.topic, offset_range.partition, offset_range.start, offset_range.end
     stats = stats if stats is not None else ReadStats(topic, partition, start, end, start)
@@ -177,8 +179,10 @@ def read_range(
                     stats.transient_errors += 1
                     last_error = error.str()
                 else:
-                    raise ReadError(
-                        f"{topic}[{partition}]: reading [{start}, {end}) failed at offset {position}: {error.str()}"
+                    raise ReadFailedError(
+                        f"{topic}[{partition}]: reading [{start}, {end}) failed at offset {position}: {error.str()}",
+                        partition=offset_range.tp,
+                        offsets=(start, end),
                     )
             if good and good[-1].offset() >= end:
                 # The fetch ran past the planned end: keep only offsets inside the range.
@@ -197,9 +201,12 @@ def read_range(
                 last_progress, last_error = time.monotonic(), ""
             elif time.monotonic() - last_progress > stall_timeout:
                 cause = f"last error: {last_error}" if last_error else "records deleted, or broker unreachable"
-                raise ReadError(
+                raise ReadStalledError(
                     f"{topic}[{partition}]: reading [{start}, {end}) stopped at offset {position}: "
-                    f"no progress for {stall_timeout:g}s ({cause})"
+                    f"no progress for {stall_timeout:g}s ({cause})",
+                    setting=Setting("stall_timeout"),
+                    partition=offset_range.tp,
+                    offsets=(start, end),
                 )
     finally:
         consumer.close()

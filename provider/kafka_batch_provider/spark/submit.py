@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import kafka_batch_provider.spark.app as spark_app
+from kafka_batch_provider.core.settings import WORDING_ENV, wording
 from kafka_batch_provider.core.write_options import WriteOptions
-from kafka_batch_provider.errors import ConfigError, KafkaBatchError
+from kafka_batch_provider.errors import ConfigError, KafkaBatchError, SparkStepError, error_for_exit_code
 from kafka_batch_provider.spark.jvm_start import lean_submit_conf
 
 #: The application file submitted by default (importable, and installed with the package).
@@ -102,6 +103,7 @@ def run_submit(
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     env.pop("SPARK_REMOTE", None)  # would turn the application's session into a Spark Connect client
+    env[WORDING_ENV] = wording()
     # spark-submit merges the Python driver's stdout and stderr into its own stdout; its
     # stderr carries the JVM's log, kept for the error message.
     results: list[str] = []
@@ -133,9 +135,9 @@ def run_submit(
         jvm_log.seek(0)
         stderr_tail = [line for line in jvm_log.read().splitlines() if line.strip()][-5:]
     if process.returncode != 0:
-        if errors:
-            raise KafkaBatchError(errors[-1])
-        raise KafkaBatchError(f"spark-submit failed with exit code {process.returncode}: {' | '.join(stderr_tail)}")
+        if errors:  # the application's own error: its exit code carries its retry decision
+            raise error_for_exit_code(process.returncode, errors[-1])
+        raise SparkStepError(f"spark-submit failed with exit code {process.returncode}: {' | '.join(stderr_tail)}")
     if not results:
         raise KafkaBatchError("spark-submit finished but the application printed no result")
     result = json.loads(results[-1])

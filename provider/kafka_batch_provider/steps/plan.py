@@ -34,6 +34,7 @@ from kafka_batch_provider.core.offsets import PartitionOffsets
 from kafka_batch_provider.core.plan import INCREMENTAL, OffsetPlan
 from kafka_batch_provider.core.planning import LogSlot, PlanPolicy, plan_incremental, select_partitions
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy, Reconciliation, reconcile
+from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError, ManifestError, PlanError
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.output.store import BatchStore, utc_now
@@ -75,9 +76,9 @@ def plan_batch(
     pending plan that can no longer be read) is checked before anything changes.
     """
     if not topics:
-        raise ConfigError("at least one topic is required (--topic)")
+        raise ConfigError(f"at least one topic is required ({Setting('topics')})", setting=Setting("topics"))
     if not group_id:
-        raise ConfigError("a consumer group is required (--group)")
+        raise ConfigError(f"a consumer group is required ({Setting('group_id')})", setting=Setting("group_id"))
     tail = store.log.tail()
     pending = store.plans_after(tail["seq"] if tail else 0)
     refuse_foreign_output(store, INCREMENTAL, group_id, tail, pending)
@@ -202,10 +203,14 @@ def check_readable(kafka: KafkaOffsets, store: BatchStore, plan: OffsetPlan) -> 
     gone = [r for r in plan.readable_ranges if r.start < log_starts[r.tp]]
     if gone:
         missing = ", ".join(f"{r.tp} [{r.start}, {log_starts[r.tp]})" for r in gone)
+        fix = Setting("on_data_loss", "earliest")
         raise PlanError(
             f"pending batch {plan.batch_id} can no longer be read: offsets {missing} were deleted before it was "
             f"written; remove it with kafka-batch discard --plan {store.plan_uri(plan)}, then plan again with "
-            "--on-data-loss=earliest to skip them"
+            f"{fix} to skip them",
+            setting=fix,
+            partition=gone[0].tp,
+            offsets=(gone[0].start, log_starts[gone[0].tp]),
         )
 
 

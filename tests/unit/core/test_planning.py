@@ -18,6 +18,7 @@ from kafka_batch_provider.core.planning import (
     split_range,
     start_offset,
 )
+from kafka_batch_provider.core.settings import FLAGS_WORDING, KEYWORDS, Setting, worded
 from kafka_batch_provider.errors import ConfigError, PlanError
 
 NOW = "2026-01-01T00:00:00.000+00:00"
@@ -48,11 +49,19 @@ def test_new_partition_policy_error_names_the_partition():
         start_offset(state(None, 0, 5), PlanPolicy(new_partitions=NewPartitionPolicy.ERROR))
 
 
-def test_data_loss_fails_by_default_naming_topic_partition_and_missing_range():
-    with pytest.raises(PlanError) as err:
+@pytest.mark.parametrize(
+    "wording, advice", [(KEYWORDS, "on_data_loss='earliest'"), (FLAGS_WORDING, "--on-data-loss=earliest")]
+)
+def test_data_loss_fails_by_default_naming_topic_partition_and_missing_range(wording, advice):
+    with worded(wording), pytest.raises(PlanError) as err:
         start_offset(state(5, 100, 150, topic="orders", partition=3), PlanPolicy())
     message = str(err.value)
-    assert "orders[3]" in message and "[5, 100)" in message and "--on-data-loss=earliest" in message
+    assert "orders[3]" in message and "[5, 100)" in message and f"rerun with {advice} to skip" in message, (
+        f"expected the partition, the missing range and the advice {advice!r}, found {message!r}"
+    )
+    found = (err.value.partition, err.value.offsets, err.value.setting)
+    expected = (TopicPartition("orders", 3), (5, 100), Setting("on_data_loss", "earliest"))
+    assert found == expected, f"expected the fields {expected}, found {found}"
 
 
 def test_data_loss_policy_earliest_skips_to_log_start_and_records_the_gap():

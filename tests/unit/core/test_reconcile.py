@@ -6,6 +6,7 @@ import pytest
 
 from kafka_batch_provider.core.offsets import OffsetGap, PartitionOffsets, TopicPartition
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy, LogPosition, Verdict, reconcile
+from kafka_batch_provider.core.settings import FLAGS_WORDING, Setting, worded
 from kafka_batch_provider.errors import GroupMismatchError
 
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -58,13 +59,24 @@ def test_a_repair_also_covers_a_deleted_group_that_the_newest_batch_had_resumed(
 
 @pytest.mark.parametrize("moved", [10, 60], ids=["back", "ahead"])
 def test_group_moved_elsewhere_is_refused_naming_both_positions_and_the_flag(moved):
-    with pytest.raises(GroupMismatchError) as err:
+    with worded(FLAGS_WORDING), pytest.raises(GroupMismatchError) as err:
         reconcile("g", group(moved, 50), log({TP0: 40, TP1: 50}), {})
     message = str(err.value)
     assert f"t[0]: group at {moved}, output at 40" in message, message
     assert "--on-group-mismatch=output" in message and "nothing was changed" in message
     assert ("--on-group-mismatch=group" in message) == (moved > 40), message
     assert "\n" not in message
+    assert (err.value.setting, err.value.partition) == (Setting("on_group_mismatch", "output"), TP0), (
+        f"expected the fields on_group_mismatch='output' and {TP0}, found {err.value.setting}, {err.value.partition}"
+    )
+
+
+def test_the_operators_are_advised_in_their_keyword_arguments():
+    with pytest.raises(GroupMismatchError) as err:
+        reconcile("g", group(60, 50), log({TP0: 40, TP1: 50}), {})
+    message = str(err.value)
+    assert "rerun with on_group_mismatch='output'" in message and "or on_group_mismatch='group'" in message, message
+    assert "--" not in message, f"expected no command-line flag in an operator's message, found {message!r}"
 
 
 def test_output_policy_resumes_from_the_log_either_way():

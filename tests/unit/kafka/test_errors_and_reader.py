@@ -87,7 +87,7 @@ def Message(offset=None, error=None):  # noqa: N802 - reads like the class it bu
 
 def test_the_reader_counts_transient_errors_and_goes_on_but_stops_at_a_final_one(monkeypatch):
     from kafka_batch_provider.core.offsets import OffsetRange
-    from kafka_batch_provider.errors import ReadError
+    from kafka_batch_provider.errors import ReadFailedError
     from kafka_batch_provider.spark import kafka_reader
 
     def read(script):
@@ -101,7 +101,7 @@ def test_the_reader_counts_transient_errors_and_goes_on_but_stops_at_a_final_one
     rows, stats = read([Message(0), *(Message(error=e) for e in outage), Message(1)])
     assert (rows, stats.transient_errors, stats.position) == (2, 2, 2), stats
 
-    with pytest.raises(ReadError, match=r"t\[0\]: reading \[0, 2\) failed at offset 1: .*"):
+    with pytest.raises(ReadFailedError, match=r"t\[0\]: reading \[0, 2\) failed at offset 1: .*"):
         read([Message(0), Message(error=KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))])
 
 

@@ -38,7 +38,8 @@ def test_without_an_error_line_the_exit_code_is_named_and_a_retry_allowed():
 @pytest.mark.parametrize(
     "spark_text, expected",
     [
-        ("...\nkafka_batch_provider.errors.ReadError: orders[0]: offsets 5-9 not read within 60 s\n...", 2),
+        ("...\nkafka_batch_provider.errors.ReadFailedError: orders[0]: reading [5, 9) failed at offset 5\n...", 2),
+        ("...\nkafka_batch_provider.errors.ReadStalledError: orders[0]: no progress for 60s\n...", 3),
         ("...\nkafka_batch_provider.errors.StorageError: s3://lake: 503 Slow Down\n...", 3),
         ("...\nkafka_batch_provider.errors.LogConflictError: another run published first\n...", 4),
         ("[DATA_SOURCE_NOT_FOUND] Failed to find data source: kafka.", 2),
