@@ -72,8 +72,7 @@ def batch_result(spec: Any, plan: Any) -> dict[str, Any]:
     if entry is None:
         raise KafkaBatchError(f"batch {plan.batch_id}: Spark finished but the output log has no entry {plan.seq}")
     # The data's location (a table's, not its _kafka_batch/ control folder's).
-    location = store.sink.data.uri_of(entry["location"]) if entry["location"] else None
-    return {"batch_id": plan.batch_id, "seq": plan.seq, "rows": entry["rows"], "location": location}
+    return {"batch_id": plan.batch_id, "seq": plan.seq, "rows": entry["rows"], "location": store.data_uri(entry)}
 
 
 class KafkaSparkBatchOperator(SparkSubmitOperator):

@@ -71,6 +71,26 @@ class BatchStore:
     def format(self) -> str:
         return self.sink.format
 
+    # -- the data (the sink's; callers never reach into the sink) ------------------------------
+
+    @property
+    def data(self) -> Location:
+        """Where the Spark tasks write the batches' files (the table's location for a table)."""
+        return self.sink.data
+
+    @property
+    def partition_by(self) -> str | None:
+        """How the files are split: the existing table's partitioning, not a run's flags."""
+        return getattr(self.sink, "partition_by", None)
+
+    def data_uri(self, entry: dict[str, Any]) -> str | None:
+        """Where a logged batch's files are (``None`` for a batch without files)."""
+        return self.data.uri_of(entry["location"]) if entry.get("location") else None
+
+    def batch_location(self, batch_id: str, sealed: str) -> str:
+        """The location a batch's manifest records for its sealed files."""
+        return self.sink.batch_location(batch_id, sealed)
+
     # -- plans -------------------------------------------------------------------------------
 
     def plan_uri(self, plan: OffsetPlan) -> str:
@@ -148,7 +168,7 @@ class BatchStore:
                     f"{self.root} refused output log entry {plan.seq} as existing, yet it cannot be read back"
                 )
             if winner.get("staging") != manifest.get("staging") and manifest.get("staging"):
-                self.sink.data.delete_tree(manifest["staging"])
+                self.data.delete_tree(manifest["staging"])
                 self.sink.drop_saved_manifest(manifest)
             manifest = winner
         self.publish(manifest)

@@ -29,7 +29,7 @@ from kafka_batch_provider.output.store import BatchStore
 from kafka_batch_provider.spark.jvm_options import jvm_reader_options
 from kafka_batch_provider.spark.slice_reader import ReadAndWrite, SliceReader, slices_of
 from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN, REPORT_SCHEMA, TaskWriter
-from kafka_batch_provider.steps.write import Stage, StagedBatch, partition_of
+from kafka_batch_provider.steps.write import Stage, StagedBatch
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +94,9 @@ def stage_batch(
 ) -> StagedBatch:
     """Steps 1-2: read the plan's ranges and write them, task by task, into a fresh staging folder."""
     staging = store.new_staging(plan.batch_id)
-    data = store.sink.data
+    data = store.data
     # An existing table's partitioning, not the run's flags, decides how files are split.
-    writer = TaskWriter(data.output, staging, data.storage_options, partition_by=partition_of(store))
+    writer = TaskWriter(data.output, staging, data.storage_options, partition_by=store.partition_by)
     receipts = options.reader == "python"
     reader = slice_reader(plan, kafka_config, options) if receipts else None
     df = decode_values(reader.frame(spark) if reader else read_plan(spark, plan, kafka_config, options), options)

@@ -136,7 +136,7 @@ def read_check_publish(
         return entry
     progress(
         f"batch {bid}: wrote {entry['rows']} rows in {len(entry['files'])} file(s) to "
-        f"{store.sink.data.uri_of(entry['location']) if entry['location'] else store.root} "
+        f"{store.data_uri(entry) or store.root} "
         f"(output log entry {plan.seq}, {store.format})"
     )
     return entry
@@ -155,7 +155,7 @@ def publish_staged(
         is published, the plan stays pending).
     :raises LogConflictError: when another batch took the plan's entry of the log first.
     """
-    data = store.sink.data
+    data = store.data
     found = data.file_sizes(staged.staging)
     reported = {f["name"] for f in staged.reports.files}
     footers = {name: footer_rows(store, f"{staged.staging}/{name}") for name in sorted(reported & set(found))}
@@ -174,14 +174,14 @@ def publish_staged(
         stats,
         staged.reports.files,
         staging=staging,
-        location=store.sink.batch_location(plan.batch_id, staging),
+        location=store.batch_location(plan.batch_id, staging),
         schema=staged.schema,
         written_at=utc_now(),
         options={
             "reader": options.reader,
             "value_format": options.value_format,
             "value_schema": options.value_schema,
-            "partition_by": partition_of(store),
+            "partition_by": store.partition_by,
         },
         timings=timings,
     )
@@ -189,14 +189,10 @@ def publish_staged(
     return store.commit_entry(plan, manifest)
 
 
-def partition_of(store: BatchStore) -> str | None:
-    return getattr(store.sink, "partition_by", None)
-
-
 def footer_rows(store: BatchStore, name: str) -> int | None:
     """Rows in a staged file's Parquet footer; ``None`` when it is gone or unreadable (the check says so)."""
     try:
-        with store.sink.data.open_input(name) as f:
+        with store.data.open_input(name) as f:
             return pq.ParquetFile(f).metadata.num_rows
     except (OSError, pa.ArrowException):
         return None

@@ -58,7 +58,7 @@ def made_up_kafka(monkeypatch, stop_short: bool = False) -> None:
 def stage(plan, store, kafka_config, options):
     """What the Spark tasks do, task by task, in this process."""
     staging = store.new_staging(plan.batch_id)
-    data = store.sink.data
+    data = store.data
     writer = TaskWriter(data.output, staging, data.storage_options)
     reports = []
     for piece in plan.readable_ranges:
