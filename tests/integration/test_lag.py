@@ -263,3 +263,22 @@ def test_lag_uses_the_output_log_where_the_group_has_no_offsets(
     assert not result.is_done and result.xcom_value["total_lag"] == 4, (
         f"the sensor must wait for 5 records, not fire on 24: {result.xcom_value}"
     )
+
+
+def test_the_hook_hands_out_the_offsets_client_of_its_connection(kafka_connection, kafka_config, new_topic, group_id):
+    from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
+    from kafka_batch_provider.kafka.client import KafkaOffsets
+
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, sample_records(1, 3))
+    hook = KafkaOffsetsHook("kafka_default", timeout=7)
+    client = hook.get_conn
+    assert isinstance(client, KafkaOffsets) and client is hook.get_conn, (
+        f"expected get_conn to hand out one KafkaOffsets per hook, found {client!r}"
+    )
+    assert client.bootstrap_servers == kafka_config["bootstrap.servers"] and client.timeout == 7
+    try:
+        lags = client.lag(group_id, [topic])
+    finally:
+        hook.close()
+    assert list(lags.values()) == [3], f"expected a lag of 3 records through the connection's client, found {lags}"

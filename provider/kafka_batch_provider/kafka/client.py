@@ -55,21 +55,17 @@ class KafkaOffsets:
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None, timeout: float = 30.0) -> None:
-        self._explicit_config = dict(config) if config is not None else None
+        self._given_config = dict(config) if config is not None else None
         self.timeout = timeout
         self._consumers: dict[str, Consumer] = {}
 
     # -- configuration -------------------------------------------------------------------
 
-    def _load_config(self) -> dict[str, Any]:
-        """Where the librdkafka config comes from; the Airflow hook reads it from a connection."""
-        if self._explicit_config is None:
-            raise PlanError("no Kafka configuration given")
-        return self._explicit_config
-
     @cached_property
     def kafka_config(self) -> dict[str, Any]:
-        return check_config(self._load_config())
+        if self._given_config is None:
+            raise PlanError("no Kafka configuration given")
+        return check_config(self._given_config)
 
     @property
     def isolation_level(self) -> str:

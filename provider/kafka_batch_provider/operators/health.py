@@ -82,10 +82,10 @@ class KafkaLagHealthOperator(BaseOperator):
         self.kafka_timeout = positive_seconds("kafka_timeout", kafka_timeout)
 
     def execute(self, context: Any) -> dict[str, Any]:
-        hook = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout)
+        kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
         with task_errors():
             store = open_existing_output(output_args_of(self))
-            report = lag_report(hook, self.group_id, as_list(self.topics), store, self.policy)
+            report = lag_report(kafka, self.group_id, as_list(self.topics), store, self.policy)
         for p in report.partitions:
             self.log.info("%s lag %d: %s (%s)", p.state.tp, p.state.lag, p.status.value, p.reason)
         for note in report.notes:

@@ -164,7 +164,7 @@ class KafkaOffsetPlanOperator(BaseOperator):
         return output
 
     def execute(self, context: Any) -> dict[str, Any]:
-        hook = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout)
+        kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
         with task_errors():
             topics, partitions = check_topics(as_list(self.topics)), as_int_list(self.partitions)
             check_group_id(self.group_id)
@@ -173,7 +173,7 @@ class KafkaOffsetPlanOperator(BaseOperator):
                 start, end = context["data_interval_start"], context["data_interval_end"]
                 self.log.info("backfill run: replaying %s .. %s of %s into %s", start, end, topics, store.root)
                 outcome = plan_replay_batch(
-                    hook,
+                    kafka,
                     store,
                     topics,
                     partitions=partitions,
@@ -183,7 +183,7 @@ class KafkaOffsetPlanOperator(BaseOperator):
                 )
             else:
                 outcome = plan_batch(
-                    hook,
+                    kafka,
                     store,
                     self.group_id,
                     topics,
@@ -296,11 +296,11 @@ class KafkaReplayPlanOperator(BaseOperator):
             dry_run = parse_bool("dry_run", self.dry_run)
             topics = check_topics(as_list(self.topics))
             chosen = self.replay_range()
-            hook = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout)
+            kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
             # A dry run creates no Iceberg table: replaying into a new one is planned for real only.
             spec, store = open_output(output_args_of(self), create=not dry_run)
             outcome = plan_replay_batch(
-                hook,
+                kafka,
                 store,
                 topics,
                 partitions=as_int_list(self.partitions),

@@ -48,11 +48,11 @@ def check_lag(
         catalog_properties=dict(catalog_properties or {}),
     )
     store = open_existing_output(output)
-    hook = KafkaOffsetsHook(kafka_config_id, timeout=kafka_timeout)
+    kafka = KafkaOffsetsHook(kafka_config_id, timeout=kafka_timeout).get_conn
     try:
-        states = partition_lags(hook, group_id, list(topics), max_data_age_seconds is not None, store)
+        states = partition_lags(kafka, group_id, list(topics), max_data_age_seconds is not None, store)
     finally:
-        hook.close()
+        kafka.close()
     max_age = None if max_data_age_seconds is None else timedelta(seconds=max_data_age_seconds)
     ready, reason = ready_to_ingest(states, min_lag, max_age, datetime.now(timezone.utc))
     return ready, reason, sum(s.lag for s in states)
