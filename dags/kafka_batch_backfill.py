@@ -30,10 +30,20 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param
 
+from kafka_batch_provider.operators.output import BatchOutput
 from kafka_batch_provider.operators.plan import KafkaReplayPlanOperator
 from kafka_batch_provider.operators.spark import KafkaSparkBatchOperator
 from kafka_batch_provider.operators.spark_connect import KafkaSparkConnectBatchOperator
 from kafka_batch_provider.output.sink import FORMATS
+
+OUTPUT = BatchOutput(
+    output_format="{{ params.output_format }}",
+    # Each format reads its own field, so the other one's default does not get in the way.
+    output_path="{{ params.output_path if params.output_format != 'iceberg' else None }}",
+    table="{{ params.table if params.output_format == 'iceberg' else None }}",
+    storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
+    catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
+)
 
 OFFSETS = {
     "type": ["null", "object"],
@@ -116,21 +126,15 @@ with DAG(
         start_time="{{ params.start_time }}",
         end_time="{{ params.end_time }}",
         whole_topic="{{ params.whole_topic }}",
-        output_format="{{ params.output_format }}",
-        # Each format reads its own field, so the other one's default does not get in the way.
-        output_path="{{ params.output_path if params.output_format != 'iceberg' else None }}",
-        table="{{ params.table if params.output_format == 'iceberg' else None }}",
+        output=OUTPUT,
         dry_run="{{ params.dry_run }}",
         kafka_config_id=os.environ.get("KAFKA_BATCH_KAFKA_CONN_ID", "kafka_default"),
-        storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
-        catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
     )
     spark_step = {
         "task_id": "spark_write",
         "plan_task_id": "plan_replay",
         "kafka_config_id": os.environ.get("KAFKA_BATCH_KAFKA_CONN_ID", "kafka_default"),
-        "storage_conn_id": os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
-        "catalog_conn_id": os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
+        "output": OUTPUT,
     }
     if os.environ.get("KAFKA_BATCH_SPARK_CONNECT_CONN_ID"):
         # A Spark Connect server instead of spark-submit: no JVM start per run.

@@ -52,6 +52,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
+from kafka_batch_provider.operators.output import BatchOutput
 from kafka_batch_provider.task_group import kafka_batch_ingest_group
 
 
@@ -96,15 +97,19 @@ with DAG(
         group_id="ingest",
         topics=setting("kafka_batch_topics", "KAFKA_BATCH_TOPICS", "orders"),
         consumer_group=setting("kafka_batch_group", "KAFKA_BATCH_GROUP", "kafka-batch-ingest"),
-        output_format=setting("kafka_batch_format", "KAFKA_BATCH_FORMAT", "parquet"),
-        output_path=setting("kafka_batch_output", "KAFKA_BATCH_OUTPUT", "/tmp/kafka-batch/lake", ("parquet", "delta")),
-        table=setting("kafka_batch_table", "KAFKA_BATCH_TABLE", "", ("iceberg",)),
-        partition_by=setting("kafka_batch_partition_by", "KAFKA_BATCH_PARTITION_BY", ""),
-        catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
+        output=BatchOutput(
+            output_format=setting("kafka_batch_format", "KAFKA_BATCH_FORMAT", "parquet"),
+            output_path=setting(
+                "kafka_batch_output", "KAFKA_BATCH_OUTPUT", "/tmp/kafka-batch/lake", ("parquet", "delta")
+            ),
+            table=setting("kafka_batch_table", "KAFKA_BATCH_TABLE", "", ("iceberg",)),
+            partition_by=setting("kafka_batch_partition_by", "KAFKA_BATCH_PARTITION_BY", ""),
+            storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
+            catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
+        ),
         kafka_config_id=os.environ.get("KAFKA_BATCH_KAFKA_CONN_ID", "kafka_default"),
         spark_conn_id=os.environ.get("KAFKA_BATCH_SPARK_CONN_ID", "spark_default"),
         spark_connect_conn_id=os.environ.get("KAFKA_BATCH_SPARK_CONNECT_CONN_ID") or None,
-        storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
         on_group_mismatch=os.environ.get("KAFKA_BATCH_ON_GROUP_MISMATCH", "fail"),
         min_lag=int(os.environ.get("KAFKA_BATCH_MIN_LAG", "1")),
         max_data_age=seconds("KAFKA_BATCH_MAX_DATA_AGE_SECONDS", 3600),

@@ -10,6 +10,7 @@ from airflow.sdk import TaskGroup
 
 from kafka_batch_provider.operators.commit import KafkaOffsetCommitOperator
 from kafka_batch_provider.operators.health import KafkaLagHealthOperator
+from kafka_batch_provider.operators.output import BatchOutput
 from kafka_batch_provider.operators.plan import KafkaOffsetPlanOperator
 from kafka_batch_provider.operators.spark import KafkaSparkBatchOperator
 from kafka_batch_provider.operators.spark_connect import KafkaSparkConnectBatchOperator
@@ -21,17 +22,11 @@ def kafka_batch_ingest_group(
     *,
     topics: Sequence[str] | str,
     consumer_group: str,
-    output_path: str | None = None,
-    output_format: str = "parquet",
-    table: str | None = None,
-    catalog_conn_id: str | None = None,
-    catalog_properties: Mapping[str, str] | None = None,
-    partition_by: str | None = None,
+    output: BatchOutput,
     group_id: str = "kafka_ingest",
     kafka_config_id: str = "kafka_default",
     spark_conn_id: str = "spark_default",
     spark_connect_conn_id: str | None = None,
-    storage_conn_id: str | None = None,
     on_group_mismatch: str = "fail",
     partitions: Sequence[int] | str | None = None,
     new_partitions: str = "earliest",
@@ -62,13 +57,15 @@ def kafka_batch_ingest_group(
     """Create the task group ``<group_id>``: ``wait_for_data`` -> ``plan`` -> ``spark_write``
     -> ``commit`` -> ``lag_health``.
 
-    Call it inside a ``with DAG(...)`` block. ``topics``, ``consumer_group`` and
-    ``output_path`` (a local path or a URI such as ``s3://bucket/lake``) may be Jinja templates;
-    ``storage_conn_id`` names the output's ``aws`` / ``google_cloud_platform`` / ``wasb``
-    connection (default: the filesystem's own credentials). ``output_format`` is ``parquet``
-    (default), ``delta`` (the table at ``output_path``) or ``iceberg`` (``table``,
-    ``NAMESPACE.NAME``, in the catalog whose properties are the extra of ``catalog_conn_id``);
-    ``partition_by="date"`` partitions a table by day. ``on_group_mismatch`` says what the
+    Call it inside a ``with DAG(...)`` block. ``output`` is one
+    :class:`~kafka_batch_provider.operators.output.BatchOutput`, handed to every task:
+    ``output_format`` ``parquet`` (default), ``delta`` (the table at ``output_path``, a local
+    path or a URI such as ``s3://bucket/lake``) or ``iceberg`` (``table``, ``NAMESPACE.NAME``,
+    in the catalog whose properties are the extra of ``catalog_conn_id``), ``partition_by="date"``
+    for tables, ``storage_conn_id`` for the files' ``aws`` / ``google_cloud_platform`` / ``wasb``
+    connection (default: the filesystem's own credentials). ``topics``, ``consumer_group`` and
+    the output's format, path, table and partitioning may be Jinja templates.
+    ``on_group_mismatch`` says what the
     plan step does when the group disagrees with the output's offset log. The sensor
     (reschedule mode, soft fail) skips the run when fewer than ``min_lag`` records arrive
     within ``sensor_timeout`` and nothing has waited longer than ``max_data_age``. The health
@@ -82,18 +79,8 @@ def kafka_batch_ingest_group(
     failed run's plan is picked up by the next run. Extra keyword arguments go to every task.
     """
     common = {"retries": retries, "retry_delay": retry_delay, **task_kwargs}
-    output = {
-        "output_path": output_path,
-        "output_format": output_format,
-        "table": table,
-        "catalog_conn_id": catalog_conn_id,
-        "catalog_properties": dict(catalog_properties or {}),
-        "partition_by": partition_by,
-        "storage_conn_id": storage_conn_id,
-    }
-    # The Spark and commit tasks read the rest of the output from the plan's XCom.
-    connections = {k: output[k] for k in ("storage_conn_id", "catalog_conn_id", "catalog_properties")}
-    with TaskGroup(group_id=group_id, tooltip=f"Kafka -> {table or output_path}") as group:
+    common = {**common, "output": output}  # every task gets the one output value
+    with TaskGroup(group_id=group_id, tooltip=f"Kafka -> {output.table or output.output_path}") as group:
         sensor = None
         if wait_for_data:
             sensor = KafkaLagSensor(
@@ -108,7 +95,6 @@ def kafka_batch_ingest_group(
                 mode=sensor_mode,
                 deferrable=deferrable,
                 soft_fail=True,
-                **output,
                 **common,
             )
         plan = KafkaOffsetPlanOperator(
@@ -124,7 +110,6 @@ def kafka_batch_ingest_group(
             replay_output_path=replay_output_path,
             replay_table=replay_table,
             on_group_mismatch=on_group_mismatch,
-            **output,
             **common,
         )
         spark_step = {
@@ -134,7 +119,6 @@ def kafka_batch_ingest_group(
             "reader": reader,
             "value_format": value_format,
             "value_schema": value_schema,
-            **connections,
             **common,
         }
         if spark_connect_conn_id:
@@ -150,7 +134,6 @@ def kafka_batch_ingest_group(
             task_id="commit",
             plan_task_id=plan.task_id,
             kafka_config_id=kafka_config_id,
-            **connections,
             **common,
         )
         steps = [plan, write, commit]
@@ -165,7 +148,6 @@ def kafka_batch_ingest_group(
                     kafka_config_id=kafka_config_id,
                     window=health_window,
                     stop_after=stop_after,
-                    **output,
                     **common,
                 )
             )

@@ -25,8 +25,9 @@ class ArgumentCase:
     expected: str
 
 
-PLAN = {"topics": ["orders"], "group_id": "ingest", "output_path": "/tmp/kafka-batch-never-written"}
-REPLAY = {"topics": ["orders"], "output_path": "/tmp/kafka-batch-never-written", "start_offsets": {"0": 0}}
+PLAN = {"topics": ["orders"], "group_id": "ingest"}
+REPLAY = {"topics": ["orders"], "start_offsets": {"0": 0}}
+NEVER_WRITTEN = {"output_path": "/tmp/kafka-batch-never-written"}
 
 ARGUMENT_CASES = [
     ArgumentCase("plan-repeated-topics", "plan", {"topics": ["orders", "orders"]}, "given more than once"),
@@ -52,6 +53,7 @@ ARGUMENT_CASES = [
         {"catalog_properties": {"credential": "id:secret"}},
         "catalog_conn_id",
     ),
+    ArgumentCase("plan-output-not-a-value", "plan", {"output": {"output_path": "/x"}}, "output must be a BatchOutput"),
     ArgumentCase("replay-no-range", "replay", {"start_offsets": None}, "a replay needs a range"),
     ArgumentCase(
         "replay-offsets-and-times",
@@ -79,10 +81,17 @@ def build(kind: str, kwargs: dict[str, Any]):
     from airflow.sdk import DAG
 
     from kafka_batch_provider.operators.commit import KafkaOffsetCommitOperator
+    from kafka_batch_provider.operators.output import BatchOutput
     from kafka_batch_provider.operators.plan import KafkaOffsetPlanOperator, KafkaReplayPlanOperator
     from kafka_batch_provider.operators.spark import KafkaSparkBatchOperator
     from kafka_batch_provider.operators.spark_connect import KafkaSparkConnectBatchOperator
 
+    # The output's parts go into the one output value the operators take.
+    fields = {k: kwargs.pop(k) for k in list(kwargs) if k in BatchOutput.__dataclass_fields__}
+    if kind in ("plan", "replay"):
+        fields = {**NEVER_WRITTEN, **fields}
+    if fields:
+        kwargs.setdefault("output", BatchOutput(**fields))
     with DAG(dag_id=f"bad_{kind}", schedule=None):
         if kind == "plan":
             return KafkaOffsetPlanOperator(task_id="plan", **{**PLAN, **kwargs})
@@ -101,7 +110,7 @@ def test_bad_operator_argument_fails_the_dag_import_with_one_line(case: Argument
 
     before = scene.snapshot()
     try:
-        build(case.operator, case.kwargs)
+        build(case.operator, dict(case.kwargs))
     except (KafkaBatchError, ValueError) as exc:
         problems = one_line_problems(str(exc), case.expected)
     else:

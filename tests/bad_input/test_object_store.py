@@ -52,6 +52,7 @@ def test_operator_with_a_wrong_access_key_fails_without_retry(strict_s3, scene: 
     from airflow.sdk import DAG
     from airflow.sdk.exceptions import AirflowFailException
 
+    from kafka_batch_provider.operators.output import BatchOutput
     from kafka_batch_provider.operators.plan import KafkaReplayPlanOperator
 
     monkeypatch.setenv(
@@ -71,8 +72,8 @@ def test_operator_with_a_wrong_access_key_fails_without_retry(strict_s3, scene: 
     )
     with DAG(dag_id="bad_s3", schedule=None):
         task = KafkaReplayPlanOperator(
-            task_id="replay", topics=[scene.topic], whole_topic=True, output_path=f"s3://{strict_s3.bucket}/replay",
-            storage_conn_id="lake",
+            task_id="replay", topics=[scene.topic], whole_topic=True,
+            output=BatchOutput(output_path=f"s3://{strict_s3.bucket}/replay", storage_conn_id="lake"),
         )  # fmt: skip
     before = {"scene": scene.snapshot(), "bucket": bucket_listing(strict_s3)}
     try:

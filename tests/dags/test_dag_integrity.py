@@ -133,20 +133,19 @@ def test_ingest_dag_renders_the_output_of_the_chosen_format_for_every_task_that_
 def test_ingest_group_hands_the_catalog_connection_to_every_task_that_opens_the_output():
     from airflow.sdk import DAG
 
+    from kafka_batch_provider.operators.output import BatchOutput
     from kafka_batch_provider.task_group import kafka_batch_ingest_group
 
+    output = BatchOutput(
+        output_format="iceberg", table="lake.orders", catalog_conn_id="lake_catalog", storage_conn_id="lake"
+    )
     with DAG(dag_id="tables", schedule=None) as dag:
-        kafka_batch_ingest_group(
-            topics="t",
-            consumer_group="g",
-            output_format="iceberg",
-            table="lake.orders",
-            catalog_conn_id="lake_catalog",
-            storage_conn_id="lake",
-        )
+        kafka_batch_ingest_group(topics="t", consumer_group="g", output=output)
     for task in dag.tasks:
-        assert task.catalog_conn_id == "lake_catalog", f"{task.task_id} has catalog_conn_id {task.catalog_conn_id!r}"
-        assert task.storage_conn_id == "lake", f"{task.task_id} has storage_conn_id {task.storage_conn_id!r}"
+        found = task.batch_output
+        assert (found.catalog_conn_id, found.storage_conn_id) == ("lake_catalog", "lake"), (
+            f"{task.task_id} has catalog_conn_id {found.catalog_conn_id!r}, storage_conn_id {found.storage_conn_id!r}"
+        )
     for task_id in ("kafka_ingest.wait_for_data", "kafka_ingest.plan", "kafka_ingest.lag_health"):
         task = dag.task_dict[task_id]
         assert (task.output_format, task.table) == ("iceberg", "lake.orders"), f"{task_id} opens another output"
@@ -156,10 +155,12 @@ def test_ingest_group_with_a_bad_output_fails_when_the_dag_is_parsed():
     from airflow.sdk import DAG
 
     from kafka_batch_provider.errors import ConfigError
+    from kafka_batch_provider.operators.output import BatchOutput
     from kafka_batch_provider.task_group import kafka_batch_ingest_group
 
+    output = BatchOutput(output_format="iceberg", table="lake.orders")
     with DAG(dag_id="bad_tables", schedule=None), pytest.raises(ConfigError) as raised:
-        kafka_batch_ingest_group(topics="t", consumer_group="g", output_format="iceberg", table="lake.orders")
+        kafka_batch_ingest_group(topics="t", consumer_group="g", output=output)
     expected = "needs the catalog's properties: catalog_conn_id"
     assert expected in str(raised.value), f"expected the missing catalog ({expected!r}), got {raised.value}"
 

@@ -10,7 +10,7 @@ import pytest
 
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.hooks.catalog import catalog_properties_from_connection
-from kafka_batch_provider.operators.output import OutputArgs
+from kafka_batch_provider.operators.output import BatchOutput
 from kafka_batch_provider.testing.producers import produce, sample_records
 
 SECRET = "catalog-secret-value"
@@ -105,8 +105,9 @@ def test_unusable_catalog_connections_fail_with_one_line(monkeypatch, fields, ex
 def test_bad_output_arguments_fail_the_dag_import_with_one_line(arguments, expected):
     from kafka_batch_provider.operators.plan import KafkaOffsetPlanOperator
 
+    replay = {k: arguments.pop(k) for k in ("replay_output_path",) if k in arguments}
     with pytest.raises(ConfigError) as raised:
-        KafkaOffsetPlanOperator(task_id="plan", topics="t", group_id="g", **arguments)
+        KafkaOffsetPlanOperator(task_id="plan", topics="t", group_id="g", output=BatchOutput(**arguments), **replay)
     message = str(raised.value)
     assert expected in message and "\n" not in message, f"expected one line with {expected!r}, got {message!r}"
 
@@ -115,16 +116,32 @@ def test_templated_output_arguments_are_checked_when_the_task_runs():
     from kafka_batch_provider.operators.plan import KafkaOffsetPlanOperator
 
     task = KafkaOffsetPlanOperator(
-        task_id="plan", topics="t", group_id="g", output_format="{{ var.value.fmt }}", output_path="/lake"
+        task_id="plan",
+        topics="t",
+        group_id="g",
+        output=BatchOutput(output_format="{{ var.value.fmt }}", output_path="/lake"),
     )
     assert task.output_format == "{{ var.value.fmt }}", "a template cannot be judged before it is rendered"
 
 
+def test_a_shared_output_value_is_rendered_per_task_never_in_place():
+    from kafka_batch_provider.operators.plan import KafkaOffsetPlanOperator
+
+    shared = BatchOutput(output_format="{{ params.fmt }}", output_path="/lake")
+    first = KafkaOffsetPlanOperator(task_id="a", topics="t", group_id="g", output=shared)
+    second = KafkaOffsetPlanOperator(task_id="b", topics="t", group_id="g", output=shared)
+    first.render_template_fields({"params": {"fmt": "delta"}})
+    assert first.batch_output.format == "delta", f"expected the rendered format, found {first.batch_output}"
+    assert second.output_format == shared.output_format == "{{ params.fmt }}", (
+        f"rendering one task changed the shared value: {shared} / {second.output_format}"
+    )
+
+
 def test_replays_go_beside_the_output_or_table():
-    parquet = OutputArgs(output_path="s3://bucket/lake/")
+    parquet = BatchOutput(output_path="s3://bucket/lake/")
     assert parquet.replay().output_path == "s3://bucket/lake_replay"
     assert parquet.replay("/elsewhere").output_path == "/elsewhere"
-    iceberg = OutputArgs(output_format="iceberg", table="lake.orders", catalog_conn_id="c")
+    iceberg = BatchOutput(output_format="iceberg", table="lake.orders", catalog_conn_id="c")
     assert iceberg.replay().table == "lake.orders_replay"
     assert iceberg.replay(replay_table="lake.again").table == "lake.again"
     with pytest.raises(ConfigError, match="replay_table is for output_format='iceberg'"):
@@ -132,10 +149,8 @@ def test_replays_go_beside_the_output_or_table():
 
 
 def test_downstream_tasks_rebuild_the_output_from_the_xcom_and_an_old_xcom_is_a_parquet_folder():
-    described = OutputArgs.from_plan_xcom(
-        {"output": {"format": "delta", "output": "/t", "table": None, "partition_by": "date"}, "output_path": "/t"},
-        storage_conn_id="lake",
-        catalog_conn_id=None,
+    described = BatchOutput(storage_conn_id="lake").planned(
+        {"output": {"format": "delta", "output": "/t", "table": None, "partition_by": "date"}, "output_path": "/t"}
     )
     assert (described.format, described.output_path, described.partition_by, described.storage_conn_id) == (
         "delta",
@@ -143,19 +158,23 @@ def test_downstream_tasks_rebuild_the_output_from_the_xcom_and_an_old_xcom_is_a_
         "date",
         "lake",
     ), f"got {described}"
-    old = OutputArgs.from_plan_xcom({"output_path": "/lake"}, None, None)
+    old = BatchOutput().planned({"output_path": "/lake"})
     assert (old.format, old.output_path) == ("parquet", "/lake"), f"got {old}"
 
 
 def test_the_trigger_serializes_connection_ids_not_their_contents():
     from kafka_batch_provider.triggers.lag import KafkaLagTrigger
 
-    trigger = KafkaLagTrigger(
-        group_id="g", topics=["t"], output_format="iceberg", table="lake.orders", catalog_conn_id="lake_catalog"
-    )
+    output = BatchOutput(output_format="iceberg", table="lake.orders", catalog_conn_id="lake_catalog")
+    trigger = KafkaLagTrigger(group_id="g", topics=["t"], output=output.to_dict())
     path, kwargs = trigger.serialize()
-    assert kwargs["output_format"] == "iceberg" and kwargs["table"] == "lake.orders"
-    assert kwargs["catalog_conn_id"] == "lake_catalog"
+    found = kwargs["output"]
+    assert (found["output_format"], found["table"], found["catalog_conn_id"]) == (
+        "iceberg",
+        "lake.orders",
+        "lake_catalog",
+    )
+    assert json.loads(json.dumps(kwargs)) == kwargs, f"the trigger's arguments must be plain JSON: {kwargs}"
     rebuilt = KafkaLagTrigger(**kwargs)
     assert rebuilt.serialize() == (path, kwargs), "the triggerer must rebuild the same trigger"
 
@@ -178,14 +197,14 @@ def test_plan_operator_creates_the_table_and_pushes_a_secret_free_xcom(
     set_connection(monkeypatch, "lake_catalog", extra={**sql_catalog, "token": SECRET})
     topic = new_topic(partitions=1)
     produce(kafka_config, topic, sample_records(1, 5))
-    output = {"output_format": "iceberg", "table": "lake.events", "catalog_conn_id": "lake_catalog"}
+    output = BatchOutput(output_format="iceberg", table="lake.events", catalog_conn_id="lake_catalog")
 
-    sensor = KafkaLagSensor(task_id="wait", group_id=group_id, topics=topic, **output)
+    sensor = KafkaLagSensor(task_id="wait", group_id=group_id, topics=topic, output=output)
     poked = sensor.poke({})
     assert poked.is_done and poked.xcom_value["total_lag"] == 5, f"no table yet: the group alone tells {poked}"
     assert not load_catalog(sql_catalog).table_exists("lake.events"), "the sensor must not create the table"
 
-    plan = KafkaOffsetPlanOperator(task_id="plan", topics=topic, group_id=group_id, **output)
+    plan = KafkaOffsetPlanOperator(task_id="plan", topics=topic, group_id=group_id, output=output)
     xcom = plan.execute({})
     assert xcom["output"] == {"format": "iceberg", "output": None, "table": "lake.events", "partition_by": None}
     assert xcom["output_path"] is None, f"an Iceberg output has no path to reopen, got {xcom['output_path']!r}"

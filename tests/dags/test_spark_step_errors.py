@@ -26,6 +26,7 @@ def test_a_spark_step_configuration_error_fails_at_once_with_the_applications_li
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
+    from kafka_batch_provider.operators.output import BatchOutput
     from kafka_batch_provider.operators.plan import KafkaReplayPlanOperator
     from kafka_batch_provider.operators.spark import KafkaSparkBatchOperator
 
@@ -43,7 +44,7 @@ def test_a_spark_step_configuration_error_fails_at_once_with_the_applications_li
             topics=topic,
             start_offsets={"0": 0},
             end_offsets={"0": 5},
-            output_path=str(tmp_path / "out"),
+            output=BatchOutput(output_path=str(tmp_path / "out")),
         )
         write = KafkaSparkBatchOperator(
             task_id="spark_write",

@@ -13,6 +13,7 @@ from kafka_batch_provider.core.lag_health import HealthPolicy, LagStatus
 from kafka_batch_provider.core.offsets import TopicPartition
 from kafka_batch_provider.core.planning import PlanPolicy
 from kafka_batch_provider.kafka.client import KafkaOffsets
+from kafka_batch_provider.operators.output import BatchOutput
 from kafka_batch_provider.output.store import BatchStore
 from kafka_batch_provider.steps.lag import lag_report
 from kafka_batch_provider.testing.producers import Record, produce, sample_records
@@ -258,7 +259,9 @@ def test_lag_uses_the_output_log_where_the_group_has_no_offsets(
     assert with_output.total_lag == 4, "the output's log says only the new records are"
     assert {p.state.committed for p in with_output.partitions} == {10}
     assert with_output.status is LagStatus.OK, with_output.message()
-    sensor = KafkaLagSensor(task_id="wait", group_id=group_id, topics=topic, min_lag=5, output_path=str(tmp_path))
+    sensor = KafkaLagSensor(
+        task_id="wait", group_id=group_id, topics=topic, min_lag=5, output=BatchOutput(output_path=str(tmp_path))
+    )
     result = sensor.poke({})
     assert not result.is_done and result.xcom_value["total_lag"] == 4, (
         f"the sensor must wait for 5 records, not fire on 24: {result.xcom_value}"

@@ -9,10 +9,9 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
 from kafka_batch_provider.core.validation import positive_seconds
-from kafka_batch_provider.hooks.catalog import check_public_properties
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import task_errors
-from kafka_batch_provider.operators.output import OutputArgs, open_output
+from kafka_batch_provider.operators.output import BatchOutput, connections_of, open_output
 from kafka_batch_provider.operators.xcom import load_plan, pull_summary
 from kafka_batch_provider.steps.commit import commit_batch
 
@@ -29,9 +28,8 @@ class KafkaOffsetCommitOperator(BaseOperator):
 
     :param plan_task_id: task id of the plan operator.
     :param kafka_config_id: the ``kafka`` connection the plan used.
-    :param storage_conn_id: the output's storage connection (as for the plan operator).
-    :param catalog_conn_id: the Iceberg catalog's connection (as for the plan operator).
-    :param catalog_properties: non-secret catalog properties (as for the plan operator).
+    :param output: the same :class:`~kafka_batch_provider.operators.output.BatchOutput` as the
+        plan task's: its connections open the output; the format and location come from the plan.
     """
 
     template_fields: Sequence[str] = ("plan_task_id",)
@@ -42,9 +40,7 @@ class KafkaOffsetCommitOperator(BaseOperator):
         *,
         plan_task_id: str,
         kafka_config_id: str = "kafka_default",
-        storage_conn_id: str | None = None,
-        catalog_conn_id: str | None = None,
-        catalog_properties: dict[str, str] | None = None,
+        output: BatchOutput | None = None,
         kafka_timeout: float = 30.0,
         trigger_rule: str = "none_failed",
         **kwargs: Any,
@@ -52,14 +48,12 @@ class KafkaOffsetCommitOperator(BaseOperator):
         super().__init__(trigger_rule=trigger_rule, **kwargs)
         self.plan_task_id = plan_task_id
         self.kafka_config_id = kafka_config_id
-        self.storage_conn_id = storage_conn_id
-        self.catalog_conn_id = catalog_conn_id
-        self.catalog_properties = check_public_properties(catalog_properties)
+        self.batch_output = connections_of(output)
         self.kafka_timeout = positive_seconds("kafka_timeout", kafka_timeout)
 
     def execute(self, context: Any) -> dict[str, Any]:
         summary = pull_summary(context, self.plan_task_id, "commit")
-        output = OutputArgs.from_plan_xcom(summary, self.storage_conn_id, self.catalog_conn_id, self.catalog_properties)
+        output = self.batch_output.planned(summary)
         with task_errors():
             _, store = open_output(output, create=False)
             plan = load_plan(summary, store)

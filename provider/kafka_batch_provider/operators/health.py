@@ -13,7 +13,12 @@ from kafka_batch_provider.core.lag_health import HealthPolicy, LagStatus
 from kafka_batch_provider.core.validation import positive_seconds
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import task_errors
-from kafka_batch_provider.operators.output import OUTPUT_TEMPLATE_FIELDS, open_existing_output, output_args_of
+from kafka_batch_provider.operators.output import (
+    OUTPUT_TEMPLATE_FIELDS,
+    BatchOutput,
+    TemplatedOutput,
+    open_existing_output,
+)
 from kafka_batch_provider.operators.xcom import as_list
 from kafka_batch_provider.steps.lag import lag_report
 
@@ -21,7 +26,7 @@ from kafka_batch_provider.steps.lag import lag_report
 DEFAULT_FAIL_ON = frozenset(s for s in LagStatus if s not in (LagStatus.OK, LagStatus.WARN))
 
 
-class KafkaLagHealthOperator(BaseOperator):
+class KafkaLagHealthOperator(TemplatedOutput, BaseOperator):
     """Judge the group's lag per partition and for the group; fail on the statuses in ``fail_on``.
 
     Statuses: OK, WARN, STALL, STOP, REWIND, RETENTION_RISK, DATA_LOSS (see
@@ -29,12 +34,9 @@ class KafkaLagHealthOperator(BaseOperator):
     output's plans and commit records. The failure message names the partitions, their numbers
     and status; the full report is pushed to XCom either way.
 
-    :param output_path: the ingestion's output (path or URI): its offset log stands in where the
-        group has no offset, and its batch history enables the trend statuses; without it only
-        DATA_LOSS and RETENTION_RISK are judged.
-    :param output_format: ``parquet``, ``delta`` or ``iceberg`` (with ``table`` and
-        ``catalog_conn_id``, and ``catalog_properties``, ``partition_by``: as for the plan operator).
-    :param storage_conn_id: the output's storage connection (as for the plan operator).
+    :param output: the ingestion's :class:`~kafka_batch_provider.operators.output.BatchOutput`:
+        its offset log stands in where the group has no offset, and its batch history enables
+        the trend statuses; without it only DATA_LOSS and RETENTION_RISK are judged.
     :param stop_after: STOP when lag > 0 and nothing was committed for this long (e.g. three
         schedule intervals); ``None`` disables STOP.
     :param fail_on: statuses that fail the task (default: all but OK and WARN).
@@ -48,14 +50,8 @@ class KafkaLagHealthOperator(BaseOperator):
         *,
         group_id: str,
         topics: Sequence[str] | str,
-        output_path: str | None = None,
-        output_format: str = "parquet",
-        table: str | None = None,
-        catalog_conn_id: str | None = None,
-        catalog_properties: dict[str, str] | None = None,
-        partition_by: str | None = None,
+        output: BatchOutput | None = None,
         kafka_config_id: str = "kafka_default",
-        storage_conn_id: str | None = None,
         window: int = 5,
         stop_after: timedelta | None = None,
         retention_risk: float = 0.8,
@@ -67,16 +63,10 @@ class KafkaLagHealthOperator(BaseOperator):
         super().__init__(trigger_rule=trigger_rule, **kwargs)
         self.group_id = group_id
         self.topics = topics
-        self.output_path = output_path
-        self.output_format = output_format
-        self.table = table
-        self.catalog_conn_id = catalog_conn_id
-        self.catalog_properties = catalog_properties
-        self.partition_by = partition_by
+        self.keep_output(output)
         self.kafka_config_id = kafka_config_id
-        self.storage_conn_id = storage_conn_id
-        if output_args_of(self).given:  # the output is optional here
-            output_args_of(self).check()
+        if self.batch_output.given:  # the output is optional here
+            self.batch_output.check()
         self.policy = HealthPolicy(window=window, stop_after=stop_after, retention_risk=retention_risk)
         self.fail_on = frozenset(LagStatus(s) for s in fail_on)
         self.kafka_timeout = positive_seconds("kafka_timeout", kafka_timeout)
@@ -84,7 +74,7 @@ class KafkaLagHealthOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
         with task_errors():
-            store = open_existing_output(output_args_of(self))
+            store = open_existing_output(self.batch_output)
             report = lag_report(kafka, self.group_id, as_list(self.topics), store, self.policy)
         for p in report.partitions:
             self.log.info("%s lag %d: %s (%s)", p.state.tp, p.state.lag, p.status.value, p.reason)

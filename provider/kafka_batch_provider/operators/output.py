@@ -1,11 +1,12 @@
-"""Which output an operator writes or reads: the one place operator arguments become an
+"""Which output an operator writes or reads: one value, :class:`BatchOutput`, given to every
+operator of an ingestion, and the one place it becomes an
 :class:`~kafka_batch_provider.output.formats.OutputSpec`.
 
-Operators are given connection ids, never secrets: :class:`OutputArgs` holds what the DAG
-says (format, path or table, partitioning, connection ids, non-secret catalog properties) and
-is checked when the DAG is parsed; :meth:`OutputArgs.spec` reads the connections when the task
-runs. Downstream tasks rebuild the arguments from the plan's XCom (its secret-free
-``output``) plus their own connection ids, so the format is given once, to the plan task.
+A :class:`BatchOutput` holds what the DAG says (format, path or table, partitioning,
+connection ids, non-secret catalog properties), never a secret; it is checked when the DAG is
+parsed, and :meth:`BatchOutput.spec` reads the connections when the task runs. The tasks after
+the plan take the format and location from the plan's XCom (:meth:`BatchOutput.planned`: a
+backfill run's plan names the replay output) and only the connections from their own value.
 """
 
 from __future__ import annotations
@@ -39,8 +40,12 @@ def blank_to_none(value: Any) -> str | None:
 
 
 @dataclass(frozen=True)
-class OutputArgs:
-    """An operator's output, as the DAG names it: no secrets, only connection ids.
+class BatchOutput:
+    """Where the batches go, as a DAG names it: no secrets, only connection ids.
+
+    ``BatchOutput(output_format="delta", output_path="s3://lake/orders", storage_conn_id="lake")``
+    is passed as ``output=`` to the plan, Spark, commit, lag sensor and health operators (and
+    the task group); the format, path, table and partitioning may be Jinja templates.
 
     :param output_format: ``parquet`` (default), ``delta`` or ``iceberg``.
     :param output_path: the folder (parquet) or the Delta table's location.
@@ -102,7 +107,7 @@ class OutputArgs:
             partition_by=blank_to_none(self.partition_by),
         )
 
-    def replay(self, replay_output_path: str | None = None, replay_table: str | None = None) -> OutputArgs:
+    def replay(self, replay_output_path: str | None = None, replay_table: str | None = None) -> BatchOutput:
         """Where backfill runs write: ``<output_path>_replay`` or ``<table>_replay`` unless overridden."""
         if self.format == ICEBERG:
             if blank_to_none(replay_output_path):
@@ -114,37 +119,68 @@ class OutputArgs:
         path = blank_to_none(replay_output_path) or replay_output_for(blank_to_none(self.output_path) or "")
         return replace(self, output_path=path)
 
-    @classmethod
-    def from_plan_xcom(
-        cls,
-        summary: Mapping[str, Any],
-        storage_conn_id: str | None,
-        catalog_conn_id: str | None,
-        catalog_properties: Mapping[str, Any] | None = None,
-    ) -> OutputArgs:
-        """The output a plan task planned into (its XCom's ``output``) with this task's connections.
+    def planned(self, summary: Mapping[str, Any]) -> BatchOutput:
+        """The output a plan task planned into (its XCom's ``output``), with this value's connections.
 
         An XCom without ``output`` comes from a plan task of an earlier version: a Parquet folder.
         """
         described = summary.get("output") or {"format": PARQUET, "output": summary["output_path"]}
-        return cls(
+        return replace(
+            self,
             output_format=described["format"],
             output_path=described.get("output"),
             table=described.get("table"),
             partition_by=described.get("partition_by"),
-            storage_conn_id=storage_conn_id,
-            catalog_conn_id=catalog_conn_id,
-            catalog_properties=dict(catalog_properties or {}),
         )
 
+    def to_dict(self) -> dict[str, Any]:
+        """For a trigger's serialized arguments (connection ids, no secrets)."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
-def open_output(args: OutputArgs, create: bool) -> tuple[OutputSpec, BatchStore]:
+
+def connections_of(output: BatchOutput | None) -> BatchOutput:
+    """The output of a task after the plan: only its connections count (checked when the DAG is parsed)."""
+    from kafka_batch_provider.hooks.catalog import check_public_properties
+
+    output = output if output is not None else BatchOutput()
+    if not isinstance(output, BatchOutput):
+        raise ConfigError(f"output must be a BatchOutput(...), got {type(output).__name__}")
+    check_public_properties(output.catalog_properties)
+    return output
+
+
+#: The parts of a :class:`BatchOutput` that may be templates.
+OUTPUT_TEMPLATE_FIELDS = ("output_format", "output_path", "table", "partition_by")
+
+
+class TemplatedOutput:
+    """An operator's :class:`BatchOutput`, with its templated parts kept as the operator's own
+    attributes (``output_format``, ``output_path``, ``table``, ``partition_by``).
+
+    Airflow renders template fields on a shallow copy of the task: a value nested in it would be
+    rendered in place, and one shared by the tasks of a group, or by the runs of ``dag.test``,
+    would keep its first rendering. Flat attributes are rendered on the copy; :attr:`batch_output`
+    puts them back together.
+    """
+
+    def keep_output(self, output: BatchOutput | None) -> None:
+        self._output = connections_of(output)
+        for name in OUTPUT_TEMPLATE_FIELDS:
+            setattr(self, name, getattr(self._output, name))
+
+    @property
+    def batch_output(self) -> BatchOutput:
+        """The output, as rendered (inside a running task) or as given (when the DAG is parsed)."""
+        return replace(self._output, **{name: getattr(self, name) for name in OUTPUT_TEMPLATE_FIELDS})
+
+
+def open_output(args: BatchOutput, create: bool) -> tuple[OutputSpec, BatchStore]:
     """The spec and its store; ``create`` only for the plan tasks (they may create an Iceberg table)."""
     spec = args.spec()
     return spec, open_store(spec, create=create)
 
 
-def open_existing_output(args: OutputArgs) -> BatchStore | None:
+def open_existing_output(args: BatchOutput) -> BatchStore | None:
     """The store for the lag sensor and health check, ``None`` when no output is named or its
     Iceberg table does not exist yet (before the first plan: the group alone tells the lag)."""
     if not args.given:
@@ -160,20 +196,3 @@ def open_existing_output(args: OutputArgs) -> BatchStore | None:
         if not exists:
             return None
     return open_store(spec, create=False)
-
-
-def output_args_of(task: Any) -> OutputArgs:
-    """The output arguments of an operator that keeps them as (templated) attributes, as rendered."""
-    return OutputArgs(
-        output_format=task.output_format,
-        output_path=task.output_path,
-        table=task.table,
-        partition_by=task.partition_by,
-        storage_conn_id=task.storage_conn_id,
-        catalog_conn_id=task.catalog_conn_id,
-        catalog_properties=dict(task.catalog_properties or {}),
-    )
-
-
-#: The templated output arguments of the operators that name an output themselves.
-OUTPUT_TEMPLATE_FIELDS = ("output_format", "output_path", "table", "partition_by")

@@ -15,10 +15,10 @@ from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.output import (
     OUTPUT_TEMPLATE_FIELDS,
-    OutputArgs,
+    BatchOutput,
+    TemplatedOutput,
     is_template,
     open_output,
-    output_args_of,
     replay_output_for,
 )
 from kafka_batch_provider.operators.xcom import as_int_list, as_list, plan_xcom
@@ -47,7 +47,7 @@ def epoch_ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
-class KafkaOffsetPlanOperator(BaseOperator):
+class KafkaOffsetPlanOperator(TemplatedOutput, BaseOperator):
     """Reconcile the group with the output's offset log, then plan the next batch and persist it.
 
     Exactly as ``kafka-batch plan``: resumes from the output where the group lost its offsets,
@@ -61,22 +61,14 @@ class KafkaOffsetPlanOperator(BaseOperator):
 
     :param topics: topics to ingest (a list, or a comma-separated string from a template).
     :param group_id: consumer group whose committed offsets are the checkpoint.
-    :param output_path: the output: a local path or a URI (``s3://``, ``gs://``, ``abfs://``, ...);
-        for ``delta`` the table's location.
-    :param output_format: ``parquet`` (default: a folder of batches), ``delta`` (the Delta table
-        at ``output_path``) or ``iceberg`` (``table`` in the catalog of ``catalog_conn_id``);
-        the downstream tasks take it from this task's XCom.
-    :param table: the Iceberg table, ``NAMESPACE.NAME`` (created on first use).
-    :param catalog_conn_id: a connection whose extra holds the pyiceberg catalog properties
-        (``type``, ``uri``, ``warehouse``, ``s3.*``, ``credential``, ``token``...; see
-        :mod:`kafka_batch_provider.hooks.catalog`).
-    :param catalog_properties: non-secret catalog properties given in the DAG (they override
-        the connection's); secret-looking keys are refused.
-    :param partition_by: ``"date"``: partition a Delta or Iceberg table by the UTC date of the
-        Kafka timestamp.
+    :param output: the :class:`~kafka_batch_provider.operators.output.BatchOutput`: ``parquet``
+        (a folder of batches at ``output_path``: a local path or a URI such as ``s3://``,
+        ``gs://``, ``abfs://``), ``delta`` (the table at ``output_path``) or ``iceberg``
+        (``table`` in the catalog of ``catalog_conn_id``, whose extra holds the pyiceberg
+        catalog properties), with ``partition_by="date"`` for tables and ``storage_conn_id``
+        (an ``aws``, ``google_cloud_platform`` or ``wasb`` connection) for the files; the
+        downstream tasks take the format and location from this task's XCom.
     :param kafka_config_id: a ``kafka`` connection (extra = librdkafka config JSON).
-    :param storage_conn_id: an ``aws``, ``google_cloud_platform`` or ``wasb`` connection for the
-        output (default: the filesystem's own credentials, e.g. ``AWS_*`` variables).
     :param on_group_mismatch: ``fail`` (default), ``output`` (resume from the output's log) or
         ``group`` (accept a group ahead of the log; the skipped offsets become a gap).
     :param partitions: optional subset of partitions.
@@ -104,12 +96,7 @@ class KafkaOffsetPlanOperator(BaseOperator):
         *,
         topics: Sequence[str] | str,
         group_id: str,
-        output_path: str | None = None,
-        output_format: str = "parquet",
-        table: str | None = None,
-        catalog_conn_id: str | None = None,
-        catalog_properties: dict[str, str] | None = None,
-        partition_by: str | None = None,
+        output: BatchOutput,
         kafka_config_id: str = "kafka_default",
         partitions: Sequence[int] | str | None = None,
         new_partitions: str = NewPartitionPolicy.EARLIEST.value,
@@ -118,7 +105,6 @@ class KafkaOffsetPlanOperator(BaseOperator):
         max_records: int | None = None,
         replay_output_path: str | None = None,
         replay_table: str | None = None,
-        storage_conn_id: str | None = None,
         on_group_mismatch: str = GroupMismatchPolicy.FAIL.value,
         kafka_timeout: float = 30.0,
         **kwargs: Any,
@@ -126,14 +112,8 @@ class KafkaOffsetPlanOperator(BaseOperator):
         super().__init__(**kwargs)
         self.topics = topics
         self.group_id = group_id
-        self.output_path = output_path
-        self.output_format = output_format
-        self.table = table
-        self.catalog_conn_id = catalog_conn_id
-        self.catalog_properties = catalog_properties
-        self.partition_by = partition_by
+        self.keep_output(output)
         self.kafka_config_id = kafka_config_id
-        self.storage_conn_id = storage_conn_id
         self.on_group_mismatch = GroupMismatchPolicy(on_group_mismatch)
         self.partitions = partitions
         self.policy = PlanPolicy(
@@ -150,15 +130,15 @@ class KafkaOffsetPlanOperator(BaseOperator):
             check_topics(as_list(topics))
         if not is_template(group_id):
             check_group_id(group_id)
-        output = output_args_of(self)
+        output = self.batch_output
         output.check()
         replay_args = (self.output_format, self.output_path, self.table, self.replay_output_path, self.replay_table)
         if not any(is_template(v) for v in replay_args):
             output.replay(self.replay_output_path, self.replay_table).check()
 
-    def output_args(self, context: Any) -> OutputArgs:
+    def output_of_run(self, context: Any) -> BatchOutput:
         """This run's output: the replay output for a backfill run (it must not touch the dataset)."""
-        output = output_args_of(self)
+        output = self.batch_output
         if run_type_of(context) == BACKFILL_RUN_TYPE:
             return output.replay(self.replay_output_path, self.replay_table)
         return output
@@ -168,7 +148,7 @@ class KafkaOffsetPlanOperator(BaseOperator):
         with task_errors():
             topics, partitions = check_topics(as_list(self.topics)), as_int_list(self.partitions)
             check_group_id(self.group_id)
-            spec, store = open_output(self.output_args(context), create=True)
+            spec, store = open_output(self.output_of_run(context), create=True)
             if run_type_of(context) == BACKFILL_RUN_TYPE:
                 start, end = context["data_interval_start"], context["data_interval_end"]
                 self.log.info("backfill run: replaying %s .. %s of %s into %s", start, end, topics, store.root)
@@ -195,7 +175,7 @@ class KafkaOffsetPlanOperator(BaseOperator):
         return plan_xcom(outcome, spec, store)
 
 
-class KafkaReplayPlanOperator(BaseOperator):
+class KafkaReplayPlanOperator(TemplatedOutput, BaseOperator):
     """Plan a replay of explicit offsets or a time range (the manual backfill); never commits.
 
     Give either ``start_offsets``/``end_offsets`` (``{partition: offset}``; the partitions
@@ -209,9 +189,7 @@ class KafkaReplayPlanOperator(BaseOperator):
     :param dry_run: plan and validate only; the plan is shown in the log and XCom and the
         Spark task is skipped.
 
-    The output arguments (``output_path``, ``output_format``, ``table``, ``catalog_conn_id``,
-    ``catalog_properties``, ``partition_by``, ``storage_conn_id``) are those of
-    :class:`KafkaOffsetPlanOperator`.
+    ``output`` is as for :class:`KafkaOffsetPlanOperator` (the replay writes there).
     """
 
     template_fields: Sequence[str] = (
@@ -231,12 +209,7 @@ class KafkaReplayPlanOperator(BaseOperator):
         self,
         *,
         topics: Sequence[str] | str,
-        output_path: str | None = None,
-        output_format: str = "parquet",
-        table: str | None = None,
-        catalog_conn_id: str | None = None,
-        catalog_properties: dict[str, str] | None = None,
-        partition_by: str | None = None,
+        output: BatchOutput,
         kafka_config_id: str = "kafka_default",
         partitions: Sequence[int] | str | None = None,
         start_offsets: dict[Any, int] | None = None,
@@ -245,19 +218,12 @@ class KafkaReplayPlanOperator(BaseOperator):
         end_time: str | datetime | None = None,
         whole_topic: bool | str = False,
         dry_run: bool | str = False,
-        storage_conn_id: str | None = None,
         kafka_timeout: float = 30.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.topics = topics
-        self.output_path = output_path
-        self.output_format = output_format
-        self.table = table
-        self.catalog_conn_id = catalog_conn_id
-        self.catalog_properties = catalog_properties
-        self.partition_by = partition_by
-        self.storage_conn_id = storage_conn_id
+        self.keep_output(output)
         self.kafka_config_id = kafka_config_id
         self.partitions = partitions
         self.start_offsets = start_offsets
@@ -268,7 +234,7 @@ class KafkaReplayPlanOperator(BaseOperator):
         self.dry_run = dry_run
         self.kafka_timeout = positive_seconds("kafka_timeout", kafka_timeout)
         # Checked here, so bad arguments are a DAG import error; templates are checked when the task runs.
-        output_args_of(self).check()
+        self.batch_output.check()
         if not is_template(topics):
             check_topics(as_list(topics))
         if not any(is_template(v) for v in (start_offsets, end_offsets, start_time, end_time, whole_topic)):
@@ -298,7 +264,7 @@ class KafkaReplayPlanOperator(BaseOperator):
             chosen = self.replay_range()
             kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
             # A dry run creates no Iceberg table: replaying into a new one is planned for real only.
-            spec, store = open_output(output_args_of(self), create=not dry_run)
+            spec, store = open_output(self.batch_output, create=not dry_run)
             outcome = plan_replay_batch(
                 kafka,
                 store,

@@ -14,10 +14,9 @@ from airflow.sdk.exceptions import AirflowException
 
 from kafka_batch_provider.core.write_options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
-from kafka_batch_provider.hooks.catalog import check_public_properties
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import spark_step_error, task_errors
-from kafka_batch_provider.operators.output import OutputArgs, open_output
+from kafka_batch_provider.operators.output import BatchOutput, connections_of, open_output
 from kafka_batch_provider.operators.xcom import load_plan, pull_summary
 from kafka_batch_provider.output.formats import open_store
 from kafka_batch_provider.spark.app import CATALOG_PROPERTIES_FILE_ENV, CONFIG_FILE_ENV, STORAGE_OPTIONS_FILE_ENV
@@ -43,16 +42,10 @@ def shippable(kafka_config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kafka_config.items() if k != "logger"}
 
 
-def planned_batch(
-    context: Any,
-    plan_task_id: str,
-    storage_conn_id: str | None,
-    catalog_conn_id: str | None,
-    catalog_properties: dict[str, str],
-) -> tuple[dict[str, Any], Any, Any]:
+def planned_batch(context: Any, plan_task_id: str, output: BatchOutput) -> tuple[dict[str, Any], Any, Any]:
     """The plan's XCom, its output and the plan; skips the task when there is nothing to read."""
     summary = pull_summary(context, plan_task_id, "write")
-    output = OutputArgs.from_plan_xcom(summary, storage_conn_id, catalog_conn_id, catalog_properties)
+    output = output.planned(summary)
     with task_errors():
         spec, store = open_output(output, create=False)
         plan = load_plan(summary, store)
@@ -94,9 +87,8 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
     :param application: the Spark application file (default: the one installed with this package;
         ``spark_apps/kafka_batch_ingest.py`` in the repository is the same program).
     :param conn_id: the ``spark`` connection (default ``spark_default``).
-    :param storage_conn_id: the output's storage connection (as for the plan operator).
-    :param catalog_conn_id: the Iceberg catalog's connection (as for the plan operator).
-    :param catalog_properties: non-secret catalog properties (as for the plan operator).
+    :param output: the same :class:`~kafka_batch_provider.operators.output.BatchOutput` as the
+        plan task's: its connections open the output; the format and location come from the plan.
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "plan_task_id")
@@ -114,24 +106,18 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         stall_timeout: float = DEFAULT_STALL_TIMEOUT,
         application: str = DEFAULT_APPLICATION,
         name: str = "kafka-batch-ingest",
-        storage_conn_id: str | None = None,
-        catalog_conn_id: str | None = None,
-        catalog_properties: dict[str, str] | None = None,
+        output: BatchOutput | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(application=application, name=name, **kwargs)
         self.plan_task_id = plan_task_id
         self.kafka_config_id = kafka_config_id
-        self.storage_conn_id = storage_conn_id
-        self.catalog_conn_id = catalog_conn_id
-        self.catalog_properties = check_public_properties(catalog_properties)
+        self.batch_output = connections_of(output)
         # Checked here, so a bad option is a DAG import error rather than a failed run.
         self.write_options = WriteOptions(reader, value_format, value_schema, max_offsets_per_task, stall_timeout)
 
     def execute(self, context: Any) -> dict[str, Any]:
-        summary, spec, plan = planned_batch(
-            context, self.plan_task_id, self.storage_conn_id, self.catalog_conn_id, self.catalog_properties
-        )
+        summary, spec, plan = planned_batch(context, self.plan_task_id, self.batch_output)
         with task_errors():
             kafka_config = shippable(KafkaOffsetsHook(self.kafka_config_id).kafka_config)
         self.log.info(

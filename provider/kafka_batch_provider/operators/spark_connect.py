@@ -8,9 +8,9 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from kafka_batch_provider.core.write_options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
-from kafka_batch_provider.hooks.catalog import check_public_properties
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import task_errors
+from kafka_batch_provider.operators.output import BatchOutput, connections_of
 from kafka_batch_provider.operators.spark import batch_result, planned_batch, shippable
 from kafka_batch_provider.output.formats import open_store
 
@@ -29,6 +29,8 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
     :param plan_task_id: task id of the plan operator (inside a task group: ``group.plan``).
     :param conn_id: the ``spark_connect`` connection (apache-airflow-providers-apache-spark):
         host and port of the server, and optionally a token (``password``) and user.
+    :param output: the same :class:`~kafka_batch_provider.operators.output.BatchOutput` as the
+        plan task's: its connections open the output; the format and location come from the plan.
     """
 
     template_fields: Sequence[str] = ("plan_task_id",)
@@ -45,18 +47,14 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
         value_schema: str | None = None,
         max_offsets_per_task: int = DEFAULT_MAX_OFFSETS_PER_TASK,
         stall_timeout: float = DEFAULT_STALL_TIMEOUT,
-        storage_conn_id: str | None = None,
-        catalog_conn_id: str | None = None,
-        catalog_properties: dict[str, str] | None = None,
+        output: BatchOutput | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.plan_task_id = plan_task_id
         self.conn_id = conn_id
         self.kafka_config_id = kafka_config_id
-        self.storage_conn_id = storage_conn_id
-        self.catalog_conn_id = catalog_conn_id
-        self.catalog_properties = check_public_properties(catalog_properties)
+        self.batch_output = connections_of(output)
         # Checked here, so a bad option is a DAG import error rather than a failed run.
         self.write_options = WriteOptions(reader, value_format, value_schema, max_offsets_per_task, stall_timeout)
 
@@ -66,9 +64,7 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
         from kafka_batch_provider.spark.connect import remote_address, write_through_connect
 
         self._running: tuple[str, str] | None = None
-        _, spec, plan = planned_batch(
-            context, self.plan_task_id, self.storage_conn_id, self.catalog_conn_id, self.catalog_properties
-        )
+        _, spec, plan = planned_batch(context, self.plan_task_id, self.batch_output)
         with task_errors():
             kafka_config = shippable(KafkaOffsetsHook(self.kafka_config_id).kafka_config)
             remote = SparkConnectHook(self.conn_id).get_connection_url()

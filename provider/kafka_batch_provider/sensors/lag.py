@@ -10,14 +10,13 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from kafka_batch_provider.core.validation import positive_seconds
 from kafka_batch_provider.errors import KafkaUnavailableError
-from kafka_batch_provider.hooks.catalog import check_public_properties
-from kafka_batch_provider.operators.output import OUTPUT_TEMPLATE_FIELDS, output_args_of
+from kafka_batch_provider.operators.output import OUTPUT_TEMPLATE_FIELDS, BatchOutput, TemplatedOutput
 from kafka_batch_provider.operators.plan import BACKFILL_RUN_TYPE, run_type_of
 from kafka_batch_provider.operators.xcom import as_list
 from kafka_batch_provider.triggers.lag import KafkaLagTrigger, check_lag
 
 
-class KafkaLagSensor(BaseSensorOperator):
+class KafkaLagSensor(TemplatedOutput, BaseSensorOperator):
     """Succeeds when the group's total lag over ``topics`` is at least ``min_lag`` records, or
     when the oldest unconsumed record is older than ``max_data_age`` (so a quiet topic still
     gets ingested). Lag is isolation-aware (records between the committed offset and the end).
@@ -31,13 +30,10 @@ class KafkaLagSensor(BaseSensorOperator):
     :param topics: topics to watch (templated; list or comma-separated string).
     :param min_lag: records of lag that are enough to start.
     :param max_data_age: a ``timedelta`` or seconds; ``None`` disables the age rule.
-    :param output_path: the ingestion's output (templated): where the group has no committed
-        offset (deleted, expired), its offset log gives the position, so the lag is what the
-        next batch would really read.
-    :param output_format: ``parquet``, ``delta`` or ``iceberg`` (with ``table`` and
-        ``catalog_conn_id``, and ``catalog_properties``, ``partition_by``: as for the plan
-        operator); an Iceberg table that does not exist yet has no log to consult.
-    :param storage_conn_id: the output's storage connection.
+    :param output: the ingestion's :class:`~kafka_batch_provider.operators.output.BatchOutput`
+        (optional; templated parts rendered): where the group has no committed offset
+        (deleted, expired), its offset log gives the position, so the lag is what the next batch
+        would really read; an Iceberg table that does not exist yet has no log to consult.
     """
 
     template_fields: Sequence[str] = ("group_id", "topics", *OUTPUT_TEMPLATE_FIELDS)
@@ -53,13 +49,7 @@ class KafkaLagSensor(BaseSensorOperator):
         max_data_age: timedelta | float | None = None,
         deferrable: bool = False,
         kafka_timeout: float = 30.0,
-        output_path: str | None = None,
-        storage_conn_id: str | None = None,
-        output_format: str = "parquet",
-        table: str | None = None,
-        catalog_conn_id: str | None = None,
-        catalog_properties: dict[str, str] | None = None,
-        partition_by: str | None = None,
+        output: BatchOutput | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -74,15 +64,9 @@ class KafkaLagSensor(BaseSensorOperator):
         )
         self.deferrable = deferrable
         self.kafka_timeout = positive_seconds("kafka_timeout", kafka_timeout)
-        self.output_path = output_path
-        self.storage_conn_id = storage_conn_id
-        self.output_format = output_format
-        self.table = table
-        self.catalog_conn_id = catalog_conn_id
-        self.catalog_properties = check_public_properties(catalog_properties)
-        self.partition_by = partition_by
-        if output_args_of(self).given:  # the output is optional here
-            output_args_of(self).check()
+        self.keep_output(output)
+        if self.batch_output.given:  # the output is optional here
+            self.batch_output.check()
 
     def _check(self) -> tuple[bool, str, int]:
         # Errors stay plain exceptions: a sensor with soft_fail turns Airflow's fail
@@ -94,14 +78,12 @@ class KafkaLagSensor(BaseSensorOperator):
             self.min_lag,
             self.max_data_age_seconds,
             self.kafka_timeout,
-            self.output_path or None,
-            self.storage_conn_id,
-            self.output_format,
-            self.table or None,
-            self.catalog_conn_id,
-            self.partition_by or None,
-            self.catalog_properties,
+            self.output_dict(),
         )
+
+    def output_dict(self) -> dict[str, Any] | None:
+        output = self.batch_output
+        return output.to_dict() if output.given else None
 
     def poke(self, context: Any) -> PokeReturnValue:
         ready, reason, total = self._check()
@@ -128,13 +110,7 @@ class KafkaLagSensor(BaseSensorOperator):
                 max_data_age_seconds=self.max_data_age_seconds,
                 poke_interval=self.poke_interval,
                 kafka_timeout=self.kafka_timeout,
-                output_path=self.output_path or None,
-                storage_conn_id=self.storage_conn_id,
-                output_format=self.output_format,
-                table=self.table or None,
-                catalog_conn_id=self.catalog_conn_id,
-                partition_by=self.partition_by or None,
-                catalog_properties=self.catalog_properties,
+                output=self.output_dict(),
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -21,33 +21,18 @@ def check_lag(
     min_lag: int,
     max_data_age_seconds: float | None,
     kafka_timeout: float,
-    output_path: str | None = None,
-    storage_conn_id: str | None = None,
-    output_format: str = "parquet",
-    table: str | None = None,
-    catalog_conn_id: str | None = None,
-    partition_by: str | None = None,
-    catalog_properties: dict[str, str] | None = None,
+    output: Mapping[str, Any] | None = None,
 ) -> tuple[bool, str, int]:
     """One look at the group's lag: (ready, why, total lag). Blocking: Kafka and storage I/O.
 
-    With an output (``output_path``, or ``table`` for Iceberg), the output's offset log gives
-    the position where the group has none.
+    With an output (``BatchOutput.to_dict()``: a path, or a table for Iceberg), the output's
+    offset log gives the position where the group has none.
     """
     from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
-    from kafka_batch_provider.operators.output import OutputArgs, open_existing_output
+    from kafka_batch_provider.operators.output import BatchOutput, open_existing_output
     from kafka_batch_provider.steps.lag import partition_lags
 
-    output = OutputArgs(
-        output_format=output_format,
-        output_path=output_path,
-        table=table,
-        partition_by=partition_by,
-        storage_conn_id=storage_conn_id,
-        catalog_conn_id=catalog_conn_id,
-        catalog_properties=dict(catalog_properties or {}),
-    )
-    store = open_existing_output(output)
+    store = open_existing_output(BatchOutput(**output)) if output else None
     kafka = KafkaOffsetsHook(kafka_config_id, timeout=kafka_timeout).get_conn
     try:
         states = partition_lags(kafka, group_id, list(topics), max_data_age_seconds is not None, store)
@@ -75,13 +60,7 @@ class KafkaLagTrigger(BaseTrigger):
         max_data_age_seconds: float | None = None,
         poke_interval: float = 60.0,
         kafka_timeout: float = 30.0,
-        output_path: str | None = None,
-        storage_conn_id: str | None = None,
-        output_format: str = "parquet",
-        table: str | None = None,
-        catalog_conn_id: str | None = None,
-        partition_by: str | None = None,
-        catalog_properties: dict[str, str] | None = None,
+        output: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.group_id = group_id
@@ -91,13 +70,8 @@ class KafkaLagTrigger(BaseTrigger):
         self.max_data_age_seconds = max_data_age_seconds
         self.poke_interval = poke_interval
         self.kafka_timeout = kafka_timeout
-        self.output_path = output_path
-        self.storage_conn_id = storage_conn_id
-        self.output_format = output_format
-        self.table = table
-        self.catalog_conn_id = catalog_conn_id
-        self.partition_by = partition_by
-        self.catalog_properties = dict(catalog_properties or {})  # non-secret (checked by the sensor)
+        # BatchOutput.to_dict(): connection ids and non-secret properties (checked by the sensor).
+        self.output = dict(output) if output else None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -110,13 +84,7 @@ class KafkaLagTrigger(BaseTrigger):
                 "max_data_age_seconds": self.max_data_age_seconds,
                 "poke_interval": self.poke_interval,
                 "kafka_timeout": self.kafka_timeout,
-                "output_path": self.output_path,
-                "storage_conn_id": self.storage_conn_id,
-                "output_format": self.output_format,
-                "table": self.table,
-                "catalog_conn_id": self.catalog_conn_id,
-                "partition_by": self.partition_by,
-                "catalog_properties": self.catalog_properties,
+                "output": self.output,
             },
         )
 
@@ -134,13 +102,7 @@ class KafkaLagTrigger(BaseTrigger):
                     self.min_lag,
                     self.max_data_age_seconds,
                     self.kafka_timeout,
-                    self.output_path,
-                    self.storage_conn_id,
-                    self.output_format,
-                    self.table,
-                    self.catalog_conn_id,
-                    self.partition_by,
-                    self.catalog_properties,
+                    self.output,
                 )
             except KafkaBatchError as exc:
                 yield TriggerEvent({"status": "error", "message": str(exc)})
