@@ -1,0 +1,296 @@
+"""The flags the commands share, and what they turn into (a Kafka client, an output, a policy).
+
+Every check here happens before anything is planned, read or written: a refused run leaves
+nothing behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from kafka_batch_provider.core import validation
+from kafka_batch_provider.core.planning import DataLossPolicy, NewPartitionPolicy, PlanPolicy
+from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
+from kafka_batch_provider.errors import ConfigError
+from kafka_batch_provider.kafka.config import parse_key_values, read_config_file
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the usage text stays behind --help)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"error: {message} (see: {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def int_at_least(minimum: int, what: str):
+    """An argparse type: an integer >= ``minimum``, else a one-line usage error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+        return value
+
+    return parse
+
+
+positive_int = int_at_least(1, "a positive integer")
+
+non_negative_int = int_at_least(0, "an integer >= 0")
+
+
+def checked(check):
+    """An argparse type from a :mod:`kafka_batch_provider.core.validation` check (a one-line usage error)."""
+
+    def parse(text: str):
+        try:
+            return check("the value", text)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+positive_seconds = checked(validation.positive_seconds)
+
+fraction = checked(validation.fraction)
+
+
+def add_pairs_and_file(g: Any, flag: str, pairs_help: str, file_flag: str, env: str, file_help: str) -> None:
+    """A repeatable ``KEY=VALUE`` flag for what may be seen, and a JSON file for secrets (argv is public)."""
+    g.add_argument(flag, action="append", default=[], metavar="KEY=VALUE", help=pairs_help)
+    g.add_argument(file_flag, default=os.environ.get(env), help=f"{file_help} (default: ${env})")
+
+
+def add_kafka_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("Kafka")
+    g.add_argument(
+        "--bootstrap-servers",
+        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
+        help="host:port[,host:port] (default: $KAFKA_BOOTSTRAP_SERVERS)",
+    )
+    add_pairs_and_file(
+        g,
+        "--kafka-config",
+        "librdkafka setting, repeatable (e.g. security.protocol=SASL_SSL); put secrets in --kafka-config-file",
+        "--kafka-config-file",
+        "KAFKA_BATCH_KAFKA_CONFIG_FILE",
+        "JSON object of librdkafka settings, for secrets: they stay out of ps and shell history; "
+        "--kafka-config and --bootstrap-servers override it",
+    )
+    g.add_argument(
+        "--timeout", type=positive_seconds, default=30.0, help="seconds to wait for a broker request (default 30)"
+    )
+
+
+def add_plan_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("planning")
+    g.add_argument("--topic", action="append", required=True, help="topic to ingest, repeatable")
+    g.add_argument("--partition", action="append", type=non_negative_int, help="only these partitions, repeatable")
+    g.add_argument("--group", required=True, help="consumer group whose committed offsets are the checkpoint")
+    g.add_argument(
+        "--new-partitions",
+        choices=[p.value for p in NewPartitionPolicy],
+        default="earliest",
+        help="start of a partition the group never committed (default earliest)",
+    )
+    g.add_argument(
+        "--on-data-loss",
+        choices=[p.value for p in DataLossPolicy],
+        default="fail",
+        help="committed offset below the log start: fail (default) or skip to earliest and record the gap",
+    )
+    g.add_argument("--max-records-per-partition", type=positive_int, help="bound a batch per partition (offsets)")
+    g.add_argument("--max-records", type=positive_int, help="bound a batch in total, shared fairly (offsets)")
+    g.add_argument(
+        "--on-group-mismatch",
+        choices=[p.value for p in GroupMismatchPolicy],
+        default="fail",
+        help="the group's offsets disagree with the output's offset log: fail (default), output (resume from the "
+        "output; the commit moves the group there) or group (accept a group that is ahead; the skipped offsets "
+        "are recorded as a gap)",
+    )
+
+
+def add_storage_args(p: argparse.ArgumentParser, output_help: str = "") -> None:
+    from kafka_batch_provider.output.formats import add_partition_by_argument
+    from kafka_batch_provider.output.sink import FORMATS
+
+    g = p.add_argument_group("output")
+    g.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=os.environ.get("KAFKA_BATCH_FORMAT", "parquet"),
+        help="parquet (a folder per batch, default), delta (a Delta Lake table) or iceberg (an Iceberg table)",
+    )
+    g.add_argument(
+        "--output",
+        help=output_help
+        or "where the data and its offset log live: a local path or a URI (s3://, gs://, abfs://, file://); "
+        "for --format delta, the table's location",
+    )
+    g.add_argument("--table", help="--format iceberg: the table, NAMESPACE.NAME (created on first use)")
+    add_pairs_and_file(
+        g,
+        "--catalog-property",
+        "pyiceberg catalog property, repeatable (type=sql, uri=sqlite:///..., warehouse=..., s3.endpoint=...); "
+        "secrets belong in --catalog-properties-file",
+        "--catalog-properties-file",
+        "KAFKA_BATCH_CATALOG_PROPERTIES_FILE",
+        "JSON object of catalog properties, for secrets",
+    )
+    add_partition_by_argument(g)
+    add_pairs_and_file(
+        g,
+        "--storage-option",
+        "fsspec option of the output's filesystem, repeatable (e.g. endpoint_url=http://127.0.0.1:9000); "
+        "credentials belong in --storage-options-file or the usual AWS_*/GOOGLE_*/AZURE_* variables",
+        "--storage-options-file",
+        "KAFKA_BATCH_STORAGE_OPTIONS_FILE",
+        "JSON object of fsspec storage options, for credentials",
+    )
+
+
+def add_spark_args(p: argparse.ArgumentParser) -> None:
+    from kafka_batch_provider.core.write_options import WriteOptions
+
+    g = p.add_argument_group("Spark")
+    WriteOptions.add_arguments(g)
+    g.add_argument("--spark-master", help="Spark master URL for spark-submit (default local[*])")
+    g.add_argument(
+        "--spark-remote",
+        default=os.environ.get("SPARK_REMOTE") or None,
+        metavar="sc://HOST:PORT",
+        help="run the Spark step on this Spark Connect server instead of spark-submit (default: $SPARK_REMOTE)",
+    )
+    g.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting, repeatable")
+
+
+def kafka_config_from(args: argparse.Namespace) -> dict[str, Any]:
+    config = read_config_file(args.kafka_config_file) if args.kafka_config_file else {}
+    config.update(parse_key_values(args.kafka_config))
+    if args.bootstrap_servers:
+        config["bootstrap.servers"] = args.bootstrap_servers
+    if not config.get("bootstrap.servers"):
+        raise ConfigError("no Kafka: pass --bootstrap-servers or set KAFKA_BOOTSTRAP_SERVERS")
+    return config
+
+
+def offsets_client(args: argparse.Namespace):
+    from kafka_batch_provider.kafka.client import KafkaOffsets
+
+    client = KafkaOffsets(kafka_config_from(args), timeout=args.timeout)
+    _ = client.kafka_config  # check the config now: a bad setting fails before any I/O
+    return client
+
+
+def storage_options_from(args: argparse.Namespace) -> dict[str, Any]:
+    """The file's storage options (credentials), then ``--storage-option`` pairs (values parsed as JSON if they are)."""
+    from kafka_batch_provider.output.location import read_storage_options_file
+
+    options = read_storage_options_file(args.storage_options_file) if args.storage_options_file else {}
+    for key, text in parse_key_values(args.storage_option, flag="--storage-option").items():
+        try:
+            options[key] = json.loads(text)
+        except ValueError:
+            options[key] = text
+    return options
+
+
+def catalog_properties_from(args: argparse.Namespace) -> dict[str, str]:
+    """The file's catalog properties, then ``--catalog-property`` pairs (never secrets: argv is public)."""
+    from kafka_batch_provider.kafka.config import is_secret
+    from kafka_batch_provider.output.location import read_storage_options_file
+
+    pairs = parse_key_values(args.catalog_property, flag="--catalog-property")
+    secret = sorted(k for k, v in pairs.items() if is_secret(k, v))
+    if secret:
+        raise ConfigError(
+            f"--catalog-property {secret[0]}=... would show the secret in ps and shell history: "
+            "put it in --catalog-properties-file (or an Airflow connection)"
+        )
+    properties = read_storage_options_file(args.catalog_properties_file) if args.catalog_properties_file else {}
+    return {str(k): str(v) for k, v in {**properties, **pairs}.items()}
+
+
+def output_spec_from(args: argparse.Namespace, output: str | None = None):
+    from kafka_batch_provider.output.formats import OutputSpec
+
+    return OutputSpec(
+        format=args.format,
+        output=output or args.output,
+        table=args.table,
+        catalog_properties=catalog_properties_from(args),
+        storage_options=storage_options_from(args),
+        partition_by=args.partition_by,
+    )
+
+
+def store_from(args: argparse.Namespace, output: str | None = None, create: bool = True):
+    from kafka_batch_provider.output.formats import open_store
+
+    return open_store(output_spec_from(args, output), create)
+
+
+def policy_from(args: argparse.Namespace) -> PlanPolicy:
+    return PlanPolicy(
+        new_partitions=NewPartitionPolicy(args.new_partitions),
+        on_data_loss=DataLossPolicy(args.on_data_loss),
+        max_records_per_partition=args.max_records_per_partition,
+        max_records=args.max_records,
+    )
+
+
+def spark_conf_from(args: argparse.Namespace) -> dict[str, str]:
+    return parse_key_values(args.spark_conf, flag="--spark-conf")
+
+
+def check_spark_target(args: argparse.Namespace) -> None:
+    """Either a Spark Connect server or a master for spark-submit, before anything is planned."""
+    if args.spark_remote and args.spark_master:
+        raise ConfigError(
+            "--spark-master and --spark-remote (or $SPARK_REMOTE) both given: choose spark-submit or Spark Connect"
+        )
+    if args.spark_remote:
+        from kafka_batch_provider.spark.connect import check_reachable
+
+        if args.spark_conf:
+            raise ConfigError("--spark-conf is for spark-submit; a Spark Connect server has its own settings")
+        if "token=" in args.spark_remote and args.spark_remote != os.environ.get("SPARK_REMOTE"):
+            raise ConfigError(
+                "--spark-remote with a token would show it in ps and shell history: export SPARK_REMOTE=... instead"
+            )
+        check_reachable(args.spark_remote)  # before a plan is written for a batch that cannot run
+
+
+def write_options(args: argparse.Namespace):
+    """The Spark-side flags, checked before anything is planned or read (a refused run leaves no plan)."""
+    from kafka_batch_provider.core.write_options import WriteOptions
+
+    check_spark_target(args)
+    spark_conf_from(args)
+    return WriteOptions.from_namespace(args)
+
+
+def plan_output(args: argparse.Namespace) -> str | None:
+    """The output holding ``--plan`` when ``--output`` does not say (a table's: above ``_kafka_batch/``)."""
+    from kafka_batch_provider.output.formats import output_of_plan
+
+    if args.output or args.format == "iceberg":
+        return args.output
+    return output_of_plan(args.format, args.plan)
+
+
+def load_plan_and_store(args: argparse.Namespace):
+    from kafka_batch_provider.output.store import load_plan_file
+
+    store = store_from(args, plan_output(args))
+    return load_plan_file(args.plan, store.location.storage_options), store

@@ -1,0 +1,172 @@
+"""The protocol's steps as commands: ``plan``, ``write``, ``commit``, ``run`` (all three), ``discard``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Any
+
+from kafka_batch_provider.cli.arguments import (
+    load_plan_and_store,
+    offsets_client,
+    output_spec_from,
+    plan_output,
+    policy_from,
+    spark_conf_from,
+    store_from,
+    write_options,
+)
+from kafka_batch_provider.cli.console import progress
+from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
+from kafka_batch_provider.errors import ConfigError
+from kafka_batch_provider.fail_points import fail_point
+
+
+def plan_step(args: argparse.Namespace, kafka: Any, store: Any):
+    from kafka_batch_provider.steps.plan import plan_batch
+
+    return plan_batch(
+        kafka,
+        store,
+        args.group,
+        args.topic,
+        policy_from(args),
+        args.partition,
+        progress,
+        GroupMismatchPolicy(args.on_group_mismatch),
+    )
+
+
+def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
+    outcome = plan_step(args, offsets_client(args), store_from(args))
+    return {
+        **outcome.plan.summary(),
+        "records": outcome.plan.planned_offsets,
+        "plan_path": outcome.plan_path,
+        "reused": outcome.reused,
+        "repaired": outcome.repaired,
+        "notes": outcome.notes,
+    }
+
+
+def submit_write(args: argparse.Namespace, options: Any, plan_path: str, store: Any, kafka: Any) -> dict[str, Any]:
+    """The Spark step: through a Spark Connect server (``--spark-remote``) or with spark-submit."""
+    from kafka_batch_provider.spark.submit import application_args, run_submit, submit_command
+
+    spec = output_spec_from(args, None if args.format == "iceberg" else (args.output or store_output(store)))
+    if args.spark_remote:
+        return connect_write(args, options, plan_path, spec, kafka)
+    master = args.spark_master or "local[*]"
+    app_args = application_args(plan_path, spec, options)
+    command = submit_command(app_args, master, spark_conf_from(args))
+    progress(f"spark-submit --master {master} ({args.reader} reader, {spec.format} output)")
+    return run_submit(command, kafka.kafka_config, progress, spec.storage_options, spec.catalog_properties)
+
+
+def connect_write(args: argparse.Namespace, options: Any, plan_path: str, spec: Any, kafka: Any) -> dict[str, Any]:
+    from kafka_batch_provider.output.formats import open_store
+    from kafka_batch_provider.output.store import load_plan_file
+    from kafka_batch_provider.spark.connect import remote_address, write_through_connect
+
+    store = open_store(spec, create=False)
+    plan = load_plan_file(plan_path, store.location.storage_options)
+    progress(f"Spark Connect at {remote_address(args.spark_remote)} ({args.reader} reader, {spec.format} output)")
+    entry = write_through_connect(args.spark_remote, plan, store, kafka.kafka_config, options, progress)
+    return {"batch_id": plan.batch_id, "seq": entry["seq"], "rows": entry["rows"], "timings": entry.get("timings", {})}
+
+
+def store_output(store: Any) -> str:
+    """The ``--output`` that opens ``store`` again (the table's location for Delta)."""
+    return store.data.output
+
+
+def cmd_write(args: argparse.Namespace) -> dict[str, Any]:
+    options = write_options(args)
+    plan, store = load_plan_and_store(args)
+    kafka = offsets_client(args)
+    if not plan.has_data:
+        progress(f"batch {plan.batch_id} has nothing to read: Spark is not started; the commit step records it")
+        return {"batch_id": plan.batch_id, "seq": plan.seq, "records": 0, "location": None, "skipped": True}
+    plan_path = args.plan if "://" in args.plan else os.path.abspath(args.plan)
+    submit_write(args, options, plan_path, store, kafka)
+    entry = store.entry_of(plan) or {}
+    return {
+        "batch_id": plan.batch_id,
+        "seq": plan.seq,
+        "records": entry.get("rows", 0),
+        "location": store.data_uri(entry),
+        "skipped": False,
+    }
+
+
+def cmd_commit(args: argparse.Namespace) -> dict[str, Any]:
+    from kafka_batch_provider.steps.commit import commit_batch
+
+    plan, store = load_plan_and_store(args)
+    committed = commit_batch(offsets_client(args), store, plan, progress)
+    record = store.commit_record(plan.seq, plan.batch_id) or {}
+    return {"batch_id": plan.batch_id, "seq": plan.seq, "records": record.get("rows", 0), "committed": committed}
+
+
+def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
+    from kafka_batch_provider.steps.commit import commit_batch
+
+    options = write_options(args)
+    kafka = offsets_client(args)
+    store = store_from(args)
+    clock = time.perf_counter()
+    outcome = plan_step(args, kafka, store)
+    plan = outcome.plan
+    timings = {"plan_seconds": round(time.perf_counter() - clock, 3)}
+    result: dict[str, Any] = {
+        **plan.summary(),
+        "plan_path": outcome.plan_path,
+        "reused": outcome.reused,
+        "repaired": outcome.repaired,
+        "notes": outcome.notes,
+    }
+    if not plan.ranges:
+        return {**result, "records": 0, "committed": {}, "skipped": True, "timings": timings}
+    fail_point("after-plan")
+    if plan.has_data:
+        clock = time.perf_counter()
+        written = submit_write(args, options, outcome.plan_path, store, kafka)
+        timings["spark_seconds"] = round(time.perf_counter() - clock, 3)  # spark-submit or Spark Connect
+        timings.update(written.get("timings", {}))
+    else:
+        progress(f"batch {plan.batch_id} has nothing to read: Spark is not started")
+    fail_point("after-log-entry")
+    clock = time.perf_counter()
+    committed = commit_batch(kafka, store, plan, progress)
+    timings["commit_seconds"] = round(time.perf_counter() - clock, 3)
+    entry = store.entry_of(plan) or {}
+    return {
+        **result,
+        "records": entry.get("rows", 0),
+        "committed": committed,
+        "skipped": False,
+        "location": store.data_uri(entry),
+        "timings": timings,
+        "spark": "connect" if args.spark_remote else "submit",
+    }
+
+
+def cmd_discard(args: argparse.Namespace) -> dict[str, Any]:
+    from kafka_batch_provider.output.store import load_plan_file, parse_numbered, split_plan_path
+    from kafka_batch_provider.steps.commit import discard_batch
+
+    store = store_from(args, plan_output(args))
+    try:
+        plan = load_plan_file(args.plan, store.location.storage_options)
+    except ConfigError as exc:
+        # A damaged plan file must not block every later plan step: remove it by its name.
+        name = split_plan_path(args.plan)[1]
+        numbered = parse_numbered(name.split("/", 1)[1])
+        if numbered is None or not store.location.exists(name):
+            raise
+        store.remove_unpublished_plan_file(*numbered)
+        progress(f"plan file {args.plan} could not be read ({exc}); removed with its staged files")
+        return {"batch_id": numbered[1], "discarded": True}
+    discard_batch(store, plan, progress)
+    return {"batch_id": plan.batch_id, "discarded": True}
