@@ -34,8 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from kafka_batch_provider.core.settings import Setting
-from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
+from kafka_batch_provider.errors import ManifestError, StorageError
 from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.output.sink import DELTA
 from kafka_batch_provider.output.tables import (
@@ -232,11 +231,7 @@ class DeltaSink(TableFiles):
         self._by_seq[seq] = manifest
         return manifest
 
-    def entry(self, seq: int) -> dict[str, Any] | None:
-        if seq < 1:
-            return None
-        if seq in self._by_seq:
-            return self._by_seq[seq]
+    def look_up(self, seq: int) -> dict[str, Any] | None:
         table = self.table()
         if table is None:
             return None
@@ -358,14 +353,7 @@ class DeltaSink(TableFiles):
         self.check_partitioning(table)
 
     def check_partitioning(self, table: Any) -> None:
-        found = list(table.metadata().partition_columns)
-        wanted = [DATE_COLUMN] if self.partition_by else []
-        if found != wanted:
-            raise ConfigError(
-                f"Delta table {self.name} is partitioned by {found or 'nothing'}, this run asks for "
-                f"{wanted or 'no partitioning'} ({Setting('partition_by')}): a table keeps its partitioning",
-                setting=Setting("partition_by", "date" if found else None),
-            )
+        self.keep_partitioning(list(table.metadata().partition_columns), [DATE_COLUMN])
 
     def add_actions(self, manifest: Mapping[str, Any], now: int) -> list[Any]:
         from deltalake.transaction import AddAction

@@ -25,7 +25,6 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError, ManifestError, StorageError
 from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.output.sink import ICEBERG
@@ -223,11 +222,7 @@ class IcebergSink(TableFiles):
                 return False
         return True
 
-    def entry(self, seq: int) -> dict[str, Any] | None:
-        if seq < 1:
-            return None
-        if seq in self._by_seq:
-            return self._by_seq[seq]
+    def look_up(self, seq: int) -> dict[str, Any] | None:
         table = self.table()
         passed_below = False  # the ancestry holds an older batch, so ``seq`` is not in this lineage
         for found_seq, summary, snapshot in self.batches(table):
@@ -306,14 +301,7 @@ class IcebergSink(TableFiles):
         self.check_partitioning(table)
 
     def check_partitioning(self, table: Any) -> None:
-        found = [f.name for f in table.spec().fields]
-        wanted = [DAY_FIELD] if self.partition_by else []
-        if found != wanted:
-            raise ConfigError(
-                f"{self.name} is partitioned by {found or 'nothing'}, this run asks for {wanted or 'no partitioning'} "
-                f"({Setting('partition_by')}): a table keeps its partitioning",
-                setting=Setting("partition_by", "date" if found else None),
-            )
+        self.keep_partitioning([f.name for f in table.spec().fields], [DAY_FIELD])
 
 
 def without_retries(table: Any):

@@ -69,6 +69,8 @@ class TableFiles:
     #: how messages name the table
     label: str
     _by_seq: dict[int, dict[str, Any]]
+    #: "date" when the table is partitioned by the UTC date of the Kafka timestamp
+    partition_by: str | None
 
     def table(self) -> Any:
         """The table at its newest state, or ``None`` while it does not exist."""
@@ -77,6 +79,29 @@ class TableFiles:
     def newest(self, table: Any) -> dict[str, Any] | None:
         """The newest batch's manifest in ``table``."""
         raise NotImplementedError
+
+    def keep_partitioning(self, found: list[str], by_date: list[str]) -> None:
+        """Refuse a run that asks for other partitioning than the table has (``by_date``: the
+        table's partition fields when partitioned by date)."""
+        wanted = by_date if self.partition_by else []
+        if found != wanted:
+            raise ConfigError(
+                f"{self.label} is partitioned by {found or 'nothing'}, this run asks for "
+                f"{wanted or 'no partitioning'} ({Setting('partition_by')}): a table keeps its partitioning",
+                setting=Setting("partition_by", "date" if found else None),
+            )
+
+    def look_up(self, seq: int) -> dict[str, Any] | None:
+        """The batch ``seq`` from the table (its history, or a forgotten entry), ``None`` if absent."""
+        raise NotImplementedError
+
+    def entry(self, seq: int) -> dict[str, Any] | None:
+        """The log entry ``seq``: a batch never changes once committed, so one found is kept."""
+        if seq < 1:
+            return None
+        if seq in self._by_seq:
+            return self._by_seq[seq]
+        return self.look_up(seq)
 
     def commit_once(self, table: Any, manifest: dict[str, Any]) -> bool:
         """Commit the batch on ``table`` as loaded; ``False`` when the table moved meanwhile (look again)."""
