@@ -289,8 +289,11 @@ def plan_output(args: argparse.Namespace) -> str | None:
     return output_of_plan(args.format, args.plan)
 
 
-def load_plan_and_store(args: argparse.Namespace):
+def load_plan_and_output(args: argparse.Namespace):
+    """``--plan``, the output holding it (one :class:`OutputSpec`, kept for the Spark step) and its store."""
+    from kafka_batch_provider.output.formats import open_store
     from kafka_batch_provider.output.store import load_plan_file
 
-    store = store_from(args, plan_output(args))
-    return load_plan_file(args.plan, store.location.storage_options), store
+    spec = output_spec_from(args, plan_output(args))
+    store = open_store(spec)
+    return load_plan_file(args.plan, store.location.storage_options), spec, store

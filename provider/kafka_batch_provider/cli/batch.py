@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from kafka_batch_provider.cli.arguments import (
-    load_plan_and_store,
+    load_plan_and_output,
     offsets_client,
     output_spec_from,
     plan_output,
@@ -50,11 +50,14 @@ def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def submit_write(args: argparse.Namespace, options: Any, plan_path: str, store: Any, kafka: Any) -> dict[str, Any]:
-    """The Spark step: through a Spark Connect server (``--spark-remote``) or with spark-submit."""
+def submit_write(args: argparse.Namespace, options: Any, plan_path: str, spec: Any, kafka: Any) -> dict[str, Any]:
+    """The Spark step: through a Spark Connect server (``--spark-remote``) or with spark-submit.
+
+    ``spec`` is the output as the flags named it: the same value reaches the Spark application
+    (as its arguments) or the Spark Connect driver.
+    """
     from kafka_batch_provider.spark.submit import application_args, run_submit, submit_command
 
-    spec = output_spec_from(args, None if args.format == "iceberg" else (args.output or store_output(store)))
     if args.spark_remote:
         return connect_write(args, options, plan_path, spec, kafka)
     master = args.spark_master or "local[*]"
@@ -76,20 +79,15 @@ def connect_write(args: argparse.Namespace, options: Any, plan_path: str, spec: 
     return {"batch_id": plan.batch_id, "seq": entry["seq"], "rows": entry["rows"], "timings": entry.get("timings", {})}
 
 
-def store_output(store: Any) -> str:
-    """The ``--output`` that opens ``store`` again (the table's location for Delta)."""
-    return store.data.output
-
-
 def cmd_write(args: argparse.Namespace) -> dict[str, Any]:
     options = write_options(args)
-    plan, store = load_plan_and_store(args)
+    plan, spec, store = load_plan_and_output(args)
     kafka = offsets_client(args)
     if not plan.has_data:
         progress(f"batch {plan.batch_id} has nothing to read: Spark is not started; the commit step records it")
         return {"batch_id": plan.batch_id, "seq": plan.seq, "records": 0, "location": None, "skipped": True}
     plan_path = args.plan if "://" in args.plan else os.path.abspath(args.plan)
-    submit_write(args, options, plan_path, store, kafka)
+    submit_write(args, options, plan_path, spec, kafka)
     entry = store.entry_of(plan) or {}
     return {
         "batch_id": plan.batch_id,
@@ -103,18 +101,20 @@ def cmd_write(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_commit(args: argparse.Namespace) -> dict[str, Any]:
     from kafka_batch_provider.steps.commit import commit_batch
 
-    plan, store = load_plan_and_store(args)
+    plan, _, store = load_plan_and_output(args)
     committed = commit_batch(offsets_client(args), store, plan, progress)
     record = store.commit_record(plan.seq, plan.batch_id) or {}
     return {"batch_id": plan.batch_id, "seq": plan.seq, "records": record.get("rows", 0), "committed": committed}
 
 
 def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
+    from kafka_batch_provider.output.formats import open_store
     from kafka_batch_provider.steps.commit import commit_batch
 
     options = write_options(args)
     kafka = offsets_client(args)
-    store = store_from(args)
+    spec = output_spec_from(args)
+    store = open_store(spec)
     clock = time.perf_counter()
     outcome = plan_step(args, kafka, store)
     plan = outcome.plan
@@ -131,7 +131,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     fail_point("after-plan")
     if plan.has_data:
         clock = time.perf_counter()
-        written = submit_write(args, options, outcome.plan_path, store, kafka)
+        written = submit_write(args, options, outcome.plan_path, spec, kafka)
         timings["spark_seconds"] = round(time.perf_counter() - clock, 3)  # spark-submit or Spark Connect
         timings.update(written.get("timings", {}))
     else:

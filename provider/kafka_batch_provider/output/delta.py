@@ -38,6 +38,7 @@ from kafka_batch_provider.errors import ManifestError, StorageError
 from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.output.sink import DELTA
 from kafka_batch_provider.output.tables import (
+    CONTROL,
     MANIFEST_KEY,
     TableFiles,
     attempt_of,
@@ -133,6 +134,19 @@ def azure_object_store_options(options: Mapping[str, Any]) -> dict[str, str]:
         if settings.get(ours):
             result[theirs] = str(settings[ours])
     return result
+
+
+def open_delta_store(spec: Any):
+    """The store of the Delta table at ``spec.output`` (created by its first batch's commit);
+    plans and commit records in its ``_kafka_batch/`` folder."""
+    from kafka_batch_provider.output.store import BatchStore
+
+    data = Location(str(spec.output), dict(spec.storage_options))
+    sink = DeltaSink(data, spec.partition_by)
+    existing = sink.table()
+    if existing is not None:
+        sink.adopt_partitioning(existing)
+    return BatchStore(data.uri_of(CONTROL), dict(spec.storage_options), sink)
 
 
 class DeltaSink(TableFiles):

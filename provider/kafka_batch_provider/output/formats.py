@@ -30,7 +30,6 @@ from typing import Any
 
 from kafka_batch_provider.core.settings import Advice, Setting
 from kafka_batch_provider.errors import ConfigError
-from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.output.sink import DELTA, FORMATS, ICEBERG, PARQUET
 from kafka_batch_provider.output.store import BatchStore
 
@@ -107,18 +106,12 @@ def open_store(spec: OutputSpec, create: bool = True) -> BatchStore:
     :param create: create a missing Iceberg table (with the Kafka schema); readers pass ``False``.
     :raises ConfigError: when an existing table is partitioned otherwise than ``spec.partition_by`` asks.
     """
-    if spec.format == PARQUET:
+    if spec.format == PARQUET:  # the folder itself: no table, nothing to open first
         return BatchStore(spec.output, dict(spec.storage_options))
-    if spec.format == DELTA:
-        from kafka_batch_provider.output.delta import DeltaSink
-        from kafka_batch_provider.output.tables import CONTROL
+    if spec.format == DELTA:  # each table format opens its own store, beside its sink
+        from kafka_batch_provider.output.delta import open_delta_store
 
-        data = Location(str(spec.output), dict(spec.storage_options))
-        sink = DeltaSink(data, spec.partition_by)
-        existing = sink.table()
-        if existing is not None:
-            sink.adopt_partitioning(existing)
-        return BatchStore(data.uri_of(CONTROL), dict(spec.storage_options), sink)
+        return open_delta_store(spec)
     from kafka_batch_provider.output.iceberg import open_iceberg_store
 
     return open_iceberg_store(spec, create)
