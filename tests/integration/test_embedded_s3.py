@@ -395,3 +395,18 @@ def test_context_manager_stops_and_reaps_the_process(tmp_path):
     assert log.splitlines() == [f"S3 (moto) on {server.endpoint_url}, buckets: lake"], (
         f"expected one start-up line and no request lines, found {log!r}"
     )
+
+
+def test_a_file_another_writer_created_after_a_listing_is_found_and_read(s3_storage_options, new_s3_output):
+    from kafka_batch_provider.output.location import Location
+
+    output = new_s3_output()
+    reader = Location(output, dict(s3_storage_options))
+    assert reader.create_exclusive("_log/00000000000000000001.json", b'{"seq": 1}')
+    assert reader.list_names("_log") == ["00000000000000000001.json"]  # s3fs caches this listing
+    # Another process (here: another filesystem instance, as a Spark Connect driver's store) writes.
+    writer = Location(output, {**s3_storage_options, "skip_instance_cache": True})
+    assert writer.create_exclusive("_log/00000000000000000002.json", b'{"seq": 2}')
+    assert reader.exists("_log/00000000000000000002.json"), "the reader trusted its cached listing"
+    found = reader.read_bytes("_log/00000000000000000002.json")
+    assert found == b'{"seq": 2}', f"expected the other writer's entry, found {found!r}"

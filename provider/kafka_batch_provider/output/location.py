@@ -163,13 +163,22 @@ class Location:
 
     # -- reading ---------------------------------------------------------------------------
 
+    def _fresh(self, name: str) -> str:
+        """The path of ``name``, with what the filesystem remembered of it forgotten: object-store
+        filesystems answer from listings they cached (s3fs sizes a file from its folder's listing
+        before reading it), and another process, or another instance, may have written it since."""
+        path = self.path(name)
+        if not self.is_local:
+            self.fs.invalidate_cache(path)
+        return path
+
     def exists(self, name: str) -> bool:
-        return self._io(f"check {name}", lambda: self.fs.exists(self.path(name)))
+        return self._io(f"check {name}", lambda: self.fs.exists(self._fresh(name)))
 
     def read_bytes(self, name: str) -> bytes:
         """The content of ``name``; :class:`FileNotFoundError` when it does not exist."""
         try:
-            return self.fs.cat_file(self.path(name))
+            return self.fs.cat_file(self._fresh(name))
         except FileNotFoundError:
             raise
         except (OSError, TypeError) as exc:
@@ -204,7 +213,7 @@ class Location:
         return self._io(f"list {folder}", run)
 
     def open_input(self, name: str):
-        return self.fs.open(self.path(name), "rb")
+        return self.fs.open(self._fresh(name), "rb")
 
     # -- writing ---------------------------------------------------------------------------
 
