@@ -52,10 +52,15 @@ class ConfigError(KafkaBatchError):
 
 
 class KafkaUnavailableError(KafkaBatchError):
-    """The broker could not be reached or answered with an error."""
+    """The broker could not be reached, or answered "not now" (a leader or coordinator moving)."""
 
     transient = True
     exit_code = EXIT_TRANSIENT
+
+
+class KafkaRefusedError(KafkaBatchError):
+    """The broker answered a request with an error no retry changes (authorization, authentication,
+    an unknown group member): retrying fails the same way, so the task fails at once."""
 
 
 class SparkStepError(KafkaBatchError):
@@ -131,10 +136,18 @@ def error_named(name: str) -> type[KafkaBatchError] | None:
     return found if isinstance(found, type) and issubclass(found, KafkaBatchError) else None
 
 
-def error_for_exit_code(code: int | None, message: str) -> KafkaBatchError:
-    """The error of a Spark application that exited with ``code`` after printing ``message``:
-    its class's decision comes back with it. Any other code (a JVM that died, a kill) is a
-    Spark step failure, which a retry may get past."""
+#: The Spark application names its error's class on this line, just before its ``error:`` line.
+ERROR_CLASS_PREFIX = "error-class: "
+
+
+def error_for_exit_code(code: int | None, message: str, name: str | None = None) -> KafkaBatchError:
+    """The error of a Spark application that exited with ``code`` after printing ``message``
+    (and the class ``name``): the same class comes back when the code agrees with it, else one
+    with its code's decision. Any other code (a JVM that died, a kill) is a Spark step failure,
+    which a retry may get past."""
+    named = error_named(name) if name else None
+    if named is not None and named.exit_code == code:
+        return named(message)
     if code == EXIT_TERMINAL:
         return KafkaBatchError(message)
     if code == EXIT_CONFLICT:

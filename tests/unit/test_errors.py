@@ -38,8 +38,10 @@ def test_the_exit_code_carries_the_class_decision(error_class):
 @pytest.mark.parametrize("error_class", ALL_ERRORS, ids=lambda c: c.__name__)
 def test_spark_submit_and_spark_connect_decide_alike_for_an_error_raised_in_a_task(error_class):
     text = f"Traceback ...\nkafka_batch_provider.errors.{error_class.__name__}: t[0]: something\n  at ..."
-    # spark-submit: the application exits with a code, the operator and the CLI read it back.
-    through_submit = error_for_exit_code(spark_failure_exit_code(RuntimeError(text)), "m")
+    # spark-submit: the application exits with a code and names the class; the CLI reads both back.
+    code = spark_failure_exit_code(RuntimeError(text))
+    through_submit = error_for_exit_code(code, "m", task_error_class(text).__name__)
+    assert type(through_submit) is error_class, f"expected {error_class.__name__} back, found {through_submit!r}"
     # Spark Connect: the driver is this process; the class is read from Spark's text.
     through_connect = task_error_class(text)
     assert through_connect is error_class, f"expected {error_class.__name__} back, found {through_connect}"
@@ -76,3 +78,9 @@ def test_an_airflow_task_fails_at_once_only_on_a_terminal_error():
 def test_error_named_knows_only_this_package_errors():
     assert error_named("ReadStalledError") is errors.ReadStalledError
     assert error_named("ValueError") is None and error_named("EXIT_TERMINAL") is None
+
+
+def test_a_class_name_that_disagrees_with_the_exit_code_is_not_trusted():
+    found = error_for_exit_code(errors.EXIT_TRANSIENT, "m", "ConfigError")
+    assert type(found) is errors.SparkStepError and found.transient, f"the exit code decides, found {found!r}"
+    assert type(error_for_exit_code(2, "m", "NoSuchError")) is KafkaBatchError

@@ -111,7 +111,7 @@ def add_server_parsers(sub: Any, positive_int: Any, positive_seconds: Any) -> No
             "--timeout",
             type=positive_seconds,
             default=server.default_timeout,
-            help=f"seconds to wait until it answers (default {server.default_timeout:g})",
+            help=f"start: seconds to wait until it answers (default {server.default_timeout:g})",
         )
         if command == "s3":
             p.add_argument("--bucket", action="append", help="bucket to create, repeatable (default: lake)")

@@ -20,6 +20,7 @@ FLAGS = {
     "output_format": "--format",
     "output_path": "--output",
     "kafka_timeout": "--timeout",
+    "catalog_conn_id": "--catalog-property",  # the command line gives the properties themselves
 }
 
 KEYWORDS = "keywords"
@@ -27,7 +28,7 @@ FLAGS_WORDING = "flags"
 #: Hands the wording to a Spark application this process starts (its errors are worded there).
 WORDING_ENV = "KAFKA_BATCH_SETTING_WORDING"
 
-_wording = KEYWORDS
+_wording = KEYWORDS  # process-wide: the command line sets it once for its whole run
 
 
 def wording() -> str:

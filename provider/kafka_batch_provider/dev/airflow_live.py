@@ -304,6 +304,7 @@ class AirflowStack:
         deadline = time.monotonic() + timeout
         quiet_since: float | None = None
         busy: list[dict] = []
+        runs: list[dict] = []
         while time.monotonic() < deadline:
             runs = self.dag_runs(dag_id, state=["queued", "running"])
             busy = self.api(
@@ -327,7 +328,11 @@ class AirflowStack:
             self._check_processes()
             time.sleep(1)
         left = [(ti["dag_run_id"], ti["task_id"], ti["state"]) for ti in busy]
-        raise AirflowStackError(f"{dag_id}: still busy {timeout:.0f} s after its runs were failed: {left}")
+        unfinished = [(run["dag_run_id"], run["state"]) for run in runs]
+        raise AirflowStackError(
+            f"{dag_id}: not quiet for {settle:g} s within {timeout:.0f} s after its runs were failed: "
+            f"runs {unfinished}, tasks {left}"
+        )
 
     def _try(self, method: str, path: str, **kwargs: Any) -> None:
         """An API call whose failure is retried by the caller's next poll (the state moved on meanwhile)."""

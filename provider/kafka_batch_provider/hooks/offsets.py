@@ -13,6 +13,7 @@ from typing import Any
 
 from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 
+from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.kafka.config import check_config
 
@@ -36,7 +37,11 @@ class KafkaOffsetsHook(KafkaBaseHook):
     @cached_property
     def kafka_config(self) -> dict[str, Any]:
         """The connection's librdkafka config, checked (what the Spark tasks are handed too)."""
-        return check_config(self._build_config())
+        try:
+            built = self._build_config()
+        except ValueError as exc:  # e.g. a connection without bootstrap.servers
+            raise ConfigError(f"Kafka connection {self.kafka_config_id!r}: {exc}") from None
+        return check_config(built)
 
     def _get_client(self, config: dict[str, Any]) -> KafkaOffsets:
         return KafkaOffsets(config, timeout=self.timeout)

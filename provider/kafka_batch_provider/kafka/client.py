@@ -26,7 +26,14 @@ from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, Resou
 
 from kafka_batch_provider.core.offsets import PartitionOffsets, TopicPartition
 from kafka_batch_provider.core.validation import check_topics
-from kafka_batch_provider.errors import CommitConflictError, ConfigError, KafkaUnavailableError, PlanError
+from kafka_batch_provider.errors import (
+    CommitConflictError,
+    ConfigError,
+    KafkaBatchError,
+    KafkaRefusedError,
+    KafkaUnavailableError,
+    PlanError,
+)
 from kafka_batch_provider.kafka.config import (
     READ_COMMITTED,
     admin_config,
@@ -34,7 +41,7 @@ from kafka_batch_provider.kafka.config import (
     consumer_config,
     reader_consumer_config,
 )
-from kafka_batch_provider.kafka.errors import is_unreachable
+from kafka_batch_provider.kafka.errors import is_transient, is_unreachable
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +49,14 @@ T = TypeVar("T")
 
 #: librdkafka's "no committed offset" sentinel (OFFSET_INVALID).
 _NO_OFFSET = -1001
+
+
+def broker_error(error: Any, message: str) -> KafkaBatchError:
+    """A broker's error answer as ours: "not now" (an outage, a leader or coordinator moving) is
+    transient, any other answer (authorization, authentication, ...) is refused for good."""
+    if isinstance(error, KafkaError) and not is_transient(error):
+        return KafkaRefusedError(message)
+    return KafkaUnavailableError(message)
 
 
 class KafkaOffsets:
@@ -104,7 +119,7 @@ class KafkaOffsets:
             if isinstance(error, KafkaError) and error.code() == KafkaError._INVALID_ARG:
                 # librdkafka refused the configuration (unknown key, bad value): no retry can fix it.
                 raise ConfigError(f"Kafka configuration refused: {text}") from None
-            raise KafkaUnavailableError(f"Kafka {what} failed: {text}") from None
+            raise broker_error(error, f"Kafka {what} failed: {text}") from None
 
     # -- metadata --------------------------------------------------------------------------
 
@@ -201,7 +216,9 @@ class KafkaOffsets:
         result: dict[TopicPartition, int | None] = {}
         for item in answer:
             if item.error is not None:
-                raise KafkaUnavailableError(f"committed offset of {item.topic}[{item.partition}]: {item.error.str()}")
+                raise broker_error(
+                    item.error, f"committed offset of {item.topic}[{item.partition}]: {item.error.str()}"
+                )
             result[TopicPartition(item.topic, item.partition)] = None if item.offset < 0 else item.offset
         return result
 
@@ -246,9 +263,10 @@ class KafkaOffsets:
             )
         request = [KafkaTopicPartition(tp.topic, tp.partition, offsets[tp], metadata=metadata) for tp in tps]
         answer = self._call(f"commit({group_id})", lambda: self._commit_synchronously(group_id, request))
-        failed = [f"{a.topic}[{a.partition}]: {a.error.str()}" for a in answer or [] if a.error is not None]
-        if failed:
-            raise KafkaUnavailableError(f"commit of group {group_id!r} failed for {', '.join(failed)}")
+        errors = [a for a in answer or [] if a.error is not None]
+        if errors:
+            failed = ", ".join(f"{a.topic}[{a.partition}]: {a.error.str()}" for a in errors)
+            raise broker_error(errors[0].error, f"commit of group {group_id!r} failed for {failed}")
         after = self.committed_offsets(group_id, tps)
         wrong = [tp for tp in tps if after.get(tp) != offsets[tp]]
         if wrong:

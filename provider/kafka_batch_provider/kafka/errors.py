@@ -32,6 +32,11 @@ LEADERSHIP_MOVING = frozenset(
         KafkaError.KAFKA_STORAGE_ERROR,
         KafkaError.FENCED_LEADER_EPOCH,
         KafkaError.UNKNOWN_LEADER_EPOCH,
+        # The group's coordinator is starting, moving or rebalancing: the commit's broker comes back.
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.REBALANCE_IN_PROGRESS,
     }
 )
 

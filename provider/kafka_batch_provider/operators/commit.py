@@ -59,8 +59,8 @@ class KafkaOffsetCommitOperator(BaseOperator):
             plan = load_plan(summary, store)
         if not plan.commits_group:
             raise AirflowSkipException(f"batch {plan.batch_id} is a {plan.mode}: the group's offsets are not touched")
-        kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
-        with task_errors():
+        with task_errors():  # the connection's config is checked here: a bad one fails at once
+            kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
             committed = commit_batch(kafka, store, plan, progress=self.log.info)
         record = store.commit_record(plan.seq, plan.batch_id) or {}
         return {"batch_id": plan.batch_id, "committed": committed, "rows": record.get("rows", 0)}

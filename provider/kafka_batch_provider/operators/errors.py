@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from kafka_batch_provider.errors import KafkaBatchError, error_for_exit_code
+from kafka_batch_provider.errors import ERROR_CLASS_PREFIX, KafkaBatchError, error_for_exit_code
 
 
 def airflow_error(error: KafkaBatchError) -> AirflowException:
@@ -27,7 +27,8 @@ def task_errors() -> Iterator[None]:
     try:
         yield
     except KafkaBatchError as exc:
-        raise airflow_error(exc) from None
+        # A retried error keeps its cause in the log; a terminal one is its one line.
+        raise airflow_error(exc) from (exc if exc.transient else None)
 
 
 ERROR_LINE_PREFIX = "error: "
@@ -40,8 +41,11 @@ def spark_step_error(output_lines: Iterable[str], exit_code: int | None) -> Airf
     last); without an error line (a JVM that died, a kill) the message names the exit code and
     a retry is allowed.
     """
-    errors = [line.strip() for line in output_lines if line.strip().startswith(ERROR_LINE_PREFIX)]
+    lines = [line.strip() for line in output_lines]
+    errors = [line for line in lines if line.startswith(ERROR_LINE_PREFIX)]
     if not errors:
         return AirflowException(f"spark-submit exited with code {exit_code} and no error line: see the log above")
+    names = [line.removeprefix(ERROR_CLASS_PREFIX) for line in lines if line.startswith(ERROR_CLASS_PREFIX)]
     line = errors[-1].removeprefix(ERROR_LINE_PREFIX)
-    return airflow_error(error_for_exit_code(exit_code, f"Spark step failed: {line}"))
+    error = error_for_exit_code(exit_code, f"Spark step failed: {line}", names[-1] if names else None)
+    return airflow_error(error)

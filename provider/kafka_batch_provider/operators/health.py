@@ -72,8 +72,8 @@ class KafkaLagHealthOperator(TemplatedOutput, BaseOperator):
         self.kafka_timeout = positive_seconds("kafka_timeout", kafka_timeout)
 
     def execute(self, context: Any) -> dict[str, Any]:
-        kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
-        with task_errors():
+        with task_errors():  # the connection's config is checked here: a bad one fails at once
+            kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
             store = open_existing_output(self.batch_output)
             report = lag_report(kafka, self.group_id, as_list(self.topics), store, self.policy)
         for p in report.partitions:

@@ -135,7 +135,8 @@ class BatchOutput:
 
     def to_dict(self) -> dict[str, Any]:
         """For a trigger's serialized arguments (connection ids, no secrets)."""
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        found = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        return {**found, "catalog_properties": dict(self.catalog_properties or {})}  # plain JSON
 
 
 def connections_of(output: BatchOutput | None) -> BatchOutput:

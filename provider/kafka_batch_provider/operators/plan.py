@@ -144,8 +144,8 @@ class KafkaOffsetPlanOperator(TemplatedOutput, BaseOperator):
         return output
 
     def execute(self, context: Any) -> dict[str, Any]:
-        kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
-        with task_errors():
+        with task_errors():  # the connection's config is checked here: a bad one fails at once
+            kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
             topics, partitions = check_topics(as_list(self.topics)), as_int_list(self.partitions)
             check_group_id(self.group_id)
             spec, store = open_output(self.output_of_run(context), create=True)

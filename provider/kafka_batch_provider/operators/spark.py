@@ -58,10 +58,9 @@ def planned_batch(context: Any, plan_task_id: str, output: BatchOutput) -> tuple
 
 def batch_result(spec: Any, plan: Any) -> dict[str, Any]:
     """What the Spark step pushes: the batch's log entry number, rows and data location."""
-    with task_errors():
-        # Reopened: a table's state is read again, after Spark's commit.
-        store = open_store(spec, create=False)
-        entry = store.entry_of(plan)
+    # Reopened: a table's state is read again, after Spark's commit.
+    store = open_store(spec, create=False)
+    entry = store.entry_of(plan)
     if entry is None:
         raise KafkaBatchError(f"batch {plan.batch_id}: Spark finished but the output log has no entry {plan.seq}")
     # The data's location (a table's, not its _kafka_batch/ control folder's).
@@ -134,7 +133,8 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
                 super().execute(context)
             except AirflowException as exc:
                 raise self._spark_step_error(exc) from None
-        return batch_result(spec, plan)
+        with task_errors():
+            return batch_result(spec, plan)
 
     def _spark_step_error(self, exc: AirflowException) -> AirflowException:
         """The application's one error line instead of the hook's command line and output tail

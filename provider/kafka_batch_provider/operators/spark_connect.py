@@ -82,7 +82,8 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
                 )
             finally:
                 self._running = None
-        return batch_result(spec, plan)
+        with task_errors():
+            return batch_result(spec, plan)
 
     def on_kill(self) -> None:
         """A killed task stops its Spark job on the server, so a retry does not race it."""

@@ -88,7 +88,7 @@ class TableFiles:
             raise ConfigError(
                 f"{self.label} is partitioned by {found or 'nothing'}, this run asks for "
                 f"{wanted or 'no partitioning'} ({Setting('partition_by')}): a table keeps its partitioning",
-                setting=Setting("partition_by", "date" if found else None),
+                setting=Setting("partition_by", "date" if found == by_date else None),
             )
 
     def look_up(self, seq: int) -> dict[str, Any] | None:

@@ -9,7 +9,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from kafka_batch_provider.core.validation import positive_seconds
-from kafka_batch_provider.errors import KafkaUnavailableError
+from kafka_batch_provider.errors import KafkaUnavailableError, error_named
 from kafka_batch_provider.operators.output import OUTPUT_TEMPLATE_FIELDS, BatchOutput, TemplatedOutput
 from kafka_batch_provider.operators.plan import BACKFILL_RUN_TYPE, run_type_of
 from kafka_batch_provider.operators.xcom import as_list
@@ -118,7 +118,9 @@ class KafkaLagSensor(TemplatedOutput, BaseSensorOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") != "ready":
-            # Not an AirflowException: soft_fail must not turn a broker error into a skip.
-            raise KafkaUnavailableError(f"lag sensor stopped waiting: {event.get('message', event)}")
+            # Our own class, never an AirflowException: soft_fail would turn it into a skip, and a
+            # bad connection must fail the run, not skip it. So a sensor's errors are retried.
+            error = error_named(str(event.get("error", ""))) or KafkaUnavailableError
+            raise error(f"lag sensor stopped waiting: {event.get('message', event)}")
         self.log.info("group %s: %s", self.group_id, event["reason"])
         return {"total_lag": event["total_lag"], "reason": event["reason"]}

@@ -25,12 +25,12 @@ from typing import Any
 
 from kafka_batch_provider.core.settings import WORDING_ENV, worded
 from kafka_batch_provider.core.write_options import WriteOptions
-from kafka_batch_provider.errors import ConfigError, KafkaBatchError
+from kafka_batch_provider.errors import ERROR_CLASS_PREFIX, ConfigError, KafkaBatchError
 from kafka_batch_provider.kafka.config import SECRET_KEY_PATTERN, check_config, config_object, read_config_file
 from kafka_batch_provider.output.formats import OutputSpec, add_partition_by_argument, open_store, output_of_plan
 from kafka_batch_provider.output.location import read_storage_options_file
 from kafka_batch_provider.output.store import load_plan_file
-from kafka_batch_provider.spark.error_lines import spark_error_line, spark_failure_exit_code
+from kafka_batch_provider.spark.error_lines import spark_error_line, spark_failure_exit_code, task_error_class
 
 CONFIG_FILE_ENV = "KAFKA_BATCH_KAFKA_CONFIG_FILE"
 CONFIG_JSON_ENV = "KAFKA_BATCH_KAFKA_CONFIG"
@@ -85,6 +85,15 @@ def launch_seconds(now: float) -> dict[str, float]:
         return {}
 
 
+def report(error_class: str | None, line: str, exit_code: int) -> int:
+    """The error's class (for whoever started spark-submit to raise the same one), then its one
+    line, last; returns the exit code, which carries the class's retry decision on its own."""
+    if error_class:
+        print(f"{ERROR_CLASS_PREFIX}{error_class}", file=sys.stderr)
+    print(f"error: {line}", file=sys.stderr, flush=True)
+    return exit_code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # Errors are worded for whoever started spark-submit: the command line or an operator.
     with worded(os.environ.get(WORDING_ENV)):
@@ -109,8 +118,7 @@ def run(argv: Sequence[str] | None) -> int:
         plan = load_plan_file(args.plan, store.location.storage_options)
         kafka_config = load_kafka_config(args.kafka_config_file)
     except KafkaBatchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return report(type(exc).__name__, str(exc), exc.exit_code)
 
     from kafka_batch_provider.spark.worker_daemon import use_installed_pyspark
 
@@ -141,13 +149,12 @@ def run(argv: Sequence[str] | None) -> int:
             progress=lambda line: print(line, file=sys.stderr, flush=True),
         )
     except KafkaBatchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return report(type(exc).__name__, str(exc), exc.exit_code)
     except Exception as exc:
         # An error raised in an executor arrives wrapped in Spark's traceback text.
         traceback.print_exc()
-        print(f"error: {spark_error_line(exc)}", file=sys.stderr)
-        return spark_failure_exit_code(exc)
+        found = task_error_class(str(exc))
+        return report(found.__name__ if found else None, spark_error_line(exc), spark_failure_exit_code(exc))
     # No spark.stop(): its accumulator server polls every 0.5 s before it lets go, and
     # SparkSubmit's shutdown hook stops the context when this process returns.
     timings["spark_batch_seconds"] = round(time.perf_counter() - clock, 3)

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from kafka_batch_provider import __version__
 from kafka_batch_provider.core.plan import OffsetPlan
+from kafka_batch_provider.core.settings import Advice
 from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError, SparkStepError
 from kafka_batch_provider.output.store import BatchStore
@@ -31,6 +32,12 @@ from kafka_batch_provider.spark.error_lines import missing_package, spark_error_
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 15002
+#: Where the server's address comes from, and what to do when none answers, in the caller's words.
+REMOTE = Advice(keywords="the spark_connect connection's URL", flags="--spark-remote")
+NO_SERVER = Advice(
+    keywords="start it, or fix the spark_connect connection's host and port",
+    flags="start one (kafka-batch spark-connect start), or fix --spark-remote / SPARK_REMOTE",
+)
 
 #: Batches share a server-side session for this long, so they find its Python workers warm
 #: (each new session starts its own: ~5 s measured on a busy 2-core machine, 0.7 s warm).
@@ -88,7 +95,8 @@ def remote_address(remote: str) -> str:
     except ValueError:
         host = None
     if not remote.startswith("sc://") or not host:
-        raise ConfigError(f"--spark-remote must look like sc://host:port, got {remote.split(';')[0].split('/;')[0]!r}")
+        shown = remote.split(";")[0]
+        raise ConfigError(f"{REMOTE} must look like sc://host:port, got {shown!r}")
     return f"sc://[{host}]:{port}" if ":" in host else f"sc://{host}:{port}"
 
 
@@ -97,10 +105,7 @@ def check_reachable(remote: str) -> str:
     address = remote_address(remote)
     parts = urlsplit(remote.split(";")[0])
     if probe(parts.hostname, parts.port or DEFAULT_PORT, timeout=5.0) != "open":
-        raise SparkStepError(
-            f"no Spark Connect server answers at {address}: start one (kafka-batch spark-connect start) "
-            "or fix --spark-remote / SPARK_REMOTE"
-        )
+        raise SparkStepError(f"no Spark Connect server answers at {address}: {NO_SERVER}")
     return address
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError, error_named
 
 _TASK_ERROR = re.compile(r"kafka_batch_provider\.errors\.(\w+Error): (.+)")
@@ -70,7 +71,7 @@ def spark_error_line(exc: BaseException) -> str:
         return (
             "the jvm reader needs Spark's Kafka connector (spark-sql-kafka-0-10) on the cluster, "
             "e.g. spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>; "
-            "or use --reader python"
+            f"or use {Setting('reader', 'python')}"
         )
     if "StatusCode.UNAVAILABLE" in text or "RETRIES_EXCEEDED" in text:
         return "the Spark Connect server stopped answering (gRPC UNAVAILABLE): it went away or cannot be reached"

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from kafka_batch_provider.core.lag_health import BatchPoint, HealthPolicy, HealthReport, PartitionLag, evaluate
 from kafka_batch_provider.core.manifest import log_position
 from kafka_batch_provider.core.offsets import PartitionOffsets, TopicPartition
+from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.output.store import BatchStore
 
@@ -98,7 +99,7 @@ def lag_report(
     notes = (
         []
         if store is not None
-        else ["no --output: WARN, STALL, STOP and REWIND need the batch history and were not judged"]
+        else [f"no {Setting('output_path')}: WARN, STALL, STOP and REWIND need the batch history and were not judged"]
     )
     unknown = sorted({s.topic for s in states if s.retention_ms is None})
     if unknown:

@@ -105,7 +105,8 @@ class KafkaLagTrigger(BaseTrigger):
                     self.output,
                 )
             except KafkaBatchError as exc:
-                yield TriggerEvent({"status": "error", "message": str(exc)})
+                # The class travels by name, so the sensor raises the same one (errors.py decides).
+                yield TriggerEvent({"status": "error", "message": str(exc), "error": type(exc).__name__})
                 return
             self.log.info("group %s: %s", self.group_id, reason)
             if ready:

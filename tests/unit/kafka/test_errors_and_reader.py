@@ -40,6 +40,23 @@ def test_answers_that_no_wait_can_change_fail_at_once(code):
     assert not is_transient(KafkaError(code)), f"{KafkaError(code).name()} must fail the read at once"
 
 
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        (KafkaError.NOT_COORDINATOR, "KafkaUnavailableError"),
+        (KafkaError.REBALANCE_IN_PROGRESS, "KafkaUnavailableError"),
+        (KafkaError.GROUP_AUTHORIZATION_FAILED, "KafkaRefusedError"),
+        (KafkaError.SASL_AUTHENTICATION_FAILED, "KafkaRefusedError"),
+    ],
+)
+def test_the_offsets_client_retries_a_moving_coordinator_but_not_a_refusal(code, expected):
+    from kafka_batch_provider.kafka.client import broker_error
+
+    found = broker_error(KafkaError(code), "commit failed")
+    assert type(found).__name__ == expected, f"{KafkaError(code).name()}: expected {expected}, found {found!r}"
+    assert found.transient == (expected == "KafkaUnavailableError")
+
+
 def test_a_fatal_error_is_never_transient_even_if_its_code_is():
     assert not is_transient(KafkaError(KafkaError._TRANSPORT, fatal=True))
 

@@ -1,0 +1,47 @@
+"""A bad Kafka connection fails a task at once (no retry can fix it), in every task that reads it,
+and the deferred lag sensor raises the class its trigger met (real Airflow connections from
+AIRFLOW_CONN_* variables; no broker is contacted)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+from kafka_batch_provider.errors import ConfigError, StorageAccessError
+from kafka_batch_provider.operators.output import BatchOutput
+
+BAD = {"bootstrap.servers": "127.0.0.1:1", "enable.auto.commit": "true"}
+
+
+def build(kind: str, output: BatchOutput):
+    from kafka_batch_provider.operators.health import KafkaLagHealthOperator
+    from kafka_batch_provider.operators.plan import KafkaOffsetPlanOperator
+
+    if kind == "plan":
+        return KafkaOffsetPlanOperator(task_id="plan", topics="t", group_id="g", output=output, kafka_config_id="bad")
+    return KafkaLagHealthOperator(task_id="health", topics="t", group_id="g", kafka_config_id="bad")
+
+
+@pytest.mark.parametrize("kind", ["plan", "health"])
+def test_a_refused_kafka_connection_fails_the_task_at_once(kind, monkeypatch, tmp_path):
+    monkeypatch.setenv("AIRFLOW_CONN_BAD", json.dumps({"conn_type": "kafka", "extra": BAD}))
+    task = build(kind, BatchOutput(output_path=str(tmp_path / "lake")))
+    with pytest.raises(Exception) as raised:
+        task.execute({})
+    assert isinstance(raised.value, AirflowFailException), (
+        f"expected AirflowFailException (no retry) from {kind}, found {type(raised.value).__name__}: {raised.value}"
+    )
+    assert "enable.auto.commit" in str(raised.value), f"expected the setting named, found {raised.value}"
+    assert not (tmp_path / "lake" / "_plans").exists(), "a refused task must not leave a plan behind"
+
+
+@pytest.mark.parametrize("error", [ConfigError, StorageAccessError])
+def test_the_deferred_sensor_raises_the_class_its_trigger_met(error):
+    from kafka_batch_provider.sensors.lag import KafkaLagSensor
+
+    sensor = KafkaLagSensor(task_id="wait", group_id="g", topics="t")
+    event = {"status": "error", "message": "refused", "error": error.__name__}
+    with pytest.raises(error, match="lag sensor stopped waiting: refused"):
+        sensor.execute_complete({}, event)
