@@ -241,3 +241,51 @@ def test_batches_share_a_server_session_and_a_closed_one_is_replaced(spark_conne
         assert replaced.range(3).count() == 3
     finally:
         replaced.stop()
+
+
+def test_a_killed_batch_is_interrupted_in_its_own_session_after_the_shared_one_moved_on(
+    kafka_config, spark_connect_remote, new_topic, group_id, tmp_path, monkeypatch
+):
+    import threading
+    import time
+
+    from kafka_batch_provider.core.write_options import WriteOptions
+    from kafka_batch_provider.spark import connect as connect_module
+    from kafka_batch_provider.spark.connect import interrupt_batch
+
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 60_000, value_size=100))
+    store = Output(str(tmp_path / "lake")).store()
+    plan = plan_batch(KafkaOffsets(kafka_config), store, group_id, [topic], PlanPolicy()).plan
+    sessions: list[str] = []
+    outcome: dict[str, object] = {}
+
+    def write() -> None:
+        try:
+            # Slow tasks (one per 500 offsets), so the job is still running when it is killed.
+            options = WriteOptions(max_offsets_per_task=500)
+            outcome["entry"] = write_through_connect(
+                spark_connect_remote, plan, store, kafka_config, options, on_session=sessions.append
+            )
+        except Exception as exc:  # noqa: BLE001 - what the interrupted batch raised
+            outcome["error"] = exc
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    deadline = time.monotonic() + 120
+
+    def staged() -> bool:
+        return any(name.startswith(plan.batch_id) for name in store.data.list_names("_staging"))
+
+    while not (sessions and staged()) and "error" not in outcome and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert sessions and staged(), f"the batch never started writing: {outcome}"
+    # The shared session's 55-minute bucket moves on while the batch runs in the old one.
+    monkeypatch.setattr(connect_module, "shared_session_id", lambda now=None: "00000000-0000-0000-0000-000000000000")
+    interrupt_batch(spark_connect_remote, plan.batch_id, session_id=sessions[0])
+    writer.join(timeout=120)
+
+    assert not writer.is_alive(), "the batch's Spark job kept running after it was interrupted"
+    finished = outcome.get("entry") or {}
+    assert "error" in outcome, f"expected the interrupted batch to fail, it finished ({finished.get('rows')} rows)"
+    assert store.log.entry(plan.seq) is None, "an interrupted batch must not be published"

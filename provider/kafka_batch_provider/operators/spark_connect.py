@@ -76,19 +76,30 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
                 remote_address(remote),  # without the token
             )
             self._running = (remote, plan.batch_id)
+            self._session_id: str | None = None
             try:
                 write_through_connect(
-                    remote, plan, open_store(spec, create=False), kafka_config, self.write_options, self.log.info
+                    remote,
+                    plan,
+                    open_store(spec, create=False),
+                    kafka_config,
+                    self.write_options,
+                    self.log.info,
+                    on_session=self._remember_session,
                 )
             finally:
                 self._running = None
         with task_errors():
             return batch_result(spec, plan)
 
+    def _remember_session(self, session_id: str) -> None:
+        self._session_id = session_id
+
     def on_kill(self) -> None:
-        """A killed task stops its Spark job on the server, so a retry does not race it."""
+        """A killed task stops its Spark job on the server, so a retry does not race it: in the
+        session the batch runs in, even when the shared session's time bucket has moved on."""
         running = getattr(self, "_running", None)
         if running:
             from kafka_batch_provider.spark.connect import interrupt_batch
 
-            interrupt_batch(*running)
+            interrupt_batch(*running, session_id=getattr(self, "_session_id", None))

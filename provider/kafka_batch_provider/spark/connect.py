@@ -206,9 +206,12 @@ def write_through_connect(
     kafka_config: Mapping[str, Any],
     options: WriteOptions = WriteOptions(),
     progress: Callable[[str], None] = log.info,
+    on_session: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Write the plan's batch with the tasks on the Spark Connect server at ``remote``.
 
+    :param on_session: told the id of the server-side session the batch runs in, before it
+        starts (what :func:`interrupt_batch` needs to stop it from elsewhere).
     :returns: the batch's log entry (its manifest).
     :raises SparkStepError: a task failed or the server went away (a retry may pass).
     :raises ConfigError: the server's workers lack this package (or run another version).
@@ -217,6 +220,8 @@ def write_through_connect(
     from kafka_batch_provider.steps.write import write_batch
 
     spark = connect_session(remote)
+    if on_session is not None:
+        on_session(spark.session_id)
     tag = batch_tag(plan.batch_id)
     spark.addTag(tag)  # so a failed or killed attempt's Spark job can be stopped on the shared session
     try:
@@ -250,10 +255,15 @@ def interrupt(spark: Any, tag: str) -> None:
         log.debug("interrupting %s failed", tag, exc_info=True)
 
 
-def interrupt_batch(remote: str, batch_id: str) -> None:
-    """Stop a batch's Spark jobs from another process (Airflow's on_kill): they run in the shared session."""
+def interrupt_batch(remote: str, batch_id: str, session_id: str | None = None) -> None:
+    """Stop a batch's Spark jobs from elsewhere (Airflow's on_kill), in the session they run in.
+
+    ``session_id`` is the one :func:`write_through_connect` reported: the shared session of the
+    batch's time bucket (or a fresh one), not necessarily the current bucket's. Without it, the
+    current bucket's shared session is asked. A session the server closed has nothing running.
+    """
     try:
-        spark = connect_session(remote)
+        spark = connect_session(with_session_id(remote, session_id) if session_id else remote)
     except KafkaBatchError:
         return
     try:
