@@ -27,6 +27,7 @@ from kafka_batch_provider.steps.plan import plan_batch
 from kafka_batch_provider.steps.write import publish_staged, write_batch
 from kafka_batch_provider.testing.producers import Record, create_topics, produce, sample_records
 from tests.integration.helpers import (
+    Output,
     assert_exactly_once,
     dataset_keys,
     group_offsets,
@@ -331,6 +332,35 @@ def test_a_replay_whose_publish_was_cut_short_is_finished_by_the_next_replay_pla
 
     assert again.notes == [f"already replayed as batch {plan.batch_id}"]
     assert_exactly_once(output, {(topic, 0, o) for o in range(5, 15)})
+
+
+def test_a_replay_of_a_recreated_topic_is_not_taken_for_the_old_topics_replay(spark, kafka_config, group_id, output):
+    from kafka_batch_provider.errors import PlanError
+    from kafka_batch_provider.steps.replay import plan_replay_batch
+
+    topic = f"replayed-{group_id[-6:]}"
+    create_topics(kafka_config, {topic: 1})
+    produce(kafka_config, topic, [Record(0, b"old-%d" % i) for i in range(10)])
+    store = output.store()
+    first = plan_replay_batch(KafkaOffsets(kafka_config), store, [topic], start_offsets={0: 2}, end_offsets={0: 8})
+    write_batch(first.plan, store, kafka_config, stage_with(spark))
+    recreate_topic(kafka_config, topic)
+    produce(kafka_config, topic, [Record(0, b"new-%d" % i) for i in range(10)])
+
+    # The same offsets of the new topic are other records: never "already replayed".
+    with pytest.raises(PlanError) as refused:
+        plan_replay_batch(KafkaOffsets(kafka_config), store, [topic], start_offsets={0: 2}, end_offsets={0: 8})
+
+    message = str(refused.value)
+    assert f"of batch {first.plan.batch_id} (it read the topic before it was deleted and recreated" in message, (
+        f"expected the overlap with the old topic's replay named, found {message!r}"
+    )
+    assert [e["batch_id"] for e in store.log.entries()] == [first.plan.batch_id], "a refused replay changes nothing"
+    elsewhere = Output(output.uri.rstrip("/") + "-elsewhere", output.storage_options).store()
+    fresh = plan_replay_batch(KafkaOffsets(kafka_config), elsewhere, [topic], start_offsets={0: 2}, end_offsets={0: 8})
+    assert [(r.start, r.end) for r in fresh.plan.ranges] == [(2, 8)] and not fresh.notes, (
+        f"expected the new topic's offsets [2, 8) planned in another output, found {fresh.plan.ranges} {fresh.notes}"
+    )
 
 
 def test_a_damaged_plan_file_names_itself_and_discard_removes_it(kafka_config, new_topic, group_id, local_output):

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
+from typing import Any
 
 from kafka_batch_provider.core.offsets import OffsetRange, TopicPartition
 from kafka_batch_provider.core.plan import REPLAY, OffsetPlan
@@ -41,19 +42,35 @@ def replay_ranges(
     return ranges
 
 
-def refuse_overlaps(store: BatchStore, plan: OffsetPlan, others: Sequence[tuple[str, list[OffsetRange], str]]) -> None:
+def refuse_overlaps(
+    store: BatchStore, plan: OffsetPlan, others: Sequence[tuple[str, list[OffsetRange], str, str]]
+) -> None:
     """Two different replays of the same offsets in one output would show readers those offsets twice.
 
-    :param others: ``(batch id, readable ranges, how to get rid of it)`` of the batches already there.
+    :param others: ``(batch id, readable ranges, what that batch was, how to get rid of it)`` of
+        the batches already there.
     """
-    for batch_id, ranges, remedy in others:
+    for batch_id, ranges, about, remedy in others:
         for mine in plan.readable_ranges:
             for theirs in ranges:
                 if mine.tp == theirs.tp and mine.start < theirs.end and theirs.start < mine.end:
                     raise PlanError(
-                        f"replay {mine} overlaps {theirs} of batch {batch_id} in {store.root}; "
+                        f"replay {mine} overlaps {theirs} of batch {batch_id}{about} in {store.root}; "
                         f"choose another output{remedy}"
                     )
+
+
+def by_incarnation(
+    entry: Mapping[str, Any], topic_ids: Mapping[str, str]
+) -> tuple[list[OffsetRange], list[OffsetRange]]:
+    """A logged batch's readable ranges: those of the topics as the plan sees them, and those of
+    an earlier topic of the same name (another topic id; without ids, assumed the same)."""
+    theirs = entry.get("topic_ids") or {}
+    same, earlier = [], []
+    for r in (OffsetRange.from_dict(d) for d in entry["ranges"] if d["end"] > d["start"]):
+        known, now = theirs.get(r.topic), topic_ids.get(r.topic)
+        (same if known is None or now is None or known == now else earlier).append(r)
+    return same, earlier
 
 
 def same_ranges(a: Sequence[OffsetRange], b: Sequence[OffsetRange]) -> bool:
@@ -173,11 +190,11 @@ def plan_replay_batch(
     plan = plan_replay(replay_ranges(tps, starts, ends), states, kafka.isolation_level, utc_now(), slot=slot)
     described = ", ".join(str(r) for r in plan.ranges) or "nothing"
     entries = list(store.log.entries())
-    logged = [
-        (e["batch_id"], [OffsetRange.from_dict(r) for r in e["ranges"] if r["end"] > r["start"]]) for e in entries
-    ]
+    # Only ranges of the topic the plan reads count as already replayed: a topic deleted and
+    # recreated under its name has new records at the same offsets (and a new topic id).
+    logged = [(e["batch_id"], *by_incarnation(e, plan.topic_ids)) for e in entries]
     done = next(
-        (e for e, (_, ranges) in zip(entries, logged) if plan.ranges and same_ranges(ranges, plan.ranges)), None
+        (e for e, (_, ranges, _) in zip(entries, logged) if plan.ranges and same_ranges(ranges, plan.ranges)), None
     )
     if done is not None:
         if not dry_run:
@@ -193,15 +210,21 @@ def plan_replay_batch(
         ),
         None,
     )
-    others = [(b, r, "") for b, r in logged] + [
-        (
-            p.batch_id,
-            list(p.readable_ranges),
-            f", or remove that batch with kafka-batch discard --plan {store.plan_uri(p)}",
-        )
-        for p in pending
-        if p is not again
-    ]
+    recreated = " (it read the topic before it was deleted and recreated: another topic id)"
+    others = (
+        [(b, r, "", "") for b, r, _ in logged]
+        + [(b, r, recreated, "") for b, _, r in logged if r]
+        + [
+            (
+                p.batch_id,
+                list(p.readable_ranges),
+                "",
+                f", or remove that batch with kafka-batch discard --plan {store.plan_uri(p)}",
+            )
+            for p in pending
+            if p is not again
+        ]
+    )
     refuse_overlaps(store, plan, others)
     if dry_run:
         progress(f"dry run: replay batch {plan.batch_id} would read {described}")
