@@ -290,6 +290,8 @@ class DeltaSink(TableFiles):
         """One Delta commit: the batch's files, a ``txn`` per partition and the manifest."""
         from deltalake.exceptions import CommitFailedError, DeltaError
 
+        if int(manifest["seq"]) == 1:
+            self.refuse_unconditional_store()
         try:
             self.save_manifest(manifest)
             self._commit(table, manifest)
@@ -300,6 +302,18 @@ class DeltaSink(TableFiles):
             if "already exists" in str(exc):
                 return False  # another writer created the table first
             raise StorageError(f"Delta commit to {self.name} failed: {one_line(exc)}") from None
+
+    def refuse_unconditional_store(self) -> None:
+        """Before the table's first batch: a Delta commit is "create ``_delta_log/<version>.json``
+        unless it exists". A store that ignores that condition (some S3-compatible stores ignore
+        ``If-None-Match``) would let two attempts of one batch both commit, each then deleting the
+        other's files, and the table would point at missing files for good."""
+        if not self.data.supports_exclusive_create("_delta_log"):
+            raise StorageError(
+                f"{self.label}: {self.data} accepts a second create of the same name (it ignores If-None-Match "
+                "or its equivalent): Delta commits could not stop two writers; use a store with conditional "
+                "writes (AWS S3, GCS, Azure, MinIO from 2024)"
+            )
 
     def _commit(self, table: Any, manifest: dict[str, Any]) -> None:
         from deltalake import CommitProperties, Schema, Transaction

@@ -178,3 +178,16 @@ def test_the_iceberg_catalog_is_opened_under_the_name_readers_use(tmp_path):
     assert load_catalog(sql).name == DEFAULT_CATALOG_NAME == "kafka_batch"
     named = load_catalog({**sql, "name": "prod"})
     assert named.name == "prod" and "name" not in named.properties, "name chooses the catalog, it is no property"
+
+
+def test_a_delta_table_on_a_store_that_ignores_conditional_writes_is_refused_before_its_first_commit(tmp_path):
+    from kafka_batch_provider.errors import StorageError
+    from kafka_batch_provider.output.delta import DeltaSink
+    from tests.unit.output.test_location_log_and_store import IgnoresConditions
+
+    sink = DeltaSink(IgnoresConditions(str(tmp_path / "table")))
+    with pytest.raises(StorageError, match="accepts a second create of the same name"):
+        sink.commit_once(None, {"seq": 1, "batch_id": "b-1", "ranges": []})
+    assert not (tmp_path / "table" / "_delta_log").exists() or not any((tmp_path / "table" / "_delta_log").iterdir()), (
+        "a refused table must not get a first commit"
+    )

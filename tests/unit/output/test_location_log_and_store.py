@@ -233,22 +233,22 @@ def test_damaged_entries_plans_and_commit_records_are_one_clear_line(tmp_path):
         store.commit_record(1, "b-x")
 
 
+class IgnoresConditions(Location):
+    """An object store whose "create if absent" always succeeds (it ignores If-None-Match)."""
+
+    is_local = False
+
+    def create_exclusive(self, name, data):
+        Path(self.path(name)).parent.mkdir(parents=True, exist_ok=True)
+        Path(self.path(name)).write_bytes(data)
+        return True
+
+    def delete(self, names):
+        for name in names:
+            Path(self.path(name)).unlink(missing_ok=True)
+
+
 def test_a_store_that_ignores_conditional_writes_is_refused_before_the_first_entry(tmp_path):
-    class IgnoresConditions(Location):
-        is_local = False  # an object store whose "create if absent" always succeeds
-
-        def create_exclusive(self, name, data):
-            self.put_atomic_local(name, data)
-            return True
-
-        def put_atomic_local(self, name, data):
-            Path(self.path(name)).parent.mkdir(parents=True, exist_ok=True)
-            Path(self.path(name)).write_bytes(data)
-
-        def delete(self, names):
-            for name in names:
-                Path(self.path(name)).unlink(missing_ok=True)
-
     from kafka_batch_provider.errors import StorageError
     from kafka_batch_provider.output.offset_log import OffsetLog
 
