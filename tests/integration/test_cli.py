@@ -14,7 +14,7 @@ from kafka_batch_provider.core.offsets import TopicPartition
 from kafka_batch_provider.dev.local_servers import free_port
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.testing.producers import produce, sample_records
-from tests.integration.helpers import assert_exactly_once
+from tests.integration.helpers import Output, assert_exactly_once
 
 pytestmark = pytest.mark.integration
 
@@ -290,3 +290,54 @@ def test_storage_credentials_stay_out_of_output_files_and_logs(
         assert STORAGE_SECRET.encode() not in fs.cat_file(path), f"the storage secret leaked into {path}"
     for shown in (repr(Location(output, options)), repr(TaskWriter(output, "_staging/x", options))):
         assert STORAGE_SECRET not in shown, f"the storage secret is in a repr: {shown}"
+
+
+def test_replay_writes_the_chosen_offsets_once_and_never_touches_a_group(
+    kafka_config, kafka_bootstrap_servers, new_topic, tmp_path
+):
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 40))
+    out = tmp_path / "replays"
+    replay = [
+        "replay",
+        "--bootstrap-servers",
+        kafka_bootstrap_servers,
+        "--topic",
+        topic,
+        "--output",
+        str(out),
+        "--spark-master",
+        "local[2]",
+    ]
+    offsets = ["--start-offsets", '{"0": 5, "1": 10}', "--end-offsets", '{"0": 15, "1": 12}']
+
+    dry = last_json(cli(*replay, *offsets, "--dry-run"))
+    assert dry["dry_run"] and dry["planned_offsets"] == 12 and dry["records"] == 0, dry
+    assert not (out / "_plans").exists() or not list((out / "_plans").iterdir()), "a dry run leaves no plan"
+
+    done = last_json(cli(*replay, *offsets))
+    assert done["records"] == 12 and done["mode"] == "replay", f"expected 12 replayed records, found {done}"
+    again = last_json(cli(*replay, *offsets))
+    assert again["records"] == 0 and again["notes"] == [f"already replayed as batch {done['batch_id']}"], again
+    assert_exactly_once(Output(str(out)), {(topic, 0, o) for o in range(5, 15)} | {(topic, 1, o) for o in (10, 11)})
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        ([], "a replay needs a range"),
+        (["--whole-topic", "--start-offsets", '{"0": 1}'], "whole_topic replays everything"),
+        (["--start-offsets", "[1, 2]"], "--start-offsets must be an object of partition -> offset"),
+        (["--start-time", "yesterday"], "--start-time must be an ISO 8601 time"),
+        (["--start-offsets", '{"0": 1}', "--start-time", "2026-01-01T00:00:00Z"], "either start/end offsets or"),
+    ],
+)
+def test_a_bad_replay_range_is_one_line_and_leaves_nothing(extra, expected, kafka_bootstrap_servers, tmp_path):
+    out = tmp_path / "replays"
+    refused = cli(
+        "replay", "--bootstrap-servers", kafka_bootstrap_servers, "--topic", "t", "--output", str(out), *extra
+    )
+    assert_one_line_error(refused, expected)
+    assert refused.returncode == 2 and not out.exists(), (
+        f"a refused replay must leave nothing, found {list(out.rglob('*'))}"
+    )

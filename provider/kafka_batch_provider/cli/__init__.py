@@ -21,13 +21,14 @@ from kafka_batch_provider.cli.arguments import (
     OneLineParser,
     add_kafka_args,
     add_plan_args,
+    add_replay_args,
     add_spark_args,
     add_storage_args,
     fraction,
     positive_int,
     positive_seconds,
 )
-from kafka_batch_provider.cli.batch import cmd_commit, cmd_discard, cmd_plan, cmd_run, cmd_write
+from kafka_batch_provider.cli.batch import cmd_commit, cmd_discard, cmd_plan, cmd_replay, cmd_run, cmd_write
 from kafka_batch_provider.cli.console import emit
 from kafka_batch_provider.cli.reports import cmd_lag, cmd_table
 from kafka_batch_provider.cli.servers import add_server_parsers, cmd_spark_archive
@@ -74,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
             "plan, write and commit one batch",
             (add_kafka_args, add_plan_args, add_storage_args, add_spark_args),
             cmd_run,
+        ),
+        (
+            "replay",
+            "the backfill DAG's replay: plan a range of offsets or times into the output and write it; "
+            "the group is never read or moved",
+            (add_kafka_args, add_replay_args, add_storage_args, add_spark_args),
+            cmd_replay,
         ),
         (
             "discard",

@@ -120,6 +120,35 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_replay_args(p: argparse.ArgumentParser) -> None:
+    """What the backfill DAG's form asks: the topic, the partitions and one way of choosing the range."""
+    g = p.add_argument_group("replay (the group is never read or moved)")
+    g.add_argument("--topic", action="append", required=True, help="topic to replay, repeatable")
+    g.add_argument("--partition", action="append", type=non_negative_int, help="only these partitions, repeatable")
+    g.add_argument("--start-offsets", metavar="JSON", help="first offset per partition, e.g. '{\"0\": 100}'")
+    g.add_argument("--end-offsets", metavar="JSON", help="end offset (exclusive) per partition, e.g. '{\"0\": 200}'")
+    g.add_argument("--start-time", metavar="ISO8601", help="replay records from this time (e.g. 2026-01-31T00:00:00Z)")
+    g.add_argument("--end-time", metavar="ISO8601", help="up to this time (exclusive, not in the future)")
+    g.add_argument("--whole-topic", action="store_true", help="every offset of the chosen partitions")
+    g.add_argument("--dry-run", action="store_true", help="plan and check only: nothing is written")
+
+
+def replay_range_from(args: argparse.Namespace) -> dict[str, Any]:
+    """The range flags, parsed and checked (one way of choosing it, complete, in the past)."""
+    from kafka_batch_provider.core.params import parse_offsets, parse_time
+    from kafka_batch_provider.steps.replay import check_replay_range
+
+    chosen = {
+        "start_offsets": parse_offsets("--start-offsets", args.start_offsets),
+        "end_offsets": parse_offsets("--end-offsets", args.end_offsets),
+        "start_ms": parse_time("--start-time", args.start_time),
+        "end_ms": parse_time("--end-time", args.end_time),
+        "whole_topic": args.whole_topic,
+    }
+    check_replay_range(**chosen)
+    return chosen
+
+
 def add_storage_args(p: argparse.ArgumentParser, output_help: str = "") -> None:
     from kafka_batch_provider.output.formats import add_partition_by_argument
     from kafka_batch_provider.output.sink import FORMATS

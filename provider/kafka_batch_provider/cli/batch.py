@@ -13,6 +13,7 @@ from kafka_batch_provider.cli.arguments import (
     output_spec_from,
     plan_output,
     policy_from,
+    replay_range_from,
     spark_conf_from,
     store_from,
     write_options,
@@ -150,6 +151,37 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
         "timings": timings,
         "spark": "connect" if args.spark_remote else "submit",
     }
+
+
+def cmd_replay(args: argparse.Namespace) -> dict[str, Any]:
+    """The backfill DAG's replay: plan the chosen range into the output and write it; never commits."""
+    from kafka_batch_provider.output.formats import open_store
+    from kafka_batch_provider.steps.replay import plan_replay_batch
+
+    chosen = replay_range_from(args)
+    options = write_options(args)
+    kafka = offsets_client(args)
+    spec = output_spec_from(args)
+    # A dry run creates no Iceberg table: replaying into a new one is planned for real only.
+    store = open_store(spec, create=not args.dry_run)
+    outcome = plan_replay_batch(
+        kafka, store, args.topic, partitions=args.partition, dry_run=args.dry_run, progress=progress, **chosen
+    )
+    plan = outcome.plan
+    result: dict[str, Any] = {
+        **plan.summary(),
+        "plan_path": outcome.plan_path,
+        "reused": outcome.reused,
+        "notes": outcome.notes,
+        "dry_run": args.dry_run,
+        "records": 0,
+        "location": None,
+    }
+    if args.dry_run or not plan.has_data:
+        return {**result, "planned_offsets": plan.planned_offsets}
+    submit_write(args, options, outcome.plan_path, spec, kafka)
+    entry = store.entry_of(plan) or {}
+    return {**result, "records": entry.get("rows", 0), "location": store.data_uri(entry)}
 
 
 def cmd_discard(args: argparse.Namespace) -> dict[str, Any]:

@@ -242,7 +242,7 @@ class KafkaReplayPlanOperator(TemplatedOutput, BaseOperator):
 
     def replay_range(self, refuse_future: bool = True) -> dict[str, Any]:
         """The range arguments, parsed and checked (one way of choosing it, complete, in the past)."""
-        from kafka_batch_provider.operators.params import parse_bool, parse_offsets, parse_time
+        from kafka_batch_provider.core.params import parse_bool, parse_offsets, parse_time
         from kafka_batch_provider.steps.replay import check_replay_range
 
         chosen = {
@@ -256,7 +256,7 @@ class KafkaReplayPlanOperator(TemplatedOutput, BaseOperator):
         return chosen
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from kafka_batch_provider.operators.params import parse_bool
+        from kafka_batch_provider.core.params import parse_bool
 
         with task_errors():
             dry_run = parse_bool("dry_run", self.dry_run)

@@ -19,12 +19,15 @@ from typing import Any
 from kafka_batch_provider.core.offsets import OffsetRange, TopicPartition
 from kafka_batch_provider.core.plan import REPLAY, OffsetPlan
 from kafka_batch_provider.core.planning import LogSlot, plan_replay
+from kafka_batch_provider.core.settings import Advice
 from kafka_batch_provider.errors import ConfigError, PlanError
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.output.store import BatchStore, utc_now
 from kafka_batch_provider.steps.plan import PlanOutcome, drop_stale_plans, refuse_foreign_output
 
 log = logging.getLogger(__name__)
+
+WHOLE_TOPIC = Advice(keywords="whole_topic=true", flags="--whole-topic")
 
 
 def replay_ranges(
@@ -113,7 +116,7 @@ def check_replay_range(
         raise ConfigError("whole_topic replays everything: give it without start/end offsets or times")
     if not (by_time or by_offset or whole_topic):
         raise ConfigError(
-            "a replay needs a range: start/end offsets, start/end times, or whole_topic=true "
+            f"a replay needs a range: start/end offsets, start/end times, or {WHOLE_TOPIC} "
             "to replay every offset of the chosen partitions (the backfill DAG's Whole topic param)"
         )
     if by_time and (start_ms is None or end_ms is None):
