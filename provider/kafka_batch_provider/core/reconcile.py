@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from kafka_batch_provider.core.listing import listed
 from kafka_batch_provider.core.offsets import OffsetGap, PartitionOffsets, TopicPartition
 from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import GroupMismatchError
@@ -170,7 +171,7 @@ def reconcile(
 def mismatch_message(
     group_id: str, refused: Sequence[tuple[PartitionOffsets, int]], log: LogPosition | None, policy: GroupMismatchPolicy
 ) -> str:
-    where = ", ".join(f"{s.tp}: group at {s.committed}, output at {logged}" for s, logged in refused)
+    where = listed(f"{s.tp}: group at {s.committed}, output at {logged}" for s, logged in refused)
     behind = [s for s, logged in refused if s.committed is not None and s.committed < logged]
     entry = f" (output log entry {log.seq}, batch {log.batch_id})" if log else ""
     output, group = Setting("on_group_mismatch", "output"), Setting("on_group_mismatch", "group")

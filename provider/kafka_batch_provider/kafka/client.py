@@ -24,6 +24,7 @@ from confluent_kafka import (
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
+from kafka_batch_provider.core.listing import listed
 from kafka_batch_provider.core.offsets import PartitionOffsets, TopicPartition
 from kafka_batch_provider.core.validation import check_topics
 from kafka_batch_provider.errors import (
@@ -257,7 +258,7 @@ class KafkaOffsets:
         current = self.committed_offsets(group_id, tps)
         moved = [tp for tp in tps if current.get(tp) not in (expected.get(tp), offsets[tp])]
         if moved:
-            details = ", ".join(f"{tp}: committed {current.get(tp)}, plan expected {expected.get(tp)}" for tp in moved)
+            details = listed(f"{tp}: committed {current.get(tp)}, plan expected {expected.get(tp)}" for tp in moved)
             raise CommitConflictError(
                 f"group {group_id!r} moved since the plan was made ({details}); nothing was committed"
             )
@@ -265,12 +266,12 @@ class KafkaOffsets:
         answer = self._call(f"commit({group_id})", lambda: self._commit_synchronously(group_id, request))
         errors = [a for a in answer or [] if a.error is not None]
         if errors:
-            failed = ", ".join(f"{a.topic}[{a.partition}]: {a.error.str()}" for a in errors)
+            failed = listed(f"{a.topic}[{a.partition}]: {a.error.str()}" for a in errors)
             raise broker_error(errors[0].error, f"commit of group {group_id!r} failed for {failed}")
         after = self.committed_offsets(group_id, tps)
         wrong = [tp for tp in tps if after.get(tp) != offsets[tp]]
         if wrong:
-            details = ", ".join(f"{tp}: read back {after.get(tp)}, committed {offsets[tp]}" for tp in wrong)
+            details = listed(f"{tp}: read back {after.get(tp)}, committed {offsets[tp]}" for tp in wrong)
             raise CommitConflictError(f"group {group_id!r} does not show the committed offsets ({details})")
         log.info("committed group %s: %s", group_id, ", ".join(f"{tp}={offsets[tp]}" for tp in tps))
         return {tp: offsets[tp] for tp in tps}

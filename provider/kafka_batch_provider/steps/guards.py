@@ -3,6 +3,7 @@ and before its offsets are committed (commit)."""
 
 from __future__ import annotations
 
+from kafka_batch_provider.core.listing import listed
 from kafka_batch_provider.core.plan import OffsetPlan
 from kafka_batch_provider.errors import CommitConflictError, PlanError
 from kafka_batch_provider.kafka.client import KafkaOffsets
@@ -30,9 +31,7 @@ def check_group_unmoved(kafka: KafkaOffsets, plan: OffsetPlan) -> None:
     current = kafka.committed_offsets(plan.group_id, [r.tp for r in plan.ranges])
     moved = [r for r in plan.ranges if current.get(r.tp) not in (r.expected_committed, r.end)]
     if moved:
-        details = ", ".join(
-            f"{r.tp}: committed {current.get(r.tp)}, plan expected {r.expected_committed}" for r in moved
-        )
+        details = listed(f"{r.tp}: committed {current.get(r.tp)}, plan expected {r.expected_committed}" for r in moved)
         raise CommitConflictError(
             f"group {plan.group_id!r} moved since batch {plan.batch_id} was planned ({details}); nothing was "
             "committed or recorded; the next plan step reconciles the group with the output"

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kafka_batch_provider.core.listing import listed
 from kafka_batch_provider.core.manifest import log_position, plan_of_entry
 from kafka_batch_provider.core.offsets import PartitionOffsets
 from kafka_batch_provider.core.plan import INCREMENTAL, OffsetPlan
@@ -202,7 +203,7 @@ def check_readable(kafka: KafkaOffsets, store: BatchStore, plan: OffsetPlan) -> 
     log_starts = kafka.log_start_offsets([r.tp for r in plan.readable_ranges])
     gone = [r for r in plan.readable_ranges if r.start < log_starts[r.tp]]
     if gone:
-        missing = ", ".join(f"{r.tp} [{r.start}, {log_starts[r.tp]})" for r in gone)
+        missing = listed(f"{r.tp} [{r.start}, {log_starts[r.tp]})" for r in gone)
         fix = Setting("on_data_loss", "earliest")
         raise PlanError(
             f"pending batch {plan.batch_id} can no longer be read: offsets {missing} were deleted before it was "

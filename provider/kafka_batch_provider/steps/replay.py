@@ -16,6 +16,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
+from kafka_batch_provider.core.listing import listed
 from kafka_batch_provider.core.offsets import OffsetRange, TopicPartition
 from kafka_batch_provider.core.plan import REPLAY, OffsetPlan
 from kafka_batch_provider.core.planning import LogSlot, plan_replay
@@ -191,7 +192,7 @@ def plan_replay_batch(
     refuse_foreign_output(store, REPLAY, None, tail, pending)
     slot = LogSlot(tail_seq + 1, tail["batch_id"] if tail else None, kafka.topic_ids(topics))
     plan = plan_replay(replay_ranges(tps, starts, ends), states, kafka.isolation_level, utc_now(), slot=slot)
-    described = ", ".join(str(r) for r in plan.ranges) or "nothing"
+    described = listed(str(r) for r in plan.ranges) or "nothing"
     entries = list(store.log.entries())
     # Only ranges of the topic the plan reads count as already replayed: a topic deleted and
     # recreated under its name has new records at the same offsets (and a new topic id).

@@ -100,3 +100,13 @@ def test_no_repair_when_a_partition_of_the_newest_batch_was_moved_and_the_policy
     result = reconcile("g", group(30, 70), log({TP0: 40, TP1: 50}, unfinished), {}, GroupMismatchPolicy.OUTPUT)
     assert not result.repair, "its commit would fail on t[1]: the next batch's commit moves both instead"
     assert result.checkpoints == {TP0: 40, TP1: 50}
+
+
+def test_a_refusal_over_thousands_of_partitions_names_a_few_and_counts_the_rest():
+    partitions = 2_000
+    moved = group(*([60] * partitions))
+    with pytest.raises(GroupMismatchError) as err:
+        reconcile("g", moved, log({TopicPartition("t", p): 40 for p in range(partitions)}), {})
+    message = str(err.value)
+    assert "t[0]: group at 60, output at 40" in message and "and 1,995 more" in message, message[:300]
+    assert len(message) < 1_000, f"expected a short line whatever the partition count, found {len(message)} chars"
