@@ -136,10 +136,6 @@ def error_named(name: str) -> type[KafkaBatchError] | None:
     return found if isinstance(found, type) and issubclass(found, KafkaBatchError) else None
 
 
-#: The Spark application names its error's class on this line, just before its ``error:`` line.
-ERROR_CLASS_PREFIX = "error-class: "
-
-
 def error_for_exit_code(code: int | None, message: str, name: str | None = None) -> KafkaBatchError:
     """The error of a Spark application that exited with ``code`` after printing ``message``
     (and the class ``name``): the same class comes back when the code agrees with it, else one

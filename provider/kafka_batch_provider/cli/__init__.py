@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--last", type=positive_int, help="only the newest N batches")
     p.set_defaults(func=cmd_table)
 
-    add_server_parsers(sub, positive_int, positive_seconds)
+    add_server_parsers(sub)
 
     p = sub.add_parser(
         "spark-archive", help="the archive of Spark's classes that spark-submit batches start from (build once)"

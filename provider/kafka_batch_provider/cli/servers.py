@@ -11,13 +11,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kafka_batch_provider.cli.arguments import positive_int, positive_seconds
 from kafka_batch_provider.cli.console import progress
 from kafka_batch_provider.kafka.config import parse_key_values
 
 
 @dataclass(frozen=True)
-class LocalServer:
-    """A ``kafka-batch <command> start|status|stop`` over the ``dev/<module>.py`` of one server."""
+class ServerCommand:
+    """A ``kafka-batch <command> start|status|stop`` over the ``dev/<module>.py`` of one server
+    (the server itself is a ``dev.local_servers.LocalServer``)."""
 
     what: str  # how progress lines name it
     module: str  # kafka_batch_provider.dev.<module>: start_detached, status, stop_detached
@@ -39,7 +41,7 @@ def start_spark_connect(module: Any, args: argparse.Namespace) -> dict[str, Any]
 
 
 SERVERS = {
-    "broker": LocalServer(
+    "broker": ServerCommand(
         "embedded broker",
         "broker",
         "bootstrap_servers",
@@ -48,7 +50,7 @@ SERVERS = {
         lambda module, args: module.start_detached(args.port, timeout=args.timeout),
         lambda info: f"embedded broker listening on {info['bootstrap_servers']} (pid {info['pid']}, memory storage)",
     ),
-    "s3": LocalServer(
+    "s3": ServerCommand(
         "embedded S3 server",
         "s3",
         "endpoint_url",
@@ -61,7 +63,7 @@ SERVERS = {
             + " ".join(f"{k}={v}" for k, v in sorted(info["env"].items()))
         ),
     ),
-    "spark-connect": LocalServer(
+    "spark-connect": ServerCommand(
         "Spark Connect server",
         "spark_connect",
         "remote",
@@ -92,7 +94,7 @@ def cmd_server(args: argparse.Namespace) -> dict[str, Any]:
     return info
 
 
-def add_server_parsers(sub: Any, positive_int: Any, positive_seconds: Any) -> None:
+def add_server_parsers(sub: Any) -> None:
     helps = {
         "broker": "the embedded Kafka-protocol broker (tansu) for demos and tests",
         "s3": "the embedded S3-protocol server (moto) for demos and tests",

@@ -14,7 +14,8 @@ from contextlib import contextmanager
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from kafka_batch_provider.errors import ERROR_CLASS_PREFIX, KafkaBatchError, error_for_exit_code
+from kafka_batch_provider.errors import KafkaBatchError
+from kafka_batch_provider.spark.error_lines import application_error
 
 
 def airflow_error(error: KafkaBatchError) -> AirflowException:
@@ -31,9 +32,6 @@ def task_errors() -> Iterator[None]:
         raise airflow_error(exc) from (exc if exc.transient else None)
 
 
-ERROR_LINE_PREFIX = "error: "
-
-
 def spark_step_error(output_lines: Iterable[str], exit_code: int | None) -> AirflowException:
     """What a failed spark-submit of the Spark application raises: its one error line.
 
@@ -41,11 +39,7 @@ def spark_step_error(output_lines: Iterable[str], exit_code: int | None) -> Airf
     last); without an error line (a JVM that died, a kill) the message names the exit code and
     a retry is allowed.
     """
-    lines = [line.strip() for line in output_lines]
-    errors = [line for line in lines if line.startswith(ERROR_LINE_PREFIX)]
-    if not errors:
+    error = application_error(output_lines, exit_code, prefix="Spark step failed: ")
+    if error is None:
         return AirflowException(f"spark-submit exited with code {exit_code} and no error line: see the log above")
-    names = [line.removeprefix(ERROR_CLASS_PREFIX) for line in lines if line.startswith(ERROR_CLASS_PREFIX)]
-    line = errors[-1].removeprefix(ERROR_LINE_PREFIX)
-    error = error_for_exit_code(exit_code, f"Spark step failed: {line}", names[-1] if names else None)
     return airflow_error(error)

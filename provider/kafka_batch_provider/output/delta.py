@@ -308,12 +308,7 @@ class DeltaSink(TableFiles):
         unless it exists". A store that ignores that condition (some S3-compatible stores ignore
         ``If-None-Match``) would let two attempts of one batch both commit, each then deleting the
         other's files, and the table would point at missing files for good."""
-        if not self.data.supports_exclusive_create("_delta_log"):
-            raise StorageError(
-                f"{self.label}: {self.data} accepts a second create of the same name (it ignores If-None-Match "
-                "or its equivalent): Delta commits could not stop two writers; use a store with conditional "
-                "writes (AWS S3, GCS, Azure, MinIO from 2024)"
-            )
+        self.data.require_exclusive_create("_delta_log", f"the commits of {self.label}")
 
     def _commit(self, table: Any, manifest: dict[str, Any]) -> None:
         from deltalake import CommitProperties, Schema, Transaction

@@ -340,6 +340,16 @@ class Location:
             self.delete([probe])
         return first and not second
 
+    def require_exclusive_create(self, folder: str, guarded: str) -> None:
+        """Refuse in one line a store that accepts a second create of one name: ``guarded`` (the
+        offset log, a table's commits) could not stop two writers from both publishing there."""
+        if not self.supports_exclusive_create(folder):
+            raise StorageError(
+                f"{self} accepts a second create of the same name (it ignores If-None-Match or its equivalent): "
+                f"{guarded} could not stop two writers from both publishing; use a store with conditional writes "
+                "(AWS S3, GCS, Azure, MinIO from 2024)"
+            )
+
     def _io(self, what: str, fn, writing: bool = False):
         """Run ``fn``; a missing file stays :class:`FileNotFoundError` for readers, but a write
         whose folder cannot be created (``/proc/...``) is an error like any other."""

@@ -94,12 +94,8 @@ class OffsetLog:
         seq = int(entry["seq"])
         if seq > 1 and not self.location.exists(entry_name(seq - 1)):
             raise ManifestError(f"output log entry {seq - 1} is missing in {self.location}: cannot append entry {seq}")
-        if seq == 1 and not self.location.supports_exclusive_create(LOG_DIR):
-            raise StorageError(
-                f"{self.location} accepts a second create of the same name (it ignores If-None-Match or its "
-                "equivalent): the offset log could not stop two runs from both publishing; use a store with "
-                "conditional writes (AWS S3, GCS, Azure, MinIO from 2024)"
-            )
+        if seq == 1:
+            self.location.require_exclusive_create(LOG_DIR, "the offset log")
         if not self.location.create_exclusive(entry_name(seq), json_bytes(entry)):
             return False
         try:

@@ -25,12 +25,18 @@ from typing import Any
 
 from kafka_batch_provider.core.settings import WORDING_ENV, worded
 from kafka_batch_provider.core.write_options import WriteOptions
-from kafka_batch_provider.errors import ERROR_CLASS_PREFIX, ConfigError, KafkaBatchError
+from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.kafka.config import SECRET_KEY_PATTERN, check_config, config_object, read_config_file
 from kafka_batch_provider.output.formats import OutputSpec, add_partition_by_argument, open_store, output_of_plan
 from kafka_batch_provider.output.location import read_storage_options_file
 from kafka_batch_provider.output.store import load_plan_file
-from kafka_batch_provider.spark.error_lines import spark_error_line, spark_failure_exit_code, task_error_class
+from kafka_batch_provider.spark.error_lines import (
+    ERROR_CLASS_PREFIX,
+    ERROR_LINE_PREFIX,
+    spark_error_line,
+    spark_failure_exit_code,
+    task_error_class,
+)
 
 CONFIG_FILE_ENV = "KAFKA_BATCH_KAFKA_CONFIG_FILE"
 CONFIG_JSON_ENV = "KAFKA_BATCH_KAFKA_CONFIG"
@@ -90,7 +96,7 @@ def report(error_class: str | None, line: str, exit_code: int) -> int:
     line, last; returns the exit code, which carries the class's retry decision on its own."""
     if error_class:
         print(f"{ERROR_CLASS_PREFIX}{error_class}", file=sys.stderr)
-    print(f"error: {line}", file=sys.stderr, flush=True)
+    print(f"{ERROR_LINE_PREFIX}{line}", file=sys.stderr, flush=True)
     return exit_code
 
 

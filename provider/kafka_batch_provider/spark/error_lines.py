@@ -7,9 +7,15 @@ one line that says what went wrong, and what to do where there is something to d
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from kafka_batch_provider.core.settings import Setting
-from kafka_batch_provider.errors import ConfigError, KafkaBatchError, error_named
+from kafka_batch_provider.errors import ConfigError, KafkaBatchError, error_for_exit_code, error_named
+
+#: What the Spark application prints last when it fails (``spark/app.py``): its error's class,
+#: then its one line. Whoever started spark-submit reads both back (:func:`application_error`).
+ERROR_CLASS_PREFIX = "error-class: "
+ERROR_LINE_PREFIX = "error: "
 
 _TASK_ERROR = re.compile(r"kafka_batch_provider\.errors\.(\w+Error): (.+)")
 _MISSING_PACKAGE = re.compile(r"No module named '?kafka_batch_provider")
@@ -77,3 +83,15 @@ def spark_error_line(exc: BaseException) -> str:
         return "the Spark Connect server stopped answering (gRPC UNAVAILABLE): it went away or cannot be reached"
     first = text.strip().splitlines()[0] if text.strip() else ""
     return f"{type(exc).__name__}: {first}"
+
+
+def application_error(output_lines: Iterable[str], exit_code: int | None, prefix: str = "") -> KafkaBatchError | None:
+    """The error a failed run of the Spark application reported, read back from its output: its
+    class when the exit code agrees, else its code's decision (``errors.error_for_exit_code``);
+    ``None`` when it printed no error line (a JVM that died, a kill)."""
+    lines = [line.strip() for line in output_lines]
+    errors = [line.removeprefix(ERROR_LINE_PREFIX) for line in lines if line.startswith(ERROR_LINE_PREFIX)]
+    if not errors:
+        return None
+    names = [line.removeprefix(ERROR_CLASS_PREFIX) for line in lines if line.startswith(ERROR_CLASS_PREFIX)]
+    return error_for_exit_code(exit_code, prefix + errors[-1], names[-1] if names else None)

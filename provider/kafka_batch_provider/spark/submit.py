@@ -24,13 +24,8 @@ from typing import Any
 import kafka_batch_provider.spark.app as spark_app
 from kafka_batch_provider.core.settings import WORDING_ENV, wording
 from kafka_batch_provider.core.write_options import WriteOptions
-from kafka_batch_provider.errors import (
-    ERROR_CLASS_PREFIX,
-    ConfigError,
-    KafkaBatchError,
-    SparkStepError,
-    error_for_exit_code,
-)
+from kafka_batch_provider.errors import ConfigError, KafkaBatchError, SparkStepError
+from kafka_batch_provider.spark.error_lines import ERROR_CLASS_PREFIX, ERROR_LINE_PREFIX, application_error
 from kafka_batch_provider.spark.jvm_start import lean_submit_conf
 
 #: The application file submitted by default (importable, and installed with the package).
@@ -113,8 +108,7 @@ def run_submit(
     # spark-submit merges the Python driver's stdout and stderr into its own stdout; its
     # stderr carries the JVM's log, kept for the error message.
     results: list[str] = []
-    errors: list[str] = []
-    error_class: str | None = None
+    reported: list[str] = []  # the application's error-class and error lines
     with (
         private_config_file(kafka_config) as config_path,
         private_json_file(storage_options or {}, "kafka-batch-storage-") as storage_path,
@@ -132,10 +126,8 @@ def run_submit(
             line = line.rstrip("\n")
             if line.startswith("batch "):
                 progress(line)
-            elif line.startswith("error: "):
-                errors.append(line.removeprefix("error: "))
-            elif line.startswith(ERROR_CLASS_PREFIX):
-                error_class = line.removeprefix(ERROR_CLASS_PREFIX).strip()
+            elif line.startswith((ERROR_LINE_PREFIX, ERROR_CLASS_PREFIX)):
+                reported.append(line)
             elif line.startswith("{"):
                 results.append(line)
                 result_at = time.perf_counter()
@@ -144,8 +136,9 @@ def run_submit(
         jvm_log.seek(0)
         stderr_tail = [line for line in jvm_log.read().splitlines() if line.strip()][-5:]
     if process.returncode != 0:
-        if errors:  # the application's own error: its exit code carries its retry decision
-            raise error_for_exit_code(process.returncode, errors[-1], error_class)
+        error = application_error(reported, process.returncode)  # its class and its retry decision
+        if error is not None:
+            raise error
         raise SparkStepError(f"spark-submit failed with exit code {process.returncode}: {' | '.join(stderr_tail)}")
     if not results:
         raise KafkaBatchError("spark-submit finished but the application printed no result")
