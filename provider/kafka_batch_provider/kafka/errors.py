@@ -41,6 +41,19 @@ LEADERSHIP_MOVING = frozenset(
 )
 
 
+#: A broker answered "not now": a request queued too long, offsets still being settled.
+NOT_NOW = frozenset(
+    {
+        KafkaError._TIMED_OUT_QUEUE,
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError.UNSTABLE_OFFSET_COMMIT,
+    }
+)
+
+
+TRANSIENT_CODES = UNREACHABLE | LEADERSHIP_MOVING | NOT_NOW
+
+
 def is_unreachable(error: KafkaError) -> bool:
     """No broker could be asked: a request failing so names the broker, not the input."""
     return error.code() in UNREACHABLE
@@ -50,4 +63,6 @@ def is_transient(error: KafkaError) -> bool:
     """Worth retrying within a deadline: an outage, a leader change, or what librdkafka marks retriable."""
     if error.fatal():
         return False
-    return error.code() in UNREACHABLE or error.code() in LEADERSHIP_MOVING or error.retriable()
+    return (
+        error.code() in UNREACHABLE or error.code() in LEADERSHIP_MOVING or error.code() in NOT_NOW or error.retriable()
+    )

@@ -308,6 +308,8 @@ class DeltaSink(TableFiles):
         unless it exists". A store that ignores that condition (some S3-compatible stores ignore
         ``If-None-Match``) would let two attempts of one batch both commit, each then deleting the
         other's files, and the table would point at missing files for good."""
+        if any(key.upper() == "AWS_S3_LOCKING_PROVIDER" for key in self._options):
+            return  # delta-rs's locking provider makes its commits exclusive without the store's help
         self.data.require_exclusive_create("_delta_log", f"the commits of {self.label}")
 
     def _commit(self, table: Any, manifest: dict[str, Any]) -> None:

@@ -344,7 +344,7 @@ class Location:
         """Refuse in one line a store that accepts a second create of one name: ``guarded`` (the
         offset log, a table's commits) could not stop two writers from both publishing there."""
         if not self.supports_exclusive_create(folder):
-            raise StorageError(
+            raise StorageAccessError(  # the store's nature: a retry meets the same store
                 f"{self} accepts a second create of the same name (it ignores If-None-Match or its equivalent): "
                 f"{guarded} could not stop two writers from both publishing; use a store with conditional writes "
                 "(AWS S3, GCS, Azure, MinIO from 2024)"

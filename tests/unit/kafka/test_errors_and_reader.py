@@ -57,6 +57,13 @@ def test_the_offsets_client_retries_a_moving_coordinator_but_not_a_refusal(code,
     assert found.transient == (expected == "KafkaUnavailableError")
 
 
+@pytest.mark.parametrize(
+    "code", [KafkaError._TIMED_OUT_QUEUE, KafkaError._MSG_TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT]
+)
+def test_a_broker_that_answers_not_now_is_retried(code):
+    assert is_transient(KafkaError(code)), f"{KafkaError(code).name()} must be retried"
+
+
 def test_a_fatal_error_is_never_transient_even_if_its_code_is():
     assert not is_transient(KafkaError(KafkaError._TRANSPORT, fatal=True))
 

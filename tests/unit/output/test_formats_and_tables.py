@@ -186,8 +186,18 @@ def test_a_delta_table_on_a_store_that_ignores_conditional_writes_is_refused_bef
     from tests.unit.output.test_location_log_and_store import IgnoresConditions
 
     sink = DeltaSink(IgnoresConditions(str(tmp_path / "table")))
-    with pytest.raises(StorageError, match="accepts a second create of the same name"):
+    with pytest.raises(StorageError, match="accepts a second create of the same name") as refused:
         sink.commit_once(None, {"seq": 1, "batch_id": "b-1", "ranges": []})
+    assert not refused.value.transient, "the same store refuses every retry the same way: no retry"
     assert not (tmp_path / "table" / "_delta_log").exists() or not any((tmp_path / "table" / "_delta_log").iterdir()), (
         "a refused table must not get a first commit"
     )
+
+
+def test_a_delta_table_with_delta_rs_locking_provider_needs_no_conditional_writes(tmp_path):
+    from kafka_batch_provider.output.delta import DeltaSink
+    from tests.unit.output.test_location_log_and_store import IgnoresConditions
+
+    options = {"delta_options": {"AWS_S3_LOCKING_PROVIDER": "dynamodb"}}
+    sink = DeltaSink(IgnoresConditions(str(tmp_path / "table"), options))
+    sink.refuse_unconditional_store()  # the locking provider makes commits exclusive: no refusal
