@@ -62,6 +62,14 @@ class TableOutput(Output):
     def store(self) -> BatchStore:
         return open_store(self.spec())
 
+    def cli_args(self) -> list[str]:
+        """The command line's output flags for a table on a local disk."""
+        assert not self.storage_options, "cli_args is for local tables (options would need a file)"
+        if self.format == "delta":
+            return ["--format", "delta", "--output", self.uri]
+        properties = [arg for k, v in self.catalog.items() for arg in ("--catalog-property", f"{k}={v}")]
+        return ["--format", "iceberg", "--table", str(self.table), *properties]
+
     def read(self, columns: list[str] | None = None):
         """The table as its own reader (deltalake, pyiceberg) sees it."""
         if self.format == "delta":

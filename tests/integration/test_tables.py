@@ -578,3 +578,44 @@ def test_a_delta_restore_forward_by_time_is_not_refused(request, tmp_path):
     output.store().sink.table().restore(after_both)  # back to after both batches
     assert output.store().log.tail()["seq"] == 2
     assert output.read(["offset"]).num_rows == 10, "the restore brought both batches' rows back"
+
+
+def append_replay(output: TableOutput, plan) -> None:
+    """The replay ``plan``'s batch, appended as the write step appends it (one file per batch)."""
+    rows = sum(r.end - r.start for r in plan.ranges)
+    manifest = staged_attempt(output, plan.batch_id, "a001", rows)
+    ranges = [{**r.to_dict(), "rows": r.end - r.start} for r in plan.ranges]
+    previous = None if plan.previous is None else {"seq": plan.seq - 1, "batch_id": plan.previous}
+    manifest.update(
+        seq=plan.seq, previous=previous, mode="replay", offsets={}, ranges=ranges, topic_ids=dict(plan.topic_ids)
+    )
+    assert output.store().log.append(manifest) is True, f"replay batch {plan.seq} must be appended"
+
+
+def test_a_replay_already_in_a_table_is_still_known_after_upkeep_forgot_its_commits(
+    kafka_config, new_topic, local_table
+):
+    from kafka_batch_provider.errors import PlanError
+    from kafka_batch_provider.steps.replay import plan_replay_batch
+
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, sample_records(1, 30))
+    kafka = KafkaOffsets(kafka_config)
+    replayed = []
+    for start, end in ((0, 10), (10, 20)):
+        outcome = plan_replay_batch(kafka, local_table.store(), [topic], start_offsets={0: start}, end_offsets={0: end})
+        append_replay(local_table, outcome.plan)
+        replayed.append(outcome.plan.batch_id)
+    forget_batch_commits(local_table)
+
+    listed = [(e["seq"], e["batch_id"]) for e in local_table.store().log.entries()]
+    assert listed == [(1, replayed[0]), (2, replayed[1])], f"expected both replays in the log, found {listed}"
+    again = plan_replay_batch(kafka, local_table.store(), [topic], start_offsets={0: 0}, end_offsets={0: 10})
+    assert again.notes == [f"already replayed as batch {replayed[0]}"] and not again.plan.ranges, (
+        f"a range already in the table must not be planned again, found {again.plan.ranges} {again.notes}"
+    )
+    with pytest.raises(PlanError) as refused:
+        plan_replay_batch(kafka, local_table.store(), [topic], start_offsets={0: 5}, end_offsets={0: 15})
+    assert f"overlaps {topic}[0] [0, 10) of batch {replayed[0]}" in str(refused.value), str(refused.value)
+    report = last_json(cli("table", *local_table.cli_args()))
+    assert [b["batch_id"] for b in report["batches"]] == replayed, f"kafka-batch table lists both, found {report}"

@@ -282,7 +282,7 @@ class DeltaSink(TableFiles):
 
     def entries(self) -> Iterator[dict[str, Any]]:
         table = self.table()
-        return iter(sorted(self.batches(table), key=lambda m: m["seq"])) if table is not None else iter(())
+        return iter(self.log_entries(table, list(self.batches(table)))) if table is not None else iter(())
 
     # -- committing a batch ------------------------------------------------------------------
 

@@ -247,7 +247,7 @@ class IcebergSink(TableFiles):
 
     def entries(self) -> Iterator[dict[str, Any]]:
         table = self.table()
-        return iter(sorted((self.manifest(*found) for found in self.batches(table)), key=lambda m: m["seq"]))
+        return iter(self.log_entries(table, [self.manifest(*found) for found in self.batches(table)]))
 
     # -- committing a batch ------------------------------------------------------------------
 

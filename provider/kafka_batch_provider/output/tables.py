@@ -11,7 +11,8 @@ A batch's full manifest is saved as ``<table>/_kafka_batch/_batches/<seq>-<batch
 before its table commit; the commit itself carries only what finds it (sequence number,
 batch id, offsets). A saved manifest means nothing until a commit names it, and it outlives
 the table's own history (Delta log cleanup, Iceberg snapshot expiry), so the newest batch
-is still known after the table forgot its commit.
+is still known after the table forgot its commit, and so is every older one (replays check
+what an output already holds against all of them).
 """
 
 from __future__ import annotations
@@ -188,6 +189,47 @@ class TableFiles:
         """Every saved manifest of entry ``seq``: the committed attempt's, and maybe some that lost it."""
         found = [parse_saved_name(n) for n in self.data.list_names(BATCHES)]
         return [self.saved_manifest(*f) for f in found if f and f[0] == seq]
+
+    def log_entries(self, table: Any, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Every batch of the table's current state, oldest first.
+
+        ``history`` holds the batches whose commits the table still has; older ones (gone by
+        Delta log cleanup or Iceberg snapshot expiry) are read from their saved manifests. Each
+        entry names its predecessor (``previous``), so the chain from the newest batch down to
+        the first tells the committed batch of an entry number from losers' leftovers.
+        """
+        newest = self.newest(table)
+        if newest is None:
+            return []
+        by_seq = {int(m["seq"]): m for m in history}
+        saved: list[tuple[int, str, str]] | None = None  # listed once, only when the history forgot some
+        chain = [newest]
+        while int(chain[-1]["seq"]) > 1:
+            seq = int(chain[-1]["seq"]) - 1
+            link = chain[-1].get("previous")
+            batch_id = link.get("batch_id") if isinstance(link, Mapping) else link
+            found = by_seq.get(seq)
+            if found is None or (batch_id and found["batch_id"] != batch_id):
+                if saved is None:
+                    saved = [n for n in map(parse_saved_name, self.data.list_names(BATCHES)) if n]
+                found = self.forgotten_by_name(seq, batch_id, saved)
+            chain.append(found)
+        return chain[::-1]
+
+    def forgotten_by_name(self, seq: int, batch_id: str | None, saved: list[tuple[int, str, str]]) -> dict[str, Any]:
+        """Entry ``seq`` (batch ``batch_id`` when its successor names it) from its saved manifest.
+
+        Several attempts of one batch may have left a manifest: they read the same offsets, so
+        any of them tells the entry's ranges (its files may since have been compacted anyway).
+        """
+        candidates = sorted(n for n in saved if n[0] == seq and (not batch_id or n[1] == batch_id))
+        if not candidates or len({n[1] for n in candidates}) > 1:
+            raise ManifestError(
+                f"{self.name}: entry {seq} is no longer in the table's history (log cleanup or snapshot expiry) "
+                f"and {len(candidates)} saved manifests in {self.data.uri_of(BATCHES)} match it: "
+                "cannot tell which batch it was"
+            )
+        return {**self.saved_manifest(*candidates[0]), "forgotten_by_table": True}
 
     def forgotten_entry(self, seq: int, is_committed: Any = None) -> dict[str, Any]:
         """Entry ``seq``, committed but no longer in the table's history: its saved manifest.
