@@ -127,8 +127,11 @@ def test_two_incremental_runs_land_each_offset_once_for_the_tables_own_reader(
         versions = {p: delta.transaction_version(app_id(group_id, f"{topic}:{p}")) for p in (0, 1)}
         assert versions == {0: 13, 1: 13}, f"the txn actions must hold the end offsets, found {versions}"
     else:
+        from kafka_batch_provider.output.iceberg import offsets_digest
+
         summary = store.sink.table().current_snapshot().summary.additional_properties
-        assert json.loads(summary["kafka_batch.offsets"]) == {f"{topic}:0": 13, f"{topic}:1": 13}
+        digest = offsets_digest({f"{topic}:0": 13, f"{topic}:1": 13})
+        assert (summary["kafka_batch.offsets_sha256"], summary["kafka_batch.partitions"]) == (digest, "2"), summary
         assert summary["kafka_batch.batch_id"] == entries[-1]["batch_id"]
     if is_local(table):  # DuckDB's S3 access needs its httpfs extension and credentials: local only
         keys = duckdb_keys(table)
@@ -619,3 +622,30 @@ def test_a_replay_already_in_a_table_is_still_known_after_upkeep_forgot_its_comm
     assert f"overlaps {topic}[0] [0, 10) of batch {replayed[0]}" in str(refused.value), str(refused.value)
     report = last_json(cli("table", *local_table.cli_args()))
     assert [b["batch_id"] for b in report["batches"]] == replayed, f"kafka-batch table lists both, found {report}"
+
+
+def test_an_iceberg_batch_adds_little_metadata_at_two_thousand_partitions_and_offsets_are_still_checked(
+    request, tmp_path
+):
+    from kafka_batch_provider.output.tables import BATCHES
+
+    output = make_table(request, tmp_path, "iceberg", "local")
+    sizes = []
+    for seq in (1, 2, 3):
+        manifest = staged_attempt(output, f"b-{seq}", f"a00{seq}", 5)
+        previous = {"seq": seq - 1, "batch_id": f"b-{seq - 1}"} if seq > 1 else None
+        manifest.update(seq=seq, previous=previous, offsets={f"t:{p}": 10 * seq for p in range(2000)})
+        assert output.store().log.append(manifest) is True
+        sizes.append(os.path.getsize(output.store().sink.table().metadata_location.removeprefix("file://")))
+    per_batch = (sizes[2] - sizes[0]) / 2
+    assert per_batch < 4096, f"metadata.json grew by {per_batch:.0f} bytes per batch at 2,000 partitions ({sizes})"
+    assert output.store().log.tail()["offsets"]["t:1999"] == 30, "the offsets come from the saved manifest"
+
+    store = output.store()
+    name = next(n for n in store.data.list_names(BATCHES) if n.startswith(f"{3:020d}-"))
+    saved = json.loads(store.data.read_bytes(f"{BATCHES}/{name}"))
+    saved["offsets"]["t:7"] = 99  # a manifest that no longer matches its snapshot
+    store.data.put_atomic(f"{BATCHES}/{name}", json.dumps(saved).encode())
+    with pytest.raises(ManifestError) as refused:
+        output.store().log.tail()
+    assert "its offsets differ from batch b-3's saved manifest" in str(refused.value), str(refused.value)
