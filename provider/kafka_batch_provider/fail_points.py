@@ -22,6 +22,7 @@ ENV = "KAFKA_BATCH_FAIL_POINT"
 
 #: The points, in the order a batch passes them.
 POINTS = (
+    "after-log-tail",  # the plan step first read the output log's newest entry; it reads the group next
     "after-plan",  # the plan file is saved; Spark has not started
     "before-log-entry",  # the files are staged and checked; the storage commit (log entry) is next
     "after-log-entry",  # the batch is in the output; the Kafka commit is next

@@ -1,4 +1,5 @@
-"""Two runs at once, and Airflow retrying a task that failed half way (items 5 and 6)."""
+"""Two runs at once (racing for one log entry; one publishing while the other plans), and Airflow
+retrying a task that failed half way (items 5 and 6)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,32 @@ def test_two_runs_at_once_one_writes_the_batch_and_the_other_never_writes_it_aga
     assert group_offsets(kafka_config, group_id, topic, 2) == {0: 20, 1: 20}
     assert len(lake.log_entries()) == 1, "exactly one batch may be logged"
     expect_exactly_once(outcome, lake, offsets_of(topic, {0: 20, 1: 20}))
+
+
+def test_a_run_that_publishes_while_another_plans_makes_it_plan_again_not_a_group_mismatch(
+    outcome, lake, kafka_config, new_topic, group_id, spark_connect_remote
+):
+    topic = new_topic(partitions=2)
+    args = scenario_args(lake, kafka_config, topic, group_id, spark_connect_remote)
+    for first_id in (0, 20):  # batch 1 before the race; batch 2 for the fast run
+        produce(kafka_config, topic, sample_records(2, 20, first_id=first_id))
+        if first_id == 0:
+            assert CliRun(args, lake.env()).start().finish().process.returncode == 0
+
+    # The slow run read the log's newest entry (batch 1), then froze before reading the group.
+    slow = CliRun(args, lake.env(), fail_point="after-log-tail:stop").start()
+    slow.wait_stopped()
+    fast = CliRun(args, lake.env()).start().finish()  # publishes batch 2 and commits the group meanwhile
+    assert fast.process.returncode == 0, fast.stderr[-800:]
+    produce(kafka_config, topic, sample_records(2, 10, first_id=40))
+    slow.resume()
+    slow.finish()
+
+    assert slow.process.returncode == 0, f"the slow run must plan again, not fail: {slow.stderr[-800:]}"
+    assert "while this run planned: planning again" in slow.stderr, slow.stderr[-800:]
+    assert [e["seq"] for e in lake.log_entries()] == [1, 2, 3], "the slow run publishes the next batch"
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: 25, 1: 25}
+    expect_exactly_once(outcome, lake, offsets_of(topic, {0: 25, 1: 25}))
 
 
 @pytest.mark.usefixtures("airflow_db")

@@ -25,7 +25,7 @@ The commit step is :mod:`kafka_batch_provider.steps.commit`; a repair (3) calls 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -36,7 +36,8 @@ from kafka_batch_provider.core.plan import INCREMENTAL, OffsetPlan
 from kafka_batch_provider.core.planning import LogSlot, PlanPolicy, plan_incremental, select_partitions
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy, Reconciliation, reconcile
 from kafka_batch_provider.core.settings import Setting
-from kafka_batch_provider.errors import ConfigError, ManifestError, PlanError
+from kafka_batch_provider.errors import ConfigError, GroupMismatchError, LogConflictError, ManifestError, PlanError
+from kafka_batch_provider.fail_points import fail_point
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.output.store import BatchStore, utc_now
 from kafka_batch_provider.steps.commit import Progress, commit_batch
@@ -80,11 +81,8 @@ def plan_batch(
         raise ConfigError(f"at least one topic is required ({Setting('topics')})", setting=Setting("topics"))
     if not group_id:
         raise ConfigError(f"a consumer group is required ({Setting('group_id')})", setting=Setting("group_id"))
-    tail = store.log.tail()
-    pending = store.plans_after(tail["seq"] if tail else 0)
-    refuse_foreign_output(store, INCREMENTAL, group_id, tail, pending)
 
-    def decide() -> tuple[Reconciliation, OffsetPlan, OffsetPlan | None]:
+    def decide(tail: dict[str, Any] | None, pending: list[OffsetPlan]) -> Decided:
         states = kafka.partition_offsets(group_id, topics)  # unknown topics and an absent broker fail here
         slot = LogSlot((tail["seq"] if tail else 0) + 1, tail["batch_id"] if tail else None, kafka.topic_ids(topics))
         decision = reconcile_group(kafka, store, group_id, states, partitions, tail, slot.topic_ids, on_group_mismatch)
@@ -105,7 +103,7 @@ def plan_batch(
             check_readable(kafka, store, reusable)
         return decision, fresh, reusable
 
-    decision, fresh, reusable = decide()
+    tail, pending, (decision, fresh, reusable) = decide_on_a_still_log(store, group_id, decide, progress)
     # Only now, with the request accepted, does anything change.
     if tail is not None:
         store.publish(tail)  # finishes a publish cut short
@@ -121,7 +119,7 @@ def plan_batch(
         )
         commit_batch(kafka, store, plan_for_entry(store, tail), progress)
         repaired.append(tail["batch_id"])
-        decision, fresh, reusable = decide()
+        decision, fresh, reusable = decide(tail, pending)
 
     if reusable is not None:
         progress(f"batch {reusable.batch_id} was planned but not written: running the same plan again")
@@ -141,6 +139,46 @@ def plan_batch(
         + (" (bounded; more remains)" if fresh.truncated else "")
     )
     return PlanOutcome(fresh, repaired=repaired, plan_path=path, notes=notes)
+
+
+Decided = tuple[Reconciliation, OffsetPlan, "OffsetPlan | None"]
+#: How often the plan step starts over when other runs keep publishing while it plans.
+PLAN_ATTEMPTS = 5
+
+
+def decide_on_a_still_log(
+    store: BatchStore,
+    group_id: str,
+    decide: Callable[[dict[str, Any] | None, list[OffsetPlan]], Decided],
+    progress: Progress,
+) -> tuple[dict[str, Any] | None, list[OffsetPlan], Decided]:
+    """Read the log's newest entry and decide from it and the group, until the log held still meanwhile.
+
+    The log and the group are read at different moments: a run that publishes a batch and
+    commits the group in between makes the group look ahead of the log, a phantom mismatch.
+    A decision (or refusal) counts only when the log's newest entry was the same afterwards;
+    when it moved, another run published first, and the plan starts over from its batch.
+    """
+    for attempt in range(PLAN_ATTEMPTS):
+        tail = store.log.tail()
+        if attempt == 0:  # a run frozen here by a test goes on through its later attempts
+            fail_point("after-log-tail")
+        seq = tail["seq"] if tail else 0
+        pending = store.plans_after(seq)
+        refuse_foreign_output(store, INCREMENTAL, group_id, tail, pending)
+        try:
+            decided = decide(tail, pending)
+        except GroupMismatchError:
+            if store.log.tail_seq() == seq:
+                raise
+        else:
+            if store.log.tail_seq() == seq:
+                return tail, pending, decided
+        progress(f"another run published output log entry {seq + 1} while this run planned: planning again from it")
+    raise LogConflictError(
+        f"other runs published {PLAN_ATTEMPTS} batches to {store.root} while this run planned; "
+        "run it again once they are done"
+    )
 
 
 def reconcile_group(
