@@ -649,3 +649,22 @@ def test_an_iceberg_batch_adds_little_metadata_at_two_thousand_partitions_and_of
     with pytest.raises(ManifestError) as refused:
         output.store().log.tail()
     assert "its offsets differ from batch b-3's saved manifest" in str(refused.value), str(refused.value)
+
+
+def test_a_delta_txn_that_disagrees_with_the_newest_batch_is_refused(request, tmp_path):
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    from kafka_batch_provider.output.tables import KAFKA_SCHEMA
+
+    output = make_table(request, tmp_path, "delta", "local")
+    append_batches(output, 1)
+    # Another tool's commit, using our app id for partition t:0 with another offset.
+    write_deltalake(
+        output.uri,
+        KAFKA_SCHEMA.empty_table(),
+        mode="append",
+        commit_properties=CommitProperties(app_transactions=[Transaction("kafka-batch/g/t:0", 99)]),
+    )
+    with pytest.raises(ManifestError) as refused:
+        output.store().log.tail()
+    assert "the txn of t:0 says 99, batch b-1 ended at 5" in str(refused.value), str(refused.value)

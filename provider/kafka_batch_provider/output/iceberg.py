@@ -190,7 +190,9 @@ class IcebergSink(TableFiles):
                     try:
                         digest = offsets_digest(json.loads(summary.get(OFFSETS_KEY, "{}")))
                     except (ValueError, AttributeError, TypeError) as exc:
-                        raise ManifestError(f"{self.name} snapshot {snapshot.snapshot_id}: bad offsets ({exc})") from None
+                        raise ManifestError(
+                            f"{self.name} snapshot {snapshot.snapshot_id}: bad offsets ({exc})"
+                        ) from None
                 if digest != offsets_digest(manifest.get("offsets", {})):
                     raise ManifestError(
                         f"{self.name} snapshot {snapshot.snapshot_id}: its offsets differ from batch "

@@ -116,9 +116,12 @@ class BatchStore:
         """``(seq, batch id)`` of every plan, by sequence; read from the names alone."""
         return sorted(p for p in map(parse_numbered, self.location.list_names(PLANS)) if p)
 
-    def plans_after(self, seq: int) -> list[OffsetPlan]:
-        """The plans for entries after ``seq`` (candidates for the next entry), oldest first."""
-        return [self.load_plan(s, b) for s, b in self.plan_files() if s > seq]
+    def plans_after(self, seq: int, files: list[tuple[int, str]] | None = None) -> list[OffsetPlan]:
+        """The plans for entries after ``seq`` (candidates for the next entry), oldest first.
+
+        :param files: :meth:`plan_files` when the caller listed them already.
+        """
+        return [self.load_plan(s, b) for s, b in (self.plan_files() if files is None else files) if s > seq]
 
     # -- the offset log ----------------------------------------------------------------------
 

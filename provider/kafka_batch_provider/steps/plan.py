@@ -103,11 +103,11 @@ def plan_batch(
             check_readable(kafka, store, reusable)
         return decision, fresh, reusable
 
-    tail, pending, (decision, fresh, reusable) = decide_on_a_still_log(store, group_id, decide, progress)
+    tail, pending, plan_files, (decision, fresh, reusable) = decide_on_a_still_log(store, group_id, decide, progress)
     # Only now, with the request accepted, does anything change.
     if tail is not None:
         store.publish(tail)  # finishes a publish cut short
-    drop_stale_plans(store, progress)
+    drop_stale_plans(store, progress, plan_files, tail["seq"] if tail else 0)
     notes = list(decision.notes)
     for note in notes:
         progress(note)
@@ -151,8 +151,9 @@ def decide_on_a_still_log(
     group_id: str,
     decide: Callable[[dict[str, Any] | None, list[OffsetPlan]], Decided],
     progress: Progress,
-) -> tuple[dict[str, Any] | None, list[OffsetPlan], Decided]:
-    """Read the log's newest entry and decide from it and the group, until the log held still meanwhile.
+) -> tuple[dict[str, Any] | None, list[OffsetPlan], list[tuple[int, str]], Decided]:
+    """Read the log's newest entry and the plan files, and decide from them and the group, until
+    the log held still meanwhile.
 
     The log and the group are read at different moments: a run that publishes a batch and
     commits the group in between makes the group look ahead of the log, a phantom mismatch.
@@ -164,7 +165,8 @@ def decide_on_a_still_log(
         if attempt == 0:  # a run frozen here by a test goes on through its later attempts
             fail_point("after-log-tail")
         seq = tail["seq"] if tail else 0
-        pending = store.plans_after(seq)
+        files = store.plan_files()
+        pending = store.plans_after(seq, files)
         refuse_foreign_output(store, INCREMENTAL, group_id, tail, pending)
         try:
             decided = decide(tail, pending)
@@ -173,7 +175,7 @@ def decide_on_a_still_log(
                 raise
         else:
             if store.log.tail_seq() == seq:
-                return tail, pending, decided
+                return tail, pending, files, decided
         progress(f"another run published output log entry {seq + 1} while this run planned: planning again from it")
     raise LogConflictError(
         f"other runs published {PLAN_ATTEMPTS} batches to {store.root} while this run planned; "
@@ -203,7 +205,8 @@ def reconcile_group(
         position = log_position(tail, store.commit_record(tail["seq"], tail["batch_id"]) is not None)
     chosen = select_partitions(states, partitions)
     decision = reconcile(group_id, chosen, position, topic_ids, on_group_mismatch)
-    missing = [tp for tp in (position.unfinished if position else {}) if tp not in {s.tp for s in chosen}]
+    chosen_tps = {s.tp for s in chosen}
+    missing = {tp for tp in (position.unfinished if position else {}) if tp not in chosen_tps}
     if not missing:
         return decision
     other_topics = sorted({tp.topic for tp in missing} - {s.topic for s in states})
@@ -253,11 +256,20 @@ def check_readable(kafka: KafkaOffsets, store: BatchStore, plan: OffsetPlan) -> 
         )
 
 
-def drop_stale_plans(store: BatchStore, progress: Progress = log.info) -> None:
-    """Remove plans that lost their log entry to another batch: they can never be published."""
-    tail_seq = store.log.tail_seq()
+def drop_stale_plans(
+    store: BatchStore,
+    progress: Progress = log.info,
+    files: list[tuple[int, str]] | None = None,
+    tail_seq: int | None = None,
+) -> None:
+    """Remove plans that lost their log entry to another batch: they can never be published.
+
+    :param files: the plan files, :param tail_seq: the log's newest entry, when the caller
+        has them already (each costs a listing or a read on an object store).
+    """
+    tail_seq = store.log.tail_seq() if tail_seq is None else tail_seq
     by_seq: dict[int, list[str]] = {}
-    for seq, batch_id in store.plan_files():
+    for seq, batch_id in store.plan_files() if files is None else files:
         if seq <= tail_seq:
             by_seq.setdefault(seq, []).append(batch_id)
     for seq, batch_ids in by_seq.items():

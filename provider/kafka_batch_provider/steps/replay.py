@@ -188,7 +188,8 @@ def plan_replay_batch(
         ends = _per_partition("end offsets", end_offsets, tps, log_ends)
     tail = store.log.tail()
     tail_seq = tail["seq"] if tail else 0
-    pending = store.plans_after(tail_seq)
+    plan_files = store.plan_files()
+    pending = store.plans_after(tail_seq, plan_files)
     refuse_foreign_output(store, REPLAY, None, tail, pending)
     slot = LogSlot(tail_seq + 1, tail["batch_id"] if tail else None, kafka.topic_ids(topics))
     plan = plan_replay(replay_ranges(tps, starts, ends), states, kafka.isolation_level, utc_now(), slot=slot)
@@ -241,7 +242,7 @@ def plan_replay_batch(
         return PlanOutcome(again, reused=True, plan_path=store.plan_uri(again))
     if tail is not None:
         store.publish(tail)  # finishes a publish cut short (replays have no commit step to do it)
-    drop_stale_plans(store, progress)
+    drop_stale_plans(store, progress, plan_files, tail_seq)
     path = store.save_plan(plan)
     progress(f"replay batch {plan.batch_id}: planned {described} ({plan.planned_offsets} offsets)")
     return PlanOutcome(plan, plan_path=path)

@@ -30,7 +30,7 @@ def test_a_log_that_moved_while_the_group_was_read_is_read_again(tmp_path):
             raise GroupMismatchError("group at 20, output at 10")
         return ("decision", "plan", None)
 
-    tail, _, decided = decide_on_a_still_log(store, "g", decide, notes.append)
+    tail, _, _, decided = decide_on_a_still_log(store, "g", decide, notes.append)
     assert (seen, tail["seq"], decided[0]) == ([1, 2], 2, "decision"), f"expected a second look from entry 2: {seen}"
     assert notes == ["another run published output log entry 2 while this run planned: planning again from it"]
 
