@@ -5,8 +5,8 @@ three). Progress goes to stderr; the last stdout line is one JSON object. Errors
 line on stderr (``error: ...``) with a non-zero exit code, and change nothing.
 
 The commands live beside this parser: ``batch.py`` (the steps), ``reports.py`` (``lag``,
-``table``), ``servers.py`` (the local servers, ``spark-archive``); ``arguments.py`` turns the
-shared flags into a Kafka client, an output and a policy.
+``table``), ``upkeep.py``, ``servers.py`` (the local servers, ``spark-archive``);
+``arguments.py`` turns the shared flags into a Kafka client, an output and a policy.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from kafka_batch_provider.cli.batch import cmd_commit, cmd_discard, cmd_plan, cm
 from kafka_batch_provider.cli.console import emit
 from kafka_batch_provider.cli.reports import cmd_lag, cmd_table
 from kafka_batch_provider.cli.servers import add_server_parsers, cmd_spark_archive
+from kafka_batch_provider.cli.upkeep import add_upkeep_args, cmd_upkeep
 from kafka_batch_provider.core import validation
 from kafka_batch_provider.core.settings import FLAGS_WORDING, worded
 from kafka_batch_provider.errors import KafkaBatchError
@@ -126,6 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.add_argument("--last", type=positive_int, help="only the newest N batches")
     p.set_defaults(func=cmd_table)
+
+    p = sub.add_parser(
+        "upkeep",
+        help="compact and clean the output (Delta optimize/vacuum/log cleanup, Iceberg snapshot expiry and "
+        "orphan files, old plans and commit records); the offsets are kept",
+    )
+    add_upkeep_args(p)
+    p.set_defaults(func=cmd_upkeep)
 
     add_server_parsers(sub)
 

@@ -212,6 +212,26 @@ class Location:
 
         return self._io(f"list {folder}", run)
 
+    def files_below(self, folder: str) -> dict[str, tuple[int, float]]:
+        """``{name relative to folder: (bytes, modified at as epoch seconds)}`` of every file
+        below ``folder``, at any depth (empty when it does not exist)."""
+
+        def run() -> dict[str, tuple[int, float]]:
+            base = self.path(folder).rstrip("/")
+            try:
+                found = self.fs.find(base, detail=True, withdirs=False)
+            except FileNotFoundError:
+                return {}
+            return {
+                str(path).rstrip("/")[len(base) + 1 :]: (int(info.get("size") or 0), modified_at(info))
+                for path, info in found.items()
+                if info.get("type") == "file"
+            }
+
+        if not self.is_local:
+            self.fs.invalidate_cache(self.path(folder))
+        return self._io(f"list {folder}", run)
+
     def open_input(self, name: str):
         return self.fs.open(self._fresh(name), "rb")
 
@@ -395,6 +415,25 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def modified_at(info: dict[str, Any]) -> float:
+    """When a file was last written, as epoch seconds, from any fsspec filesystem's listing
+    (local ``mtime``; s3fs ``LastModified``; gcsfs ``updated``; adlfs ``last_modified``)."""
+    from datetime import datetime
+
+    for key in ("mtime", "LastModified", "updated", "last_modified", "modified"):
+        value = info.get(key)
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, datetime):
+            return value.timestamp()
+        if isinstance(value, str):
+            try:
+                return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return float("inf")  # unknown: never old enough to be removed
 
 
 def json_bytes(data: Any) -> bytes:

@@ -72,6 +72,25 @@ class ParquetLayout:
             if name.startswith(f"{batch_id}.") and f"{STAGING}/{name}" != keep:
                 self.data.delete_tree(f"{STAGING}/{name}")
 
+    def old_staging(self, before: float) -> dict[str, int]:
+        """``{folder: files}`` of the staging folders whose newest file is older than ``before``
+        (epoch seconds): attempts that failed, or publishes that left their folder. Call after
+        the log's newest batch is published: every older logged batch was published by the plan
+        step that followed it."""
+        newest: dict[str, float] = {}
+        files: dict[str, int] = {}
+        for name, (_, modified) in self.data.files_below(STAGING).items():
+            folder = name.split("/", 1)[0]
+            newest[folder] = max(newest.get(folder, 0.0), modified)
+            files[folder] = files.get(folder, 0) + 1
+        return {
+            f"{STAGING}/{folder}": files[folder] for folder, modified in sorted(newest.items()) if modified < before
+        }
+
+    def data_file_count(self) -> int:
+        """The published files (one listing of the output, not a read per log entry)."""
+        return sum(1 for name in self.data.files_below("") if name.startswith("batch_id=") and "/" in name)
+
     def drop_saved_manifest(self, manifest: dict[str, Any]) -> None:
         """Nothing to do: this layout's manifests exist only as log entries."""
 

@@ -251,6 +251,25 @@ class BatchStore:
         records = [self.commit_record(seq, batch_id) for seq, batch_id in names]
         return [r for r in records if r is not None and (group_id is None or r.get("group_id") == group_id)]
 
+    # -- upkeep -------------------------------------------------------------------------------
+
+    def prune_control(self, keep_batches: int, dry_run: bool = False) -> tuple[int, int]:
+        """Remove the plans and Kafka commit records of batches older than the newest ``keep_batches``.
+
+        Pending plans (after the log's newest entry) and the records the next run reconciles
+        with (the newest entry's) always stay.
+
+        :returns: how many plans and commit records were (or, ``dry_run``, would be) removed.
+        """
+        below = self.log.tail_seq() - keep_batches
+        removed = []
+        for folder in (PLANS, COMMITS):
+            old = [p for p in map(parse_numbered, self.location.list_names(folder)) if p and p[0] <= below]
+            if not dry_run:
+                self.location.delete(numbered_name(folder, seq, batch_id) for seq, batch_id in old)
+            removed.append(len(old))
+        return removed[0], removed[1]
+
 
 def load_plan_file(path: str, storage_options: dict[str, Any] | None = None) -> OffsetPlan:
     """A plan from its file (a local path or a URI)."""

@@ -1,0 +1,46 @@
+"""``kafka-batch upkeep``: compaction and cleanup of one output (the upkeep DAG's task)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from kafka_batch_provider.cli.arguments import add_storage_args, positive_int, store_from
+
+
+def add_upkeep_args(p: argparse.ArgumentParser) -> None:
+    add_storage_args(p)
+    g = p.add_argument_group("upkeep")
+    g.add_argument(
+        "--target-file-mb", type=positive_int, default=128, help="compaction's target file size in MB (default 128)"
+    )
+    g.add_argument(
+        "--retention-hours",
+        type=float,
+        default=168.0,
+        help="remove replaced files, old snapshots and failed attempts' files only when older than this "
+        "(default 168, at least 1)",
+    )
+    g.add_argument(
+        "--keep-batches",
+        type=positive_int,
+        default=1000,
+        help="keep the plans and Kafka commit records of the newest N batches (default 1000)",
+    )
+    g.add_argument("--dry-run", action="store_true", help="count what would be done, change nothing")
+
+
+def cmd_upkeep(args: argparse.Namespace) -> dict[str, Any]:
+    from kafka_batch_provider.core.upkeep import UpkeepSettings
+    from kafka_batch_provider.steps.upkeep import upkeep
+
+    settings = UpkeepSettings(
+        target_file_mb=args.target_file_mb,
+        retention_hours=args.retention_hours,
+        keep_batches=args.keep_batches,
+        dry_run=args.dry_run,
+    )  # checked before the output is opened: a refused run touches nothing
+    store = store_from(args, create=False)
+    report = upkeep(store, settings, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    return report.to_dict()

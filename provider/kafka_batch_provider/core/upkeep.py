@@ -1,0 +1,104 @@
+"""Upkeep: what a year of batches needs, as settings and a report. Pure, no I/O.
+
+A pipeline that runs every 5-15 minutes writes 35,000-100,000 batches a year: small files,
+table metadata that grows with every commit, and control files (plans, Kafka commit records)
+nobody else removes. Upkeep (``kafka-batch upkeep``, the upkeep operator, the shipped
+``kafka_batch_upkeep`` DAG) compacts and cleans each format with its own library, never
+touching what the offsets need; the I/O is in ``output/*_upkeep.py`` and ``steps/upkeep.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kafka_batch_provider.core.settings import Setting
+from kafka_batch_provider.errors import ConfigError
+
+#: Files younger than this are never removed: a batch in flight stages its files before its
+#: table commit names them, and a removed staged file would leave the commit pointing at nothing.
+MIN_RETENTION_HOURS = 1.0
+MAX_TARGET_FILE_MB = 4096
+
+
+@dataclass(frozen=True)
+class UpkeepSettings:
+    """:param target_file_mb: compaction's target file size (Delta ``optimize``).
+    :param retention_hours: how old a file, a table version or a snapshot that is no longer
+        current must be before it is removed (Delta ``vacuum``, Iceberg snapshot expiry and
+        orphan files, staged files of failed attempts).
+    :param keep_batches: plans and Kafka commit records of the newest this many batches stay
+        (lag health reads the recent commit records); older ones are removed.
+    :param dry_run: report what would be done, change nothing.
+    """
+
+    target_file_mb: int = 128
+    retention_hours: float = 168.0
+    keep_batches: int = 1000
+    dry_run: bool = False
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.target_file_mb <= MAX_TARGET_FILE_MB:
+            raise ConfigError(
+                f"{Setting('target_file_mb')} must be between 1 and {MAX_TARGET_FILE_MB} (MB), "
+                f"got {self.target_file_mb}",
+                setting=Setting("target_file_mb"),
+            )
+        if not self.retention_hours >= MIN_RETENTION_HOURS:
+            raise ConfigError(
+                f"{Setting('retention_hours')} must be at least {MIN_RETENTION_HOURS:g}, got {self.retention_hours:g}: "
+                "a batch in flight has staged files no table commit names yet, and upkeep must not remove them",
+                setting=Setting("retention_hours"),
+            )
+        if self.keep_batches < 1:
+            raise ConfigError(
+                f"{Setting('keep_batches')} must be at least 1, got {self.keep_batches}: the newest batch's plan "
+                "and commit record are what the next run reconciles with",
+                setting=Setting("keep_batches"),
+            )
+
+    @property
+    def target_bytes(self) -> int:
+        return self.target_file_mb * 1024 * 1024
+
+    @property
+    def retention_seconds(self) -> float:
+        return self.retention_hours * 3600
+
+
+@dataclass
+class UpkeepReport:
+    """What one upkeep run did (or, for a dry run, would do), in numbers.
+
+    :param files_before: data files the output's readers read before upkeep, and ``files_after``.
+    :param compacted_files: files rewritten into larger ones (``written_files``).
+    :param removed_files: files deleted: no longer part of the output and older than the retention.
+    :param expired_snapshots: Iceberg snapshots expired.
+    :param pruned_plans: plan files removed, ``pruned_commit_records`` Kafka commit records removed.
+    """
+
+    format: str
+    output: str
+    dry_run: bool
+    files_before: int = 0
+    files_after: int = 0
+    compacted_files: int = 0
+    written_files: int = 0
+    removed_files: int = 0
+    expired_snapshots: int = 0
+    pruned_plans: int = 0
+    pruned_commit_records: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        """One line for the end of a run."""
+        verb = "would change" if self.dry_run else "changed"
+        return (
+            f"upkeep of {self.format} output {self.output} {verb}: data files {self.files_before} -> "
+            f"{self.files_after} ({self.compacted_files} compacted into {self.written_files}), "
+            f"{self.removed_files} old file(s) removed, {self.expired_snapshots} snapshot(s) expired, "
+            f"{self.pruned_plans} plan(s) and {self.pruned_commit_records} commit record(s) pruned"
+        )

@@ -1,0 +1,62 @@
+"""The upkeep step: keep an output fit for a year of batches, never touching what the offsets need.
+
+Per format (``output/*_upkeep.py``): Delta ``optimize`` + checkpoint + log cleanup + ``vacuum``;
+Iceberg snapshot expiry + orphan data files; the Parquet layout's leftover staging folders.
+For every format the plans and Kafka commit records of all but the newest batches are pruned.
+The newest batch is published first (a publish cut short is rolled forward, as the plan step
+does), so nothing upkeep removes is still on its way into the output.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from kafka_batch_provider.core.upkeep import UpkeepReport, UpkeepSettings
+from kafka_batch_provider.output.sink import DELTA, ICEBERG
+from kafka_batch_provider.output.store import BatchStore
+
+log = logging.getLogger(__name__)
+
+
+def upkeep(store: BatchStore, settings: UpkeepSettings, progress: Callable[[str], None] = log.info) -> UpkeepReport:
+    """Compact and clean ``store``'s output; a dry run only counts.
+
+    :returns: what was done, in numbers (:meth:`UpkeepReport.summary` is its one line).
+    """
+    report = UpkeepReport(store.format, store.root, settings.dry_run)
+    tail = store.log.tail()
+    if tail is not None and not settings.dry_run:
+        store.publish(tail)
+    if store.format == DELTA:
+        from kafka_batch_provider.output.delta_upkeep import upkeep_delta
+
+        upkeep_delta(store.sink, settings, report, progress)  # type: ignore[arg-type]
+    elif store.format == ICEBERG:
+        from kafka_batch_provider.output.iceberg_upkeep import upkeep_iceberg
+
+        upkeep_iceberg(store.sink, settings, report, progress)  # type: ignore[arg-type]
+    else:
+        upkeep_parquet_layout(store, settings, report, progress)
+    report.pruned_plans, report.pruned_commit_records = store.prune_control(settings.keep_batches, settings.dry_run)
+    progress(report.summary())
+    return report
+
+
+def upkeep_parquet_layout(
+    store: BatchStore, settings: UpkeepSettings, report: UpkeepReport, progress: Callable[[str], None]
+) -> None:
+    """The layout's files are its batches' (one folder each), so only leftovers go: staging
+    folders of failed attempts older than the retention."""
+    layout = store.sink
+    report.files_before = report.files_after = layout.data_file_count()  # type: ignore[attr-defined]
+    report.notes.append(
+        "the Parquet layout is not compacted yet (each batch keeps its folder); use --format=delta for compaction"
+    )
+    leftovers = layout.old_staging(time.time() - settings.retention_seconds)  # type: ignore[attr-defined]
+    report.removed_files = sum(leftovers.values())
+    if leftovers and not settings.dry_run:
+        progress(f"removing {len(leftovers)} staging folder(s) of failed attempts ({report.removed_files} files)")
+        for folder in leftovers:
+            store.data.delete_tree(folder)

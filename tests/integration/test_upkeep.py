@@ -1,0 +1,186 @@
+"""Upkeep (``kafka-batch upkeep``, ``steps/upkeep.py``) on real tables and the Parquet layout:
+fewer files, old control files gone, and the offsets kept: the next batch continues exactly
+once, the log still lists every batch.
+
+Real broker, Spark ``local[2]`` in this process, delta-rs and pyiceberg on a local disk. Two
+hours cannot pass in a test: files are backdated (delta-rs's ``vacuum`` reads their times), and
+the Iceberg step runs with its clock moved two hours on (pyiceberg's expiry takes the cutoff
+from us).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from kafka_batch_provider.core.upkeep import UpkeepSettings
+from kafka_batch_provider.output.store import COMMITS, PLANS
+from kafka_batch_provider.steps.upkeep import upkeep
+from kafka_batch_provider.testing.producers import produce, sample_records
+from tests.integration.helpers import (
+    Output,
+    assert_exactly_once,
+    group_offsets,
+    offsets_of,
+    run_batch,
+    write_without_commit,
+)
+from tests.integration.test_cli import cli, last_json
+from tests.integration.test_tables import make_table
+
+pytestmark = pytest.mark.integration
+
+TWO_HOURS = 2 * 3600
+
+
+def backdate(root: str, folder: str, seconds: float = TWO_HOURS) -> int:
+    """Set every file's time below ``root/folder`` back by ``seconds``; how many files."""
+    count = 0
+    for dirpath, _, names in os.walk(os.path.join(root, folder)):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            then = os.path.getmtime(path) - seconds
+            os.utime(path, (then, then))
+            count += 1
+    return count
+
+
+def batches(spark, kafka_config, output, group_id, topic, count: int, partitions: int = 2, per_batch: int = 6) -> None:
+    for i in range(count):
+        produce(kafka_config, topic, sample_records(partitions, per_batch, first_id=i * per_batch))
+        run_batch(spark, kafka_config, output, group_id, [topic])
+
+
+def delta_files(output) -> list[str]:
+    import pyarrow as pa
+
+    return pa.table(output.store().sink.table().get_add_actions(flatten=True)).column("path").to_pylist()
+
+
+def test_delta_upkeep_compacts_cleans_the_log_and_the_next_batch_continues_exactly_once(
+    spark, kafka_config, new_topic, group_id, request, tmp_path
+):
+    output = make_table(request, tmp_path, "delta", "local")
+    topic = new_topic(partitions=2)
+    batches(spark, kafka_config, output, group_id, topic, 4)
+    # A failed attempt's files, hours old: no commit names them.
+    os.makedirs(f"{output.uri}/data/b-failed/0000", exist_ok=True)
+    with open(f"{output.uri}/data/b-failed/0000/part-0.parquet", "wb") as f:
+        f.write(b"PAR1 not a real file")
+    backdate(output.uri, "data/b-failed")
+    before = delta_files(output)
+    # Forget old commits once checkpointed: the batches stay known from their saved manifests.
+    output.store().sink.table().alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds"})
+    plans_before = len(os.listdir(f"{output.uri}/_kafka_batch/{PLANS}"))
+
+    upkeep_args = [
+        "upkeep",
+        "--format",
+        "delta",
+        "--output",
+        output.uri,
+        "--keep-batches",
+        "1",
+        "--retention-hours",
+        "1",
+    ]
+    dry = last_json(cli(*upkeep_args, "--dry-run"))
+    assert delta_files(output) == before, "a dry run changes nothing"
+    assert len(os.listdir(f"{output.uri}/_kafka_batch/{PLANS}")) == plans_before, "a dry run prunes nothing"
+    assert (dry["files_before"], dry["compacted_files"], dry["removed_files"]) == (len(before), len(before), 1), dry
+
+    result = cli(*upkeep_args)
+    done = last_json(result)
+    after = delta_files(output)
+    assert (done["files_before"], done["files_after"], len(after)) == (len(before), 1, 1), (
+        f"expected {len(before)} files compacted into 1, found {done}"
+    )
+    assert (done["removed_files"], done["pruned_plans"], done["pruned_commit_records"]) == (1, 3, 3), done
+    assert not os.path.exists(f"{output.uri}/data/b-failed/0000/part-0.parquet"), "the failed attempt's file is gone"
+    assert "upkeep of delta output" in result.stderr.splitlines()[-1], result.stderr
+    assert len(os.listdir(f"{output.uri}/_kafka_batch/_batches")) == 4, "saved manifests are the forgotten log"
+
+    assert [e["seq"] for e in output.store().log.entries()] == [1, 2, 3, 4], "the log still lists every batch"
+    produce(kafka_config, topic, sample_records(2, 6, first_id=24))
+    _, committed = run_batch(spark, kafka_config, output, group_id, [topic])
+    assert committed == {f"{topic}:0": 15, f"{topic}:1": 15}, committed
+    assert output.store().log.tail()["seq"] == 5
+    assert_exactly_once(output, offsets_of(topic, {0: 15, 1: 15}))
+
+
+def test_a_delta_batch_whose_files_upkeep_compacted_away_is_still_committed(
+    spark, kafka_config, new_topic, group_id, request, tmp_path
+):
+    output = make_table(request, tmp_path, "delta", "local")
+    topic = new_topic(partitions=1)
+    batches(spark, kafka_config, output, group_id, topic, 1, partitions=1)
+    produce(kafka_config, topic, sample_records(1, 5, first_id=100))
+    pending = write_without_commit(spark, kafka_config, output, group_id, [topic])  # its Kafka commit never ran
+    entry = output.store().log.tail()
+    upkeep(output.store(), UpkeepSettings(retention_hours=1))
+    for name in (f["name"] for f in entry["files"]):  # what vacuum does once the retention has passed
+        os.remove(f"{output.uri}/{entry['location']}/{name}")
+
+    _, committed = run_batch(spark, kafka_config, output, group_id, [topic])  # the plan step repairs first
+    assert group_offsets(kafka_config, group_id, topic, 1) == {0: 11}, f"batch {pending.batch_id} must be committed"
+    assert committed == {}, f"nothing new to read after the repair, found {committed}"
+    assert_exactly_once(output, offsets_of(topic, {0: 11}))
+
+
+def test_iceberg_upkeep_expires_snapshots_removes_orphans_and_keeps_the_offsets(
+    spark, kafka_config, new_topic, group_id, request, tmp_path, monkeypatch
+):
+    from kafka_batch_provider.output import iceberg_upkeep
+
+    output = make_table(request, tmp_path, "iceberg", "local")
+    topic = new_topic(partitions=2)
+    batches(spark, kafka_config, output, group_id, topic, 3)
+    store = output.store()
+    orphan = "data/b-failed/0000/part-0.parquet"
+    with store.data.write_stream(orphan) as f:
+        f.write(b"PAR1 not a real file")
+    snapshots = len(store.sink.table().snapshots())
+
+    real_time = time.time
+    monkeypatch.setattr(iceberg_upkeep.time, "time", lambda: real_time() + TWO_HOURS)
+    report = upkeep(output.store(), UpkeepSettings(retention_hours=1, keep_batches=2))
+
+    table = output.store().sink.table()
+    assert (report.expired_snapshots, len(table.snapshots())) == (snapshots - 1, 1), report
+    assert (report.removed_files, store.data.exists(orphan)) == (1, False), report
+    assert report.files_before == report.files_after == 6 and "cannot compact" in report.notes[0], report
+    assert [e["seq"] for e in output.store().log.entries()] == [1, 2, 3], "expired batches stay in the log"
+    monkeypatch.undo()
+    produce(kafka_config, topic, sample_records(2, 6, first_id=18))
+    _, committed = run_batch(spark, kafka_config, output, group_id, [topic])
+    assert committed == {f"{topic}:0": 12, f"{topic}:1": 12}, committed
+    assert_exactly_once(output, offsets_of(topic, {0: 12, 1: 12}))
+
+
+def test_parquet_upkeep_prunes_old_control_files_and_failed_attempts_only(
+    spark, kafka_config, new_topic, group_id, tmp_path
+):
+    output = Output(str(tmp_path / "lake"))
+    topic = new_topic(partitions=1)
+    batches(spark, kafka_config, output, group_id, topic, 4, partitions=1)
+    os.makedirs(f"{output.uri}/_staging/b-failed.0000", exist_ok=True)
+    for name in ("part-0.parquet", "part-1.parquet"):
+        with open(f"{output.uri}/_staging/b-failed.0000/{name}", "wb") as f:
+            f.write(b"x")
+    backdate(output.uri, "_staging")
+    os.makedirs(f"{output.uri}/_staging/b-recent.0000", exist_ok=True)  # a batch in flight, minutes old
+    open(f"{output.uri}/_staging/b-recent.0000/part-0.parquet", "wb").close()
+
+    report = upkeep(output.store(), UpkeepSettings(retention_hours=1, keep_batches=2))
+
+    assert (report.pruned_plans, report.pruned_commit_records, report.removed_files) == (2, 2, 2), report
+    assert report.files_before == report.files_after == 4, report
+    assert sorted(os.listdir(f"{output.uri}/_staging")) == ["b-recent.0000"], "only the old attempt is removed"
+    seqs = sorted(int(n.split("-")[0]) for n in os.listdir(f"{output.uri}/{COMMITS}"))
+    assert seqs == [3, 4], f"the newest two batches' commit records stay, found {seqs}"
+    produce(kafka_config, topic, sample_records(1, 3, first_id=24))
+    _, committed = run_batch(spark, kafka_config, output, group_id, [topic])
+    assert committed == {f"{topic}:0": 27}, committed
+    assert_exactly_once(output, offsets_of(topic, {0: 27}))
