@@ -52,33 +52,8 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
-from kafka_batch_provider.operators.output import BatchOutput
+from kafka_batch_provider.operators.dag_settings import ingest_output, seconds, setting
 from kafka_batch_provider.task_group import kafka_batch_ingest_group
-
-
-def seconds(env: str, default: float) -> timedelta:
-    return timedelta(seconds=float(os.environ.get(env, default)))
-
-
-def lookup(variable: str, env: str, default: str) -> str:
-    """A Jinja expression: the Airflow Variable at run time, else the parse-time environment default."""
-    fallback = os.environ.get(env, default).replace("'", "\\'")
-    return f"var.value.get('{variable}', '{fallback}')"
-
-
-FORMAT = lookup("kafka_batch_format", "KAFKA_BATCH_FORMAT", "parquet")
-
-
-def setting(variable: str, env: str, default: str, formats: tuple[str, ...] | None = None) -> str:
-    """A Jinja template of :func:`lookup`; with ``formats``, empty unless the output format is one of them.
-
-    Nothing is looked up while the file is parsed, so parsing opens no connection.
-    """
-    value = lookup(variable, env, default)
-    if formats:  # e.g. the output path of a parquet/delta default must not reach an iceberg run
-        value = f"({value} if {FORMAT} in {formats!r} else '')"
-    return f"{{{{ {value} }}}}"
-
 
 with DAG(
     dag_id="kafka_batch_ingest",
@@ -97,16 +72,7 @@ with DAG(
         group_id="ingest",
         topics=setting("kafka_batch_topics", "KAFKA_BATCH_TOPICS", "orders"),
         consumer_group=setting("kafka_batch_group", "KAFKA_BATCH_GROUP", "kafka-batch-ingest"),
-        output=BatchOutput(
-            output_format=setting("kafka_batch_format", "KAFKA_BATCH_FORMAT", "parquet"),
-            output_path=setting(
-                "kafka_batch_output", "KAFKA_BATCH_OUTPUT", "/tmp/kafka-batch/lake", ("parquet", "delta")
-            ),
-            table=setting("kafka_batch_table", "KAFKA_BATCH_TABLE", "", ("iceberg",)),
-            partition_by=setting("kafka_batch_partition_by", "KAFKA_BATCH_PARTITION_BY", ""),
-            storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
-            catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
-        ),
+        output=ingest_output(),
         kafka_config_id=os.environ.get("KAFKA_BATCH_KAFKA_CONN_ID", "kafka_default"),
         spark_conn_id=os.environ.get("KAFKA_BATCH_SPARK_CONN_ID", "spark_default"),
         spark_connect_conn_id=os.environ.get("KAFKA_BATCH_SPARK_CONNECT_CONN_ID") or None,

@@ -43,6 +43,8 @@ def get_provider_info() -> dict:
                     "kafka_batch_provider.operators.spark",
                     "kafka_batch_provider.operators.spark_connect",
                     "kafka_batch_provider.operators.commit",
+                    "kafka_batch_provider.operators.health",
+                    "kafka_batch_provider.operators.upkeep",
                 ],
             }
         ],

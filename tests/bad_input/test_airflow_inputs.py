@@ -74,6 +74,10 @@ ARGUMENT_CASES = [
     ArgumentCase("replay-offset-nan", "replay", {"end_offsets": {"0": float("nan")}}, "integer offsets"),
     ArgumentCase("replay-offset-inf", "replay", {"end_offsets": {"0": float("inf")}}, "integer offsets"),
     ArgumentCase("replay-time-not-iso", "replay", {"start_offsets": None, "start_time": "yesterday"}, "ISO 8601"),
+    ArgumentCase("upkeep-retention-minutes", "upkeep", {"retention_hours": 0.25}, "retention_hours must be at least 1"),
+    ArgumentCase("upkeep-target-zero", "upkeep", {"target_file_mb": 0}, "target_file_mb must be between 1 and 4096"),
+    ArgumentCase("upkeep-keep-none", "upkeep", {"keep_batches": 0}, "keep_batches must be at least 1"),
+    ArgumentCase("upkeep-unknown-format", "upkeep", {"output_format": "csv"}, "unknown output_format 'csv'"),
 ]
 
 
@@ -88,7 +92,7 @@ def build(kind: str, kwargs: dict[str, Any]):
 
     # The output's parts go into the one output value the operators take.
     fields = {k: kwargs.pop(k) for k in list(kwargs) if k in BatchOutput.__dataclass_fields__}
-    if kind in ("plan", "replay"):
+    if kind in ("plan", "replay", "upkeep"):
         fields = {**NEVER_WRITTEN, **fields}
     if fields:
         kwargs.setdefault("output", BatchOutput(**fields))
@@ -97,6 +101,10 @@ def build(kind: str, kwargs: dict[str, Any]):
             return KafkaOffsetPlanOperator(task_id="plan", **{**PLAN, **kwargs})
         if kind == "replay":
             return KafkaReplayPlanOperator(task_id="replay", **{**REPLAY, **kwargs})
+        if kind == "upkeep":
+            from kafka_batch_provider.operators.upkeep import KafkaBatchUpkeepOperator
+
+            return KafkaBatchUpkeepOperator(task_id="upkeep", **kwargs)
         if kind == "commit":
             return KafkaOffsetCommitOperator(task_id="commit", plan_task_id="plan", **kwargs)
         if kind == "spark_connect":

@@ -32,6 +32,11 @@ def plan(s: Scene, *extra: str) -> list[str]:
     return ["plan", "--bootstrap-servers", s.bootstrap_servers, "--group", s.group, "--output", str(s.lake), *extra]
 
 
+def upkeep(s: Scene, *extra: str) -> list[str]:
+    """``kafka-batch upkeep`` of the scene's lake (it holds batches, plans and commit records)."""
+    return ["upkeep", "--output", str(s.lake), *extra]
+
+
 def lag(s: Scene, *extra: str) -> list[str]:
     return ["lag", "--bootstrap-servers", s.bootstrap_servers, "--group", s.group, "--topic", s.topic, *extra]
 
@@ -162,6 +167,15 @@ CASES = [
         lambda s: run(s, "--format", "iceberg"),
         "--format=iceberg needs --table=NAMESPACE.NAME",
     ),
+    # -- upkeep: what would remove files in flight, or the newest batch's records
+    Case("upkeep-retention-under-an-hour", lambda s: upkeep(s, "--retention-hours", "0.5"), "at least 1, got 0.5"),
+    Case("upkeep-retention-nan", lambda s: upkeep(s, "--retention-hours", "nan"), "--retention-hours must be"),
+    Case("upkeep-retention-inf", lambda s: upkeep(s, "--retention-hours", "inf"), "--retention-hours must be"),
+    Case("upkeep-retention-words", lambda s: upkeep(s, "--retention-hours", "a week"), "invalid float value"),
+    Case("upkeep-target-zero", lambda s: upkeep(s, "--target-file-mb", "0"), "expected a positive integer, got 0"),
+    Case("upkeep-target-huge", lambda s: upkeep(s, "--target-file-mb", "9999"), "between 1 and 4096 (MB)"),
+    Case("upkeep-keep-zero", lambda s: upkeep(s, "--keep-batches", "0"), "expected a positive integer, got 0"),
+    Case("upkeep-no-output", lambda s: ["upkeep"], "--format=parquet needs --output"),
 ]
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.dags.conftest import DAGS
 
-EXPECTED_DAGS = {"kafka_batch_ingest", "kafka_batch_backfill"}
+EXPECTED_DAGS = {"kafka_batch_ingest", "kafka_batch_backfill", "kafka_batch_upkeep"}
 
 
 def test_every_dag_file_imports_without_errors(dagbag):
@@ -82,7 +82,7 @@ def test_every_template_field_renders(dagbag, dag_id):
     if dag_id == "kafka_batch_ingest":
         plan = ingest_like["ingest.plan"]
         assert plan.render_template(plan.topics, context, jinja) == "orders"
-    else:
+    elif dag_id == "kafka_batch_backfill":
         plan = ingest_like["plan_replay"]
         assert plan.render_template(plan.dry_run, context, jinja) is False, "params must render as native objects"
 
@@ -124,8 +124,9 @@ def test_ingest_dag_renders_the_output_of_the_chosen_format_for_every_task_that_
     dag = dagbag.dags["kafka_batch_ingest"]
     context = {"params": {}, "var": SimpleNamespace(value=_SetVariables(variables)), "ds": "2026-01-01"}
     jinja = dag.get_template_env()
-    for task_id in ("ingest.wait_for_data", "ingest.plan", "ingest.lag_health"):
-        task = dag.task_dict[task_id]
+    tasks = [dag.task_dict[t] for t in ("ingest.wait_for_data", "ingest.plan", "ingest.lag_health")]
+    for task in [*tasks, dagbag.dags["kafka_batch_upkeep"].task_dict["upkeep"]]:
+        task_id = task.task_id
         rendered = {name: task.render_template(getattr(task, name), context, jinja) for name in expected}
         assert rendered == expected, f"{task_id}: expected {expected}, rendered {rendered}"
 

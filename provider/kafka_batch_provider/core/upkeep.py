@@ -9,6 +9,7 @@ touching what the offsets need; the I/O is in ``output/*_upkeep.py`` and ``steps
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -44,7 +45,7 @@ class UpkeepSettings:
                 f"got {self.target_file_mb}",
                 setting=Setting("target_file_mb"),
             )
-        if not self.retention_hours >= MIN_RETENTION_HOURS:
+        if not (math.isfinite(self.retention_hours) and self.retention_hours >= MIN_RETENTION_HOURS):
             raise ConfigError(
                 f"{Setting('retention_hours')} must be at least {MIN_RETENTION_HOURS:g}, got {self.retention_hours:g}: "
                 "a batch in flight has staged files no table commit names yet, and upkeep must not remove them",

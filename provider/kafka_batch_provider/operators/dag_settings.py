@@ -1,0 +1,46 @@
+"""What the shipped DAGs share: settings read from Airflow Variables at run time, with
+environment defaults read when the file is parsed, and the ingestion's output built from them.
+
+Nothing is looked up while a DAG file is parsed (the values are Jinja templates), so parsing
+opens no connection.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+from kafka_batch_provider.operators.output import BatchOutput
+
+
+def seconds(env: str, default: float) -> timedelta:
+    return timedelta(seconds=float(os.environ.get(env, default)))
+
+
+def lookup(variable: str, env: str, default: str) -> str:
+    """A Jinja expression: the Airflow Variable at run time, else the parse-time environment default."""
+    fallback = os.environ.get(env, default).replace("'", "\\'")
+    return f"var.value.get('{variable}', '{fallback}')"
+
+
+FORMAT = lookup("kafka_batch_format", "KAFKA_BATCH_FORMAT", "parquet")
+
+
+def setting(variable: str, env: str, default: str, formats: tuple[str, ...] | None = None) -> str:
+    """A Jinja template of :func:`lookup`; with ``formats``, empty unless the output format is one of them."""
+    value = lookup(variable, env, default)
+    if formats:  # e.g. the output path of a parquet/delta default must not reach an iceberg run
+        value = f"({value} if {FORMAT} in {formats!r} else '')"
+    return f"{{{{ {value} }}}}"
+
+
+def ingest_output() -> BatchOutput:
+    """The ingest DAG's output (``kafka_batch_format``, ``kafka_batch_output``, ``kafka_batch_table``, ...)."""
+    return BatchOutput(
+        output_format=setting("kafka_batch_format", "KAFKA_BATCH_FORMAT", "parquet"),
+        output_path=setting("kafka_batch_output", "KAFKA_BATCH_OUTPUT", "/tmp/kafka-batch/lake", ("parquet", "delta")),
+        table=setting("kafka_batch_table", "KAFKA_BATCH_TABLE", "", ("iceberg",)),
+        partition_by=setting("kafka_batch_partition_by", "KAFKA_BATCH_PARTITION_BY", ""),
+        storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
+        catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
+    )
