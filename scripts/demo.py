@@ -15,7 +15,7 @@
    map times to offsets), which never commits the group,
 7. ingest the same topics into a Delta Lake table on the local disk (`kafka-batch run --format
    delta`, its own group), read it back with deltalake and DuckDB, list its batches
-   (`kafka-batch table`),
+   (`kafka-batch table`), then keep it up (`kafka-batch upkeep`: its files before and after),
 8. print a summary: batches, ranges, rows, lag before and after, lag health, where the data is,
    and copy-paste snippets that query the Delta table.
 
@@ -225,6 +225,13 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str |
     batch_lines, listed = kafka_batch(
         "table", "--format", "delta", "--output", str(delta_path), log_name="kafka-batch-delta-table"
     )
+    # Upkeep, as the kafka_batch_upkeep DAG runs it daily: compaction, log cleanup, vacuum.
+    say(f"upkeep: kafka-batch upkeep --format delta --output {delta_path} --retention-hours 1 ...")
+    _, upkept = kafka_batch(
+        "upkeep", "--format", "delta", "--output", str(delta_path), "--retention-hours", "1",
+        log_name="kafka-batch-delta-upkeep",
+    )  # fmt: skip
+    upkept_rows, upkept_once, _ = read_delta(delta_path)
 
     filesystem = PyFileSystem(FSSpecHandler(store.location.fs))
     table = ds.dataset(store.location.root, filesystem=filesystem, format="parquet", partitioning="hive").to_table(
@@ -267,6 +274,11 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str |
         f"read back: deltalake {delta_rows:,} rows, DuckDB delta_scan {duckdb_rows:,} rows, "
         f"every offset exactly once: {'yes' if delta_once else 'NO'}"
     )
+    say(
+        f"  upkeep of the Delta table: data files {upkept['files_before']} -> {upkept['files_after']} "
+        f"({upkept['compacted_files']} compacted into {upkept['written_files']}); after it: {upkept_rows:,} rows, "
+        f"every offset exactly once: {'yes' if upkept_once else 'NO'}"
+    )
     say(f"  its batches (kafka-batch table --format delta --output {delta_path}):")
     for line in batch_lines:
         say(f"    {line}")
@@ -287,6 +299,9 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str |
         and health.status.value == "OK"
         and delta_run["records"] == delta_rows == duckdb_rows == 26_000
         and delta_once
+        and upkept_rows == 26_000
+        and upkept_once
+        and upkept["files_after"] <= upkept["files_before"]
         and [b["rows"] for b in listed["batches"]] == [26_000]
     )
     return 0 if ok else 1
