@@ -30,15 +30,18 @@ meaningful on a shared, noisy machine:
   commit);
 * ``empty_batch_seconds``: ``kafka-batch run`` with nothing new (no Spark is started);
 * ``large``: rows/s through the warm Connect server at ``--large-records`` (5M) next to 1M;
-* ``plan_commit_seconds``: plan + compare-and-set commit at 1, 50 and 200 partitions;
+* ``plan_commit_seconds``: plan + compare-and-set commit at 1, 200, 2,000 and 10,000 partitions;
 * ``peak_worker_rss_mb``: the Connect server's Python workers' peak RSS while ingesting
-  ``--rss-gb`` (2) GB of 64 KB records.
+  ``--rss-gb`` (2) GB of 64 KB records;
+* ``year``: a year of batches (``bench/year.py``): Iceberg metadata bytes per batch at 2,000
+  partitions, a Delta table's files per 100 batches before and after upkeep, and a soak of
+  ``--soak-batches`` (1,000) batches with the plan and commit steps' growth.
 
 The last stdout line is one JSON object with all of it.
 
     python bench/bench.py [--records 1000000] [--value-size 200] [--partitions 4]
         [--formats parquet,delta,iceberg] [--no-s3] [--no-writers]
-        [--large-records 5000000] [--rss-gb 2] [--no-connect] [--no-airflow-kafka]
+        [--large-records 5000000] [--rss-gb 2] [--no-connect] [--no-airflow-kafka] [--soak-batches 1000]
 """
 
 from __future__ import annotations
@@ -407,7 +410,7 @@ def airflow_kafka_measure(bootstrap: str, topic: str, records: int, work: Path) 
 
 
 def plan_commit_measure(config: dict, topic: str, work: Path) -> dict:
-    """Plan (group, end and start offsets; the plan file) and compare-and-set commit, at 1, 50, 200 partitions.
+    """Plan (group, end and start offsets; the plan file) and compare-and-set commit, at 1 to 10,000 partitions.
 
     Each Kafka call covers every partition at once, so the time barely grows with them.
     """
@@ -416,7 +419,7 @@ def plan_commit_measure(config: dict, topic: str, work: Path) -> dict:
     from kafka_batch_provider.steps.plan import plan_batch
 
     seconds = {}
-    for partitions in (1, 50, 200):
+    for partitions in (1, 200, 2_000, 10_000):
         name = f"{topic}-pc{partitions}"
         produce_topic(config, name, partitions, partitions * 2, 100)
         kafka = KafkaOffsets(config)
@@ -453,6 +456,7 @@ def main() -> int:
     parser.add_argument("--no-airflow-kafka", action="store_true", help="skip ConsumeFromTopicOperator")
     parser.add_argument("--large-records", type=int, default=5_000_000, help="the large batch (0: skip)")
     parser.add_argument("--rss-gb", type=float, default=2.0, help="GB of 64 KB records for the RSS run (0: skip)")
+    parser.add_argument("--soak-batches", type=int, default=1000, help="batches of the soak (under 200: skip)")
     args = parser.parse_args()
     output = result_stream()
     formats = list(dict.fromkeys(f.strip() for f in args.formats.split(",") if f.strip()))
@@ -567,6 +571,9 @@ def main() -> int:
         if not args.no_writers:
             say("writers: Spark's Parquet writer and the pyarrow task writer on the same DataFrame ...")
             summary["writers"] = compare_writers(config, topic, ends, work, args.spark_master)
+        from year import year_measures  # bench/ is this script's folder
+
+        summary["year"] = year_measures(config, topic, work, args.soak_batches)
         print(json.dumps(summary), file=output, flush=True)
         return 0
     finally:
