@@ -184,3 +184,39 @@ def test_parquet_upkeep_prunes_old_control_files_and_failed_attempts_only(
     _, committed = run_batch(spark, kafka_config, output, group_id, [topic])
     assert committed == {f"{topic}:0": 27}, committed
     assert_exactly_once(output, offsets_of(topic, {0: 27}))
+
+
+def test_a_delta_batch_partly_replaced_by_a_later_commit_is_published_only_while_its_named_files_are_there(
+    request, tmp_path
+):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    from kafka_batch_provider.errors import ManifestError
+    from kafka_batch_provider.output.tables import KAFKA_SCHEMA
+    from tests.integration.test_tables import staged_attempt
+
+    output = make_table(request, tmp_path, "delta", "local")
+    entry = staged_attempt(output, "b-1", "aaaa", 5)  # part-0: offsets 0-4
+    columns = {f.name: pa.nulls(5, f.type) for f in KAFKA_SCHEMA}
+    columns.update(topic=pa.array(["t"] * 5), partition=pa.array([0] * 5, pa.int32()))
+    columns["offset"] = pa.array(range(5, 10), pa.int64())
+    pq.write_table(pa.table(columns, schema=KAFKA_SCHEMA), f"{output.uri}/data/b-1/aaaa/part-1.parquet")
+    size = os.path.getsize(f"{output.uri}/data/b-1/aaaa/part-1.parquet")
+    entry["files"].append({"name": "part-1.parquet", "bytes": size, "rows": 5})
+    entry.update(
+        rows=10, offsets={"t:0": 10}, ranges=[{"topic": "t", "partition": 0, "start": 0, "end": 10, "rows": 10}]
+    )
+    assert output.store().log.append(entry) is True
+    # A later commit that is not a batch rewrites only part-0 (as optimize does with the small
+    # files of a batch whose other file is large); vacuum then deletes the replaced file.
+    DeltaTable(output.uri).delete('"offset" = 0')
+    os.remove(f"{output.uri}/data/b-1/aaaa/part-0.parquet")
+
+    store = output.store()
+    store.check_published(store.log.tail())  # part-0 left the table; part-1 is in place
+    os.remove(f"{output.uri}/data/b-1/aaaa/part-1.parquet")  # still named by the table: really lost
+    with pytest.raises(ManifestError) as refused:
+        output.store().check_published(output.store().log.tail())
+    assert "2 of its 2 file(s) are missing" in str(refused.value), str(refused.value)

@@ -294,18 +294,21 @@ class DeltaSink(TableFiles):
         return iter(self.log_entries(table, list(self.batches(table)))) if table is not None else iter(())
 
     def check_published(self, entry: Mapping[str, Any]) -> None:
-        """Every file the batch's commit references is in place, or a later commit that is not a
-        batch (``optimize``) replaced them and ``vacuum`` removed them: its rows are in the
-        compacted files then."""
+        """Every file the batch's commit references is in place, unless a later commit that is
+        not a batch (``optimize``, which may replace only some of a batch's files) removed it
+        from the table and ``vacuum`` deleted it: its rows are in the files that replaced it."""
         try:
             super().check_published(entry)
         except ManifestError:
             table = self.table()
-            ours = {f"{entry['location']}/{f['name']}" for f in entry.get("files", [])}
-            actions = pa.table(table.get_add_actions(flatten=True)) if table else None  # arro3 -> pyarrow
-            current = set(actions.column("path").to_pylist()) if actions is not None else set()
-            committed_before = table is not None and int(entry.get("table_version", table.version())) < table.version()
-            if not committed_before or ours & current:
+            if table is None or int(entry.get("table_version", table.version())) >= table.version():
+                raise
+            found = self.data.file_sizes(entry["location"])
+            missing = {
+                f"{entry['location']}/{f['name']}" for f in entry["files"] if found.get(f["name"]) != int(f["bytes"])
+            }
+            current = set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())  # arro3 -> pyarrow
+            if missing & current:
                 raise
 
     # -- committing a batch ------------------------------------------------------------------
