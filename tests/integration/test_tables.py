@@ -609,6 +609,12 @@ def test_a_replay_already_in_a_table_is_still_known_after_upkeep_forgot_its_comm
         outcome = plan_replay_batch(kafka, local_table.store(), [topic], start_offsets={0: start}, end_offsets={0: end})
         append_replay(local_table, outcome.plan)
         replayed.append(outcome.plan.batch_id)
+    # A losing attempt's leftover at entry 1 (another batch id): entry 2's link tells them apart.
+    from kafka_batch_provider.output.tables import BATCHES
+
+    store = local_table.store()
+    loser = {**json.loads(store.data.read_bytes(f"{BATCHES}/{store.data.list_names(BATCHES)[0]}")), "batch_id": "b-0"}
+    store.data.put_atomic(f"{BATCHES}/{1:020d}-b-0-zzzz.json", json.dumps(loser).encode())
     forget_batch_commits(local_table)
 
     listed = [(e["seq"], e["batch_id"]) for e in local_table.store().log.entries()]
@@ -622,6 +628,8 @@ def test_a_replay_already_in_a_table_is_still_known_after_upkeep_forgot_its_comm
     assert f"overlaps {topic}[0] [0, 10) of batch {replayed[0]}" in str(refused.value), str(refused.value)
     report = last_json(cli("table", *local_table.cli_args()))
     assert [b["batch_id"] for b in report["batches"]] == replayed, f"kafka-batch table lists both, found {report}"
+    newest = last_json(cli("table", *local_table.cli_args(), "--last", "1"))
+    assert [b["batch_id"] for b in newest["batches"]] == replayed[1:], f"--last 1: the newest, found {newest}"
 
 
 def test_an_iceberg_batch_adds_little_metadata_at_two_thousand_partitions_and_offsets_are_still_checked(

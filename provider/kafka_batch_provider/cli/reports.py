@@ -113,9 +113,7 @@ def format_batch_table(rows: list[dict[str, Any]]) -> str:
 
 def cmd_table(args: argparse.Namespace) -> dict[str, Any]:
     store = store_from(args, create=False)
-    rows = batch_rows(list(store.log.entries()))
-    if args.last:
-        rows = rows[-args.last :]
+    rows = batch_rows(list(store.log.entries(args.last)))  # --last: only the newest are read
     if not args.json:
         print(format_batch_table(rows), flush=True)
     return {"format": store.format, "output": store.root, "batches": rows}

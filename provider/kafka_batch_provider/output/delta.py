@@ -289,9 +289,14 @@ class DeltaSink(TableFiles):
                 )
         return {**newest, "offsets": offsets}
 
-    def entries(self) -> Iterator[dict[str, Any]]:
+    def entries(self, last: int | None = None) -> Iterator[dict[str, Any]]:
         table = self.table()
-        return iter(self.log_entries(table, list(self.batches(table)))) if table is not None else iter(())
+        if table is None:
+            return iter(())
+        history = self.batches(table)
+        if last is not None:  # the newest ``last`` in the history (newest first), the rest as needed
+            history = (m for _, m in zip(range(last), history))
+        return iter(self.log_entries(table, list(history), last))
 
     def check_published(self, entry: Mapping[str, Any]) -> None:
         """Every file the batch's commit references is in place, unless a later commit that is

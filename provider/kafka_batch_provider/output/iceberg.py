@@ -261,9 +261,12 @@ class IcebergSink(TableFiles):
         newest = self.newest(self.table())
         return int(newest["seq"]) if newest else 0
 
-    def entries(self) -> Iterator[dict[str, Any]]:
+    def entries(self, last: int | None = None) -> Iterator[dict[str, Any]]:
         table = self.table()
-        return iter(self.log_entries(table, [self.manifest(*found) for found in self.batches(table)]))
+        found = self.batches(table)
+        if last is not None:
+            found = (f for _, f in zip(range(last), found))
+        return iter(self.log_entries(table, [self.manifest(*f) for f in found], last))
 
     # -- committing a batch ------------------------------------------------------------------
 

@@ -104,9 +104,10 @@ class OffsetLog:
             pass  # only a hint: the next reader probes forward from an older one
         return True
 
-    def entries(self) -> Iterator[dict[str, Any]]:
-        """Every entry, oldest first."""
-        for seq in self.seqs():
+    def entries(self, last: int | None = None) -> Iterator[dict[str, Any]]:
+        """Every entry (``last``: the newest ones), oldest first."""
+        seqs = self.seqs()
+        for seq in seqs if last is None else seqs[-last:]:
             entry = self.entry(seq)
             if entry is not None:
                 yield entry

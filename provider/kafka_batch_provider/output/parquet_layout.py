@@ -54,8 +54,8 @@ class ParquetLayout:
     def tail(self) -> dict[str, Any] | None:
         return self.log.tail()
 
-    def entries(self) -> Iterator[dict[str, Any]]:
-        return self.log.entries()
+    def entries(self, last: int | None = None) -> Iterator[dict[str, Any]]:
+        return self.log.entries(last)
 
     def append(self, manifest: dict[str, Any]) -> bool:
         return self.log.append(manifest)

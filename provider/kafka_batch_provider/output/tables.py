@@ -190,8 +190,8 @@ class TableFiles:
         found = [parse_saved_name(n) for n in self.data.list_names(BATCHES)]
         return [self.saved_manifest(*f) for f in found if f and f[0] == seq]
 
-    def log_entries(self, table: Any, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Every batch of the table's current state, oldest first.
+    def log_entries(self, table: Any, history: list[dict[str, Any]], last: int | None = None) -> list[dict[str, Any]]:
+        """Every batch of the table's current state (``last``: only the newest ones), oldest first.
 
         ``history`` holds the batches whose commits the table still has; older ones (gone by
         Delta log cleanup or Iceberg snapshot expiry) are read from their saved manifests. Each
@@ -202,25 +202,28 @@ class TableFiles:
         if newest is None:
             return []
         by_seq = {int(m["seq"]): m for m in history}
-        saved: list[tuple[int, str, str]] | None = None  # listed once, only when the history forgot some
+        saved: dict[int, list[tuple[int, str, str]]] | None = None  # listed once, when the history forgot some
         chain = [newest]
-        while int(chain[-1]["seq"]) > 1:
+        while int(chain[-1]["seq"]) > 1 and (last is None or len(chain) < last):
             seq = int(chain[-1]["seq"]) - 1
             link = chain[-1].get("previous")
             batch_id = link.get("batch_id") if isinstance(link, Mapping) else link
             found = by_seq.get(seq)
             if found is None or (batch_id and found["batch_id"] != batch_id):
                 if saved is None:
-                    saved = [n for n in map(parse_saved_name, self.data.list_names(BATCHES)) if n]
-                found = self.forgotten_by_name(seq, batch_id, saved)
+                    saved = {}
+                    for name in filter(None, map(parse_saved_name, self.data.list_names(BATCHES))):
+                        saved.setdefault(name[0], []).append(name)
+                found = self.forgotten_by_name(seq, batch_id, saved.get(seq, []))
             chain.append(found)
         return chain[::-1]
 
     def forgotten_by_name(self, seq: int, batch_id: str | None, saved: list[tuple[int, str, str]]) -> dict[str, Any]:
         """Entry ``seq`` (batch ``batch_id`` when its successor names it) from its saved manifest.
 
-        Several attempts of one batch may have left a manifest: they read the same offsets, so
-        any of them tells the entry's ranges (its files may since have been compacted anyway).
+        :param saved: the saved manifests' ``(seq, batch id, attempt)`` for ``seq``. Several
+            attempts of one batch may have left one: they read the same offsets, so any of them
+            tells the entry's ranges (its files may since have been compacted anyway).
         """
         candidates = sorted(n for n in saved if n[0] == seq and (not batch_id or n[1] == batch_id))
         if not candidates or len({n[1] for n in candidates}) > 1:

@@ -119,7 +119,9 @@ def plan_batch(
         )
         commit_batch(kafka, store, plan_for_entry(store, tail), progress)
         repaired.append(tail["batch_id"])
-        decision, fresh, reusable = decide(tail, pending)
+        tail, pending, plan_files, (decision, fresh, reusable) = decide_on_a_still_log(
+            store, group_id, decide, progress, again=True
+        )
 
     if reusable is not None:
         progress(f"batch {reusable.batch_id} was planned but not written: running the same plan again")
@@ -151,6 +153,7 @@ def decide_on_a_still_log(
     group_id: str,
     decide: Callable[[dict[str, Any] | None, list[OffsetPlan]], Decided],
     progress: Progress,
+    again: bool = False,
 ) -> tuple[dict[str, Any] | None, list[OffsetPlan], list[tuple[int, str]], Decided]:
     """Read the log's newest entry and the plan files, and decide from them and the group, until
     the log held still meanwhile.
@@ -159,10 +162,12 @@ def decide_on_a_still_log(
     commits the group in between makes the group look ahead of the log, a phantom mismatch.
     A decision (or refusal) counts only when the log's newest entry was the same afterwards;
     when it moved, another run published first, and the plan starts over from its batch.
+
+    :param again: a second decision in the same plan step (after a repair).
     """
     for attempt in range(PLAN_ATTEMPTS):
         tail = store.log.tail()
-        if attempt == 0:  # a run frozen here by a test goes on through its later attempts
+        if attempt == 0 and not again:  # a run frozen here by a test goes on through its later reads
             fail_point("after-log-tail")
         seq = tail["seq"] if tail else 0
         files = store.plan_files()
