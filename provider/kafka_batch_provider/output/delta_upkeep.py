@@ -19,7 +19,7 @@ from typing import Any
 from kafka_batch_provider.core.upkeep import UpkeepReport, UpkeepSettings
 from kafka_batch_provider.errors import StorageError
 from kafka_batch_provider.output.delta import DeltaSink
-from kafka_batch_provider.output.tables import one_line
+from kafka_batch_provider.output.tables import DATA, one_line
 
 
 def data_files(table: Any) -> list[dict[str, Any]]:
@@ -39,7 +39,10 @@ def small_file_groups(files: list[dict[str, Any]], target_bytes: int) -> int:
     return sum(n for n in by_partition.values() if n > 1)
 
 
-def upkeep_delta(sink: DeltaSink, settings: UpkeepSettings, report: UpkeepReport, progress: Any) -> None:
+def upkeep_delta(
+    sink: DeltaSink, settings: UpkeepSettings, report: UpkeepReport, progress: Any, in_flight: set[str]
+) -> None:
+    """:param in_flight: batch ids planned but not in the log yet: their files stay, whatever their age."""
     from deltalake.exceptions import DeltaError
 
     table = sink.table()
@@ -52,7 +55,7 @@ def upkeep_delta(sink: DeltaSink, settings: UpkeepSettings, report: UpkeepReport
         report.files_before = len(before)
         if settings.dry_run:
             report.compacted_files = small_file_groups(before, settings.target_bytes)
-            report.removed_files = len(vacuum(table, hours, dry_run=True))
+            report.removed_files = len(removable(sink, table, hours, in_flight))
             report.files_after = report.files_before
             report.notes.append("a dry run counts the small files compaction would take, not the files it would write")
             return
@@ -63,13 +66,27 @@ def upkeep_delta(sink: DeltaSink, settings: UpkeepSettings, report: UpkeepReport
         table = sink.table()
         table.create_checkpoint()
         table.cleanup_metadata()  # log files older than delta.logRetentionDuration, before the checkpoint
-        report.removed_files = len(vacuum(table, hours, dry_run=False))
+        old = removable(sink, table, hours, in_flight)
+        sink.data.delete(old)
+        report.removed_files = len(old)
         report.files_after = len(data_files(sink.table()))
     except DeltaError as exc:
         raise StorageError(f"upkeep of {sink.label} failed: {one_line(exc)}") from None
 
 
-def vacuum(table: Any, hours: int, dry_run: bool) -> list[str]:
-    # full: files no commit ever named (failed attempts) go too, once older than the retention;
-    # the retention is checked by UpkeepSettings (at least an hour), not delta-rs's 7-day floor.
-    return table.vacuum(retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False, full=True)
+def removable(sink: DeltaSink, table: Any, hours: int, in_flight: set[str]) -> list[str]:
+    """What ``vacuum`` would remove (relative to the table), but the files of batches in flight.
+
+    ``full``: files no commit ever named (failed attempts) go too, once older than the
+    retention; the retention is checked by UpkeepSettings (at least an hour), not delta-rs's
+    7-day floor. delta-rs only lists them (``dry_run``), so in-flight files can be kept back.
+    """
+    found = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False, full=True)
+    prefixes = (sink.data.uri.rstrip("/") + "/", sink.data.root.rstrip("/") + "/")
+    names = []
+    for path in map(str, found):
+        for prefix in prefixes:
+            path = path.removeprefix(prefix)
+        if not any(path.startswith(f"{DATA}/{batch_id}/") for batch_id in in_flight):
+            names.append(path)
+    return names

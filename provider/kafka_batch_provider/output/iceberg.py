@@ -50,6 +50,12 @@ OFFSETS_DIGEST_KEY, PARTITIONS_KEY = "kafka_batch.offsets_sha256", "kafka_batch.
 #: In the summary of snapshots written by earlier versions: ``{"topic:partition": end offset}`` as JSON.
 OFFSETS_KEY = "kafka_batch.offsets"
 DAY_FIELD = "timestamp_day"
+#: Every commit writes a new metadata.json: keep the newest 100 and delete older ones as it
+#: commits (pyiceberg honours both), or a year of batches leaves 35,000+ of them.
+METADATA_UPKEEP = {
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "100",
+}
 
 
 def offsets_digest(offsets: Mapping[str, Any]) -> str:
@@ -123,7 +129,7 @@ def create_table(catalog: Any, identifier: str, partition_by: str | None) -> Any
     from pyiceberg.transforms import DayTransform
 
     catalog.create_namespace_if_not_exists(identifier.rsplit(".", 1)[0])
-    table = catalog.create_table_if_not_exists(identifier, schema=KAFKA_SCHEMA)
+    table = catalog.create_table_if_not_exists(identifier, schema=KAFKA_SCHEMA, properties=METADATA_UPKEEP)
     if partition_by and not table.spec().fields and table.current_snapshot() is None:
         try:
             with table.update_spec() as update:

@@ -218,15 +218,19 @@ class Location:
 
         def run() -> dict[str, tuple[int, float]]:
             base = self.path(folder).rstrip("/")
+            # The listing spells paths the filesystem's way (adlfs drops "@account...", s3fs the
+            # scheme): cut them by the base spelt the same way, never by its length as given.
+            stripped = str(self.fs._strip_protocol(base)).rstrip("/") + "/"
             try:
                 found = self.fs.find(base, detail=True, withdirs=False)
             except FileNotFoundError:
                 return {}
-            return {
-                str(path).rstrip("/")[len(base) + 1 :]: (int(info.get("size") or 0), modified_at(info))
-                for path, info in found.items()
-                if info.get("type") == "file"
-            }
+            listed = {}
+            for path, info in found.items():
+                name = str(self.fs._strip_protocol(str(path)))
+                if info.get("type") == "file" and name.startswith(stripped):
+                    listed[name[len(stripped) :]] = (int(info.get("size") or 0), modified_at(info))
+            return listed
 
         if not self.is_local:
             self.fs.invalidate_cache(self.path(folder))

@@ -29,23 +29,30 @@ def upkeep(store: BatchStore, settings: UpkeepSettings, progress: Callable[[str]
     tail = store.log.tail()
     if tail is not None and not settings.dry_run:
         store.publish(tail)
+    # Batches planned but not (yet) in the log: a long write may have files older than the
+    # retention, so their files are never removed, whatever their age.
+    in_flight = {p.batch_id for p in store.plans_after(tail["seq"] if tail else 0)}
     if store.format == DELTA:
         from kafka_batch_provider.output.delta_upkeep import upkeep_delta
 
-        upkeep_delta(store.sink, settings, report, progress)  # type: ignore[arg-type]
+        upkeep_delta(store.sink, settings, report, progress, in_flight)  # type: ignore[arg-type]
     elif store.format == ICEBERG:
         from kafka_batch_provider.output.iceberg_upkeep import upkeep_iceberg
 
-        upkeep_iceberg(store.sink, settings, report, progress)  # type: ignore[arg-type]
+        upkeep_iceberg(store.sink, settings, report, progress, in_flight)  # type: ignore[arg-type]
     else:
-        upkeep_parquet_layout(store, settings, report, progress)
+        upkeep_parquet_layout(store, settings, report, progress, in_flight)
     report.pruned_plans, report.pruned_commit_records = store.prune_control(settings.keep_batches, settings.dry_run)
     progress(report.summary())
     return report
 
 
 def upkeep_parquet_layout(
-    store: BatchStore, settings: UpkeepSettings, report: UpkeepReport, progress: Callable[[str], None]
+    store: BatchStore,
+    settings: UpkeepSettings,
+    report: UpkeepReport,
+    progress: Callable[[str], None],
+    in_flight: set[str],
 ) -> None:
     """The layout's files are its batches' (one folder each), so only leftovers go: staging
     folders of failed attempts older than the retention."""
@@ -54,7 +61,11 @@ def upkeep_parquet_layout(
     report.notes.append(
         "the Parquet layout is not compacted yet (each batch keeps its folder); use --format=delta for compaction"
     )
-    leftovers = layout.old_staging(time.time() - settings.retention_seconds)  # type: ignore[attr-defined]
+    leftovers = {
+        folder: files
+        for folder, files in layout.old_staging(time.time() - settings.retention_seconds).items()  # type: ignore[attr-defined]
+        if folder.split("/", 1)[1].split(".", 1)[0] not in in_flight  # _staging/<batch id>.<attempt>
+    }
     report.removed_files = sum(leftovers.values())
     if leftovers and not settings.dry_run:
         progress(f"removing {len(leftovers)} staging folder(s) of failed attempts ({report.removed_files} files)")

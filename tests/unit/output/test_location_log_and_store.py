@@ -295,3 +295,29 @@ def test_an_unknown_storage_option_is_a_config_error_at_first_use():
     # s3fs hands its options to the session it creates on the first request.
     with pytest.raises(ConfigError, match="bad storage option for s3://lake/x: .*'bogus_option'"):
         Location("s3://lake/x", {"bogus_option": 1}).read_bytes("_log/_tail.json")
+
+
+def test_files_below_names_files_relative_to_the_folder_however_the_filesystem_spells_paths():
+    """adlfs lists ``container/lake/...`` for ``abfs://container@account.dfs.core.windows.net/lake``:
+    names are cut by the base spelt the filesystem's way, not by the length of the URI."""
+    from kafka_batch_provider.output.location import Location
+
+    class AzureLikeFileSystem:
+        def _strip_protocol(self, path: str) -> str:
+            path = path.removeprefix("abfs://")
+            container, _, rest = path.partition("/")
+            return f"{container.split('@')[0]}/{rest}".rstrip("/")
+
+        def invalidate_cache(self, path: str) -> None:
+            pass
+
+        def find(self, path, detail, withdirs):
+            assert self._strip_protocol(path) == "container/lake/data", path
+            return {
+                "container/lake/data/b-1/a/part-0.parquet": {"type": "file", "size": 5, "last_modified": 1.0e9},
+                "container/lake/data/b-1/a": {"type": "directory", "size": 0},
+            }
+
+    location = Location("abfs://container@account.dfs.core.windows.net/lake")
+    location._fs = AzureLikeFileSystem()
+    assert location.files_below("data") == {"b-1/a/part-0.parquet": (5, 1.0e9)}
