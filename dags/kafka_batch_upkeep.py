@@ -13,7 +13,8 @@ Airflow Variables and environment defaults choose it), keeping every offset:
 * **every format**: plans and Kafka commit records older than the newest `keep_batches`.
 
 It may run while ingestion runs: a batch committing meanwhile is committed again on top of
-upkeep's commit, and nothing younger than the retention (at least an hour) is removed. The
+upkeep's commit; no file younger than the retention (at least an hour) and no file of a batch
+in flight is removed (plans and commit records go by count: `keep_batches`). The
 task's XCom holds the report (files before and after, compacted, removed, snapshots expired,
 records pruned).
 

@@ -6,7 +6,7 @@ batch id, its entry number and a SHA-256 of its offsets (``kafka_batch.batch_id`
 ``kafka_batch.seq``, ``kafka_batch.offsets_sha256``, ``kafka_batch.partitions``); its full
 manifest (ranges, offsets, files, counts) is saved in ``_kafka_batch/_batches/`` before the
 commit. The summary stays small because every snapshot's summary stays in the table's metadata
-file, which each commit rewrites: the offsets of 2,000 partitions made it grow by ~57 KiB per
+file, which each commit rewrites: the offsets of 2,000 partitions made it grow by 32-57 KiB per
 batch. (Snapshots of earlier versions hold ``kafka_batch.offsets``, the offsets as JSON.)
 The plan step walks the current snapshot's ancestors to the newest batch, as Iceberg's own
 streaming sink finds its last epoch. The same commit sets the table properties
