@@ -1,16 +1,18 @@
-"""Two runs at once (racing for one log entry; one publishing while the other plans), and Airflow
-retrying a task that failed half way (items 5 and 6)."""
+"""Two runs at once (racing for one log entry; one publishing while the other plans), upkeep while
+a batch is about to commit, and Airflow retrying a task that failed half way (items 5 and 6)."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from dataclasses import replace
 
 import pytest
 
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.dags.conftest import DAGS
-from tests.faults.harness import CliRun, expect_exactly_once, scenario_args
+from tests.faults.harness import KAFKA_BATCH, CliRun, expect_exactly_once, scenario_args
 from tests.integration.helpers import group_offsets, offsets_of
 
 pytestmark = pytest.mark.integration
@@ -71,6 +73,36 @@ def test_a_run_that_publishes_while_another_plans_makes_it_plan_again_not_a_grou
     assert slow.process.returncode == 0, f"the slow run must plan again, not fail: {slow.stderr[-800:]}"
     assert "while this run planned: planning again" in slow.stderr, slow.stderr[-800:]
     assert [e["seq"] for e in lake.log_entries()] == [1, 2, 3], "the slow run publishes the next batch"
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: 25, 1: 25}
+    expect_exactly_once(outcome, lake, offsets_of(topic, {0: 25, 1: 25}))
+
+
+def test_upkeep_while_a_batch_is_about_to_commit_keeps_its_files_and_it_commits_once(
+    outcome, lake, kafka_config, new_topic, group_id, spark_connect_remote
+):
+    topic = new_topic(partitions=2)
+    args = scenario_args(lake, kafka_config, topic, group_id, spark_connect_remote)
+    for first_id in (0, 20):  # two batches of small files for upkeep to compact
+        produce(kafka_config, topic, sample_records(2, 20, first_id=first_id))
+        assert CliRun(args, lake.env()).start().finish().process.returncode == 0
+    produce(kafka_config, topic, sample_records(2, 10, first_id=40))
+
+    # The third batch's files are staged; its storage commit (log entry / table commit) is next.
+    frozen = CliRun(args, lake.env(), fail_point="before-log-entry:stop").start()
+    frozen.wait_stopped()
+    upkeep = subprocess.run(
+        [KAFKA_BATCH, "upkeep", *lake.cli_args(), "--retention-hours", "1", "--keep-batches", "1"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, **lake.env()},
+    )  # fmt: skip
+    assert upkeep.returncode == 0, upkeep.stderr[-800:]
+    report = json.loads(upkeep.stdout.strip().splitlines()[-1])
+    if lake.format == "delta":
+        assert report["files_after"] < report["files_before"], f"expected compaction: {report}"
+    frozen.resume()
+    frozen.finish()
+
+    assert frozen.process.returncode == 0, f"the batch must commit after upkeep: {frozen.stderr[-800:]}"
+    assert [e["seq"] for e in lake.log_entries()] == [1, 2, 3]
     assert group_offsets(kafka_config, group_id, topic, 2) == {0: 25, 1: 25}
     expect_exactly_once(outcome, lake, offsets_of(topic, {0: 25, 1: 25}))
 
