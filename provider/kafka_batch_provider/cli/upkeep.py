@@ -7,32 +7,36 @@ import sys
 from typing import Any
 
 from kafka_batch_provider.cli.arguments import add_storage_args, positive_int, store_from
+from kafka_batch_provider.core.upkeep import UpkeepSettings
 
 
 def add_upkeep_args(p: argparse.ArgumentParser) -> None:
     add_storage_args(p)
     g = p.add_argument_group("upkeep")
+    defaults = UpkeepSettings()
     g.add_argument(
-        "--target-file-mb", type=positive_int, default=128, help="compaction's target file size in MB (default 128)"
+        "--target-file-mb",
+        type=positive_int,
+        default=defaults.target_file_mb,
+        help=f"compaction's target file size in MB (default {defaults.target_file_mb})",
     )
     g.add_argument(
         "--retention-hours",
         type=float,
-        default=168.0,
+        default=defaults.retention_hours,
         help="remove replaced files, old snapshots and failed attempts' files only when older than this "
-        "(default 168, at least 1)",
+        f"(default {defaults.retention_hours:g}, at least 1)",
     )
     g.add_argument(
         "--keep-batches",
         type=positive_int,
-        default=1000,
-        help="keep the plans and Kafka commit records of the newest N batches (default 1000)",
+        default=defaults.keep_batches,
+        help=f"keep the plans and Kafka commit records of the newest N batches (default {defaults.keep_batches})",
     )
     g.add_argument("--dry-run", action="store_true", help="count what would be done, change nothing")
 
 
 def cmd_upkeep(args: argparse.Namespace) -> dict[str, Any]:
-    from kafka_batch_provider.core.upkeep import UpkeepSettings
     from kafka_batch_provider.steps.upkeep import upkeep
 
     settings = UpkeepSettings(

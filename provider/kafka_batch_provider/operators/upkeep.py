@@ -37,9 +37,9 @@ class KafkaBatchUpkeepOperator(TemplatedOutput, BaseOperator):
         self,
         *,
         output: BatchOutput,
-        target_file_mb: int = 128,
-        retention_hours: float = 168.0,
-        keep_batches: int = 1000,
+        target_file_mb: int = UpkeepSettings.target_file_mb,
+        retention_hours: float = UpkeepSettings.retention_hours,
+        keep_batches: int = UpkeepSettings.keep_batches,
         dry_run: bool = False,
         **kwargs: Any,
     ) -> None:

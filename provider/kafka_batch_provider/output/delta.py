@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Mapping
+from itertools import islice
 from typing import Any
 
 import pyarrow as pa
@@ -293,28 +294,18 @@ class DeltaSink(TableFiles):
         table = self.table()
         if table is None:
             return iter(())
-        history = self.batches(table)
-        if last is not None:  # the newest ``last`` in the history (newest first), the rest as needed
-            history = (m for _, m in zip(range(last), history))
-        return iter(self.log_entries(table, list(history), last))
+        # Newest first: with ``last``, only as many as needed (older ones come as the walk needs them).
+        return iter(self.log_entries(table, list(islice(self.batches(table), last)), last))
 
-    def check_published(self, entry: Mapping[str, Any]) -> None:
-        """Every file the batch's commit references is in place, unless a later commit that is
-        not a batch (``optimize``, which may replace only some of a batch's files) removed it
-        from the table and ``vacuum`` deleted it: its rows are in the files that replaced it."""
-        try:
-            super().check_published(entry)
-        except ManifestError:
-            table = self.table()
-            if table is None or int(entry.get("table_version", table.version())) >= table.version():
-                raise
-            found = self.data.file_sizes(entry["location"])
-            missing = {
-                f"{entry['location']}/{f['name']}" for f in entry["files"] if found.get(f["name"]) != int(f["bytes"])
-            }
-            current = set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())  # arro3 -> pyarrow
-            if missing & current:
-                raise
+    def replaced_since(self, entry: Mapping[str, Any], names: list[str]) -> bool:
+        """A later commit that is not a batch (``optimize``, which may replace only some of a
+        batch's files) took ``names`` out of the table, and ``vacuum`` may then delete them:
+        none of them is still named by the table, which moved on after the batch's commit."""
+        table = self.table()
+        if table is None or int(entry.get("table_version", table.version())) >= table.version():
+            return False
+        current = set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())  # arro3 -> pyarrow
+        return not {f"{entry['location']}/{name}" for name in names} & current
 
     # -- committing a batch ------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from typing import Any
 from kafka_batch_provider.core.upkeep import UpkeepReport, UpkeepSettings
 from kafka_batch_provider.errors import StorageError
 from kafka_batch_provider.output.delta import DeltaSink
-from kafka_batch_provider.output.tables import DATA, one_line
+from kafka_batch_provider.output.tables import of_batches, one_line
 
 
 def data_files(table: Any) -> list[dict[str, Any]]:
@@ -87,6 +87,6 @@ def removable(sink: DeltaSink, table: Any, hours: int, in_flight: set[str]) -> l
     for path in map(str, found):
         for prefix in prefixes:
             path = path.removeprefix(prefix)
-        if not any(path.startswith(f"{DATA}/{batch_id}/") for batch_id in in_flight):
+        if not of_batches(path, in_flight):
             names.append(path)
     return names

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
+from itertools import islice
 from typing import Any
 
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError, ManifestError, StorageError
@@ -269,9 +270,7 @@ class IcebergSink(TableFiles):
 
     def entries(self, last: int | None = None) -> Iterator[dict[str, Any]]:
         table = self.table()
-        found = self.batches(table)
-        if last is not None:
-            found = (f for _, f in zip(range(last), found))
+        found = islice(self.batches(table), last)  # newest first: with ``last``, only as many as needed
         return iter(self.log_entries(table, [self.manifest(*f) for f in found], last))
 
     # -- committing a batch ------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any
 from kafka_batch_provider.core.upkeep import UpkeepReport, UpkeepSettings
 from kafka_batch_provider.errors import KafkaBatchError, StorageError
 from kafka_batch_provider.output.iceberg import METADATA_UPKEEP, IcebergSink, without_retries
-from kafka_batch_provider.output.tables import DATA, one_line
+from kafka_batch_provider.output.tables import DATA, of_batches, one_line
 
 METADATA = "metadata"
 NO_COMPACTION = "pyiceberg 0.12 cannot compact data files (no rewrite_data_files): files stay as the batches wrote them"
@@ -66,10 +66,7 @@ def _upkeep(
         with without_retries(table).transaction() as transaction:  # tables created before this setting
             transaction.set_properties(METADATA_UPKEEP)
         table = sink.table()
-    orphans = [
-        name for name in orphan_files(sink, table, cutoff, report)
-        if not any(name.startswith(f"{DATA}/{batch_id}/") for batch_id in in_flight)
-    ]  # fmt: skip
+    orphans = [name for name in orphan_files(sink, table, cutoff, report) if not of_batches(name, in_flight)]
     orphans += orphan_metadata(sink, table, cutoff)
     report.removed_files = len(orphans)
     if orphans and not settings.dry_run:
@@ -78,7 +75,7 @@ def _upkeep(
 
 
 def orphan_files(sink: IcebergSink, table: Any, cutoff: float, report: UpkeepReport) -> list[str]:
-    """Names (relative to the table's location) of data files no snapshot names, older than ``cutoff``.
+    """Data files no snapshot names, older than ``cutoff``.
 
     When a snapshot names a file outside the table's location as the catalog spells it
     (another scheme such as ``s3a://``, a file another engine wrote elsewhere), names cannot be
@@ -86,38 +83,39 @@ def orphan_files(sink: IcebergSink, table: Any, cutoff: float, report: UpkeepRep
     removal refuses the same way).
     """
     named = set(table.inspect.all_files().column("file_path").to_pylist()) if table.snapshots() else set()
-    prefix = f"{sink.table_location}/"
-    foreign = sorted(path for path in named if not path.startswith(prefix))
-    if foreign:
+    orphans = unnamed_files(sink, DATA, named, cutoff)
+    if orphans is None:
+        foreign = sorted(path for path in named if not path.startswith(f"{sink.table_location}/"))
         report.notes.append(
-            f"orphan files not removed: {len(foreign)} file(s) the table names lie outside {prefix} "
+            f"orphan files not removed: {len(foreign)} file(s) the table names lie outside {sink.table_location}/ "
             f"(e.g. {foreign[0]}), so its files cannot be told from orphans safely"
         )
-        return []
-    named = {path.removeprefix(prefix) for path in named}
-    found = sink.data.files_below(DATA)
-    return sorted(
-        f"{DATA}/{name}" for name, (_, modified) in found.items() if modified < cutoff and f"{DATA}/{name}" not in named
-    )
+    return orphans or []
 
 
 def orphan_metadata(sink: IcebergSink, table: Any, cutoff: float) -> list[str]:
     """Metadata files (``metadata/*.metadata.json``, manifest lists and manifests, ``*.avro``)
     that neither the current metadata nor any remaining snapshot names, older than ``cutoff``:
     pyiceberg's expiry drops snapshots from the metadata but leaves their files behind."""
-    prefix = f"{sink.table_location}/"
     named = {table.metadata_location, *(entry.metadata_file for entry in table.metadata.metadata_log)}
     named |= {snapshot.manifest_list for snapshot in table.snapshots()}
     if table.snapshots():
         named |= set(table.inspect.all_manifests().column("path").to_pylist())
+    orphans = unnamed_files(sink, METADATA, named, cutoff) or []
+    return [name for name in orphans if name.endswith(".avro") or name.endswith(".metadata.json")]
+
+
+def unnamed_files(sink: IcebergSink, folder: str, named: set[str], cutoff: float) -> list[str] | None:
+    """Files below ``folder`` of the table (names relative to it) that are older than ``cutoff``
+    and not in ``named`` (full paths as the table spells them); ``None`` when a named path lies
+    outside the table's location: the two cannot be compared safely."""
+    prefix = f"{sink.table_location}/"
     if any(not path.startswith(prefix) for path in named):
-        return []  # spelt another way than the table's location: cannot be compared safely
-    named = {path.removeprefix(prefix) for path in named}
-    found = sink.data.files_below(METADATA)
+        return None
+    relative = {path.removeprefix(prefix) for path in named}
+    found = sink.data.files_below(folder)
     return sorted(
-        f"{METADATA}/{name}"
+        f"{folder}/{name}"
         for name, (_, modified) in found.items()
-        if (name.endswith(".avro") or name.endswith(".metadata.json"))
-        and modified < cutoff
-        and f"{METADATA}/{name}" not in named
+        if modified < cutoff and f"{folder}/{name}" not in relative
     )

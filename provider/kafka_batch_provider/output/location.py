@@ -217,7 +217,7 @@ class Location:
         below ``folder``, at any depth (empty when it does not exist)."""
 
         def run() -> dict[str, tuple[int, float]]:
-            base = self.path(folder).rstrip("/")
+            base = self._fresh(folder).rstrip("/")
             # The listing spells paths the filesystem's way (adlfs drops "@account...", s3fs the
             # scheme): cut them by the base spelt the same way, never by its length as given.
             stripped = str(self.fs._strip_protocol(base)).rstrip("/") + "/"
@@ -232,8 +232,6 @@ class Location:
                     listed[name[len(stripped) :]] = (int(info.get("size") or 0), modified_at(info))
             return listed
 
-        if not self.is_local:
-            self.fs.invalidate_cache(self.path(folder))
         return self._io(f"list {folder}", run)
 
     def open_input(self, name: str):

@@ -72,15 +72,18 @@ class ParquetLayout:
             if name.startswith(f"{batch_id}.") and f"{STAGING}/{name}" != keep:
                 self.data.delete_tree(f"{STAGING}/{name}")
 
-    def old_staging(self, before: float) -> dict[str, int]:
+    def old_staging(self, before: float, in_flight: set[str]) -> dict[str, int]:
         """``{folder: files}`` of the staging folders whose newest file is older than ``before``
-        (epoch seconds): attempts that failed, or publishes that left their folder. Call after
-        the log's newest batch is published: every older logged batch was published by the plan
-        step that followed it."""
+        (epoch seconds): attempts that failed, or publishes that left their folder; never those
+        of the ``in_flight`` batches (planned, not yet in the log). Call after the log's newest
+        batch is published: every older logged batch was published by the plan step that
+        followed it."""
         newest: dict[str, float] = {}
         files: dict[str, int] = {}
         for name, (_, modified) in self.data.files_below(STAGING).items():
-            folder = name.split("/", 1)[0]
+            folder = name.split("/", 1)[0]  # <batch id>.<attempt>, see staging_folder
+            if folder.split(".", 1)[0] in in_flight:
+                continue
             newest[folder] = max(newest.get(folder, 0.0), modified)
             files[folder] = files.get(folder, 0) + 1
         return {

@@ -112,9 +112,13 @@ class BatchStore:
                 f"plan file {uri} cannot be used ({exc}); remove it with kafka-batch discard --plan {uri}"
             ) from None
 
+    def numbered_files(self, folder: str) -> list[tuple[int, str]]:
+        """``(seq, batch id)`` of every file of ``folder`` (plans, commit records), by sequence;
+        read from the names alone."""
+        return sorted(p for p in map(parse_numbered, self.location.list_names(folder)) if p)
+
     def plan_files(self) -> list[tuple[int, str]]:
-        """``(seq, batch id)`` of every plan, by sequence; read from the names alone."""
-        return sorted(p for p in map(parse_numbered, self.location.list_names(PLANS)) if p)
+        return self.numbered_files(PLANS)
 
     def plans_after(self, seq: int, files: list[tuple[int, str]] | None = None) -> list[OffsetPlan]:
         """The plans for entries after ``seq`` (candidates for the next entry), oldest first.
@@ -245,7 +249,7 @@ class BatchStore:
 
     def commit_records(self, group_id: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
         """Commit history, oldest first (what lag health reads); ``last`` keeps only the newest ones."""
-        names = sorted(p for p in map(parse_numbered, self.location.list_names(COMMITS)) if p)
+        names = self.numbered_files(COMMITS)
         if last is not None:
             names = names[-last:]
         records = [self.commit_record(seq, batch_id) for seq, batch_id in names]
@@ -264,7 +268,7 @@ class BatchStore:
         below = self.log.tail_seq() - keep_batches
         removed = []
         for folder in (PLANS, COMMITS):
-            old = [p for p in map(parse_numbered, self.location.list_names(folder)) if p and p[0] <= below]
+            old = [(seq, batch_id) for seq, batch_id in self.numbered_files(folder) if seq <= below]
             if not dry_run:
                 self.location.delete(numbered_name(folder, seq, batch_id) for seq, batch_id in old)
             removed.append(len(old))

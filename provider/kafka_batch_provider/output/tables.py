@@ -149,11 +149,16 @@ class TableFiles:
             return
         found = self.data.file_sizes(entry["location"])
         wrong = sorted(f["name"] for f in entry["files"] if found.get(f["name"]) != int(f["bytes"]))
-        if wrong:
+        if wrong and not self.replaced_since(entry, wrong):
             raise ManifestError(
                 f"batch {entry['batch_id']}: {len(wrong)} of its {len(entry['files'])} file(s) are missing or "
                 f"changed in {self.data.uri_of(entry['location'])} (e.g. {wrong[0]}); its offsets are not committed"
             )
+
+    def replaced_since(self, entry: Mapping[str, Any], names: list[str]) -> bool:
+        """Whether a later commit that is not a batch took the batch's files ``names`` out of the
+        table (their rows then live in the files that replaced them); no, unless a format says so."""
+        return False
 
     def clean_staging(self, batch_id: str, keep: str | None = None) -> None:
         """Remove the folders of ``batch_id``'s attempts other than ``keep`` (never another batch's)."""
@@ -185,10 +190,16 @@ class TableFiles:
             ) from None
         return parse_manifest(text, self.data.uri_of(name))
 
+    def saved_by_seq(self) -> dict[int, list[tuple[int, str, str]]]:
+        """``(seq, batch id, attempt)`` of every saved manifest, by entry number (one listing)."""
+        index: dict[int, list[tuple[int, str, str]]] = {}
+        for name in filter(None, map(parse_saved_name, self.data.list_names(BATCHES))):
+            index.setdefault(name[0], []).append(name)
+        return index
+
     def saved_manifests(self, seq: int) -> list[dict[str, Any]]:
         """Every saved manifest of entry ``seq``: the committed attempt's, and maybe some that lost it."""
-        found = [parse_saved_name(n) for n in self.data.list_names(BATCHES)]
-        return [self.saved_manifest(*f) for f in found if f and f[0] == seq]
+        return [self.saved_manifest(*name) for name in self.saved_by_seq().get(seq, [])]
 
     def log_entries(self, table: Any, history: list[dict[str, Any]], last: int | None = None) -> list[dict[str, Any]]:
         """Every batch of the table's current state (``last``: only the newest ones), oldest first.
@@ -210,10 +221,7 @@ class TableFiles:
             batch_id = link.get("batch_id") if isinstance(link, Mapping) else link
             found = by_seq.get(seq)
             if found is None or (batch_id and found["batch_id"] != batch_id):
-                if saved is None:
-                    saved = {}
-                    for name in filter(None, map(parse_saved_name, self.data.list_names(BATCHES))):
-                        saved.setdefault(name[0], []).append(name)
+                saved = self.saved_by_seq() if saved is None else saved
                 found = self.forgotten_by_name(seq, batch_id, saved.get(seq, []))
             chain.append(found)
         return chain[::-1]
@@ -257,6 +265,13 @@ def attempt_of(manifest: Mapping[str, Any]) -> str:
         return str(manifest["attempt"])
     location = str(manifest.get("location") or "")
     return location.rstrip("/").rpartition("/")[2] or "none"
+
+
+def of_batches(name: str, batch_ids: set[str]) -> bool:
+    """Whether ``name`` (relative to the table) is a file a Spark task wrote for one of
+    ``batch_ids``: ``data/<batch id>/<attempt>/...``."""
+    folder, _, rest = name.partition("/")
+    return folder == DATA and rest.split("/", 1)[0] in batch_ids
 
 
 def saved_name(manifest: Mapping[str, Any]) -> str:

@@ -61,11 +61,7 @@ def upkeep_parquet_layout(
     report.notes.append(
         "the Parquet layout is not compacted yet (each batch keeps its folder); use --format=delta for compaction"
     )
-    leftovers = {
-        folder: files
-        for folder, files in layout.old_staging(time.time() - settings.retention_seconds).items()  # type: ignore[attr-defined]
-        if folder.split("/", 1)[1].split(".", 1)[0] not in in_flight  # _staging/<batch id>.<attempt>
-    }
+    leftovers = layout.old_staging(time.time() - settings.retention_seconds, in_flight)  # type: ignore[attr-defined]
     report.removed_files = sum(leftovers.values())
     if leftovers and not settings.dry_run:
         progress(f"removing {len(leftovers)} staging folder(s) of failed attempts ({report.removed_files} files)")
