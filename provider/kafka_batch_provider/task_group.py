@@ -8,6 +8,7 @@ from typing import Any
 
 from airflow.sdk import TaskGroup
 
+from kafka_batch_provider.core.file_sizing import DEFAULT_TARGET_FILE_MB
 from kafka_batch_provider.operators.commit import KafkaOffsetCommitOperator
 from kafka_batch_provider.operators.health import KafkaLagHealthOperator
 from kafka_batch_provider.operators.output import BatchOutput
@@ -38,6 +39,7 @@ def kafka_batch_ingest_group(
     reader: str = "python",
     value_format: str = "bytes",
     value_schema: str | None = None,
+    target_file_mb: int = DEFAULT_TARGET_FILE_MB,
     spark_conf: Mapping[str, Any] | None = None,
     application: str = DEFAULT_APPLICATION,
     wait_for_data: bool = True,
@@ -71,7 +73,8 @@ def kafka_batch_ingest_group(
     within ``sensor_timeout`` and nothing has waited longer than ``max_data_age``. The health
     check fails on STALL, STOP, REWIND, RETENTION_RISK and DATA_LOSS (STOP after ``stop_after``
     without a commit while lag > 0).
-    ``spark_write`` runs spark-submit through the ``spark`` connection ``spark_conn_id``, or,
+    ``spark_write`` writes files of about ``target_file_mb`` (a small batch: one file per
+    partition-date) and runs spark-submit through the ``spark`` connection ``spark_conn_id``, or,
     when ``spark_connect_conn_id`` names a ``spark_connect`` connection, sends the batch to
     that Spark Connect server (no JVM start per batch; ``spark_conf`` and ``application``
     then do not apply: the server has its own settings).
@@ -119,6 +122,7 @@ def kafka_batch_ingest_group(
             "reader": reader,
             "value_format": value_format,
             "value_schema": value_schema,
+            "target_file_mb": target_file_mb,
             **common,
         }
         if spark_connect_conn_id:

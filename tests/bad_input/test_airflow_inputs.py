@@ -40,6 +40,7 @@ ARGUMENT_CASES = [
     ArgumentCase("plan-unknown-policy", "plan", {"new_partitions": "sometimes"}, "'sometimes' is not a valid"),
     ArgumentCase("commit-timeout-inf", "commit", {"kafka_timeout": float("inf")}, "kafka_timeout must be a positive"),
     ArgumentCase("spark-stall-timeout-nan", "spark", {"stall_timeout": float("nan")}, "stall timeout must be"),
+    ArgumentCase("spark-target-file-mb-huge", "spark", {"target_file_mb": 10_000}, "target_file_mb must be between"),
     ArgumentCase("spark-bad-value-schema", "spark", {"value_format": "json", "value_schema": "id,"}, "Spark DDL"),
     ArgumentCase("spark-unknown-value-format", "spark", {"value_format": "xml"}, "unknown value format 'xml'"),
     ArgumentCase(
@@ -47,6 +48,7 @@ ARGUMENT_CASES = [
     ),
     ArgumentCase("connect-unknown-reader", "spark_connect", {"reader": "scala"}, "unknown reader 'scala'"),
     ArgumentCase("connect-stall-timeout-inf", "spark_connect", {"stall_timeout": float("inf")}, "stall timeout must"),
+    ArgumentCase("connect-target-file-mb-zero", "spark_connect", {"target_file_mb": 0}, "target_file_mb must be"),
     ArgumentCase(
         "connect-secret-catalog-property",
         "spark_connect",

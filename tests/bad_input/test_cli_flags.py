@@ -67,6 +67,9 @@ CASES = [
     Case("stall-timeout-nan", lambda s: run(s, "--stall-timeout", "nan"), "stall timeout must be a positive, finite"),
     Case("stall-timeout-inf", lambda s: run(s, "--stall-timeout", "inf"), "stall timeout must be a positive, finite"),
     Case("max-offsets-per-task-zero", lambda s: run(s, "--max-offsets-per-task", "0"), "max offsets per task"),
+    Case(
+        "target-file-mb-zero", lambda s: run(s, "--target-file-mb", "0"), "--target-file-mb must be between 1 and 4096"
+    ),
     Case("lag-stop-after-nan", lambda s: lag(s, "--stop-after", "nan"), "--stop-after: the value must be a positive"),
     Case("lag-retention-risk-above-one", lambda s: lag(s, "--retention-risk", "2"), "must be a fraction in (0, 1]"),
     Case("lag-window-zero", lambda s: lag(s, "--window", "0"), "argument --window: expected a positive integer"),

@@ -13,13 +13,13 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kafka_batch_provider.core.file_sizing import DEFAULT_TARGET_FILE_MB, MB, check_target_file_mb
 from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError
 
 #: Files younger than this are never removed: a batch in flight stages its files before its
 #: table commit names them, and a removed staged file would leave the commit pointing at nothing.
 MIN_RETENTION_HOURS = 1.0
-MAX_TARGET_FILE_MB = 4096
 
 
 @dataclass(frozen=True)
@@ -33,18 +33,13 @@ class UpkeepSettings:
     :param dry_run: report what would be done, change nothing.
     """
 
-    target_file_mb: int = 128
+    target_file_mb: int = DEFAULT_TARGET_FILE_MB
     retention_hours: float = 168.0
     keep_batches: int = 1000
     dry_run: bool = False
 
     def __post_init__(self) -> None:
-        if not 1 <= self.target_file_mb <= MAX_TARGET_FILE_MB:
-            raise ConfigError(
-                f"{Setting('target_file_mb')} must be between 1 and {MAX_TARGET_FILE_MB} (MB), "
-                f"got {self.target_file_mb}",
-                setting=Setting("target_file_mb"),
-            )
+        check_target_file_mb(self.target_file_mb)
         if not (math.isfinite(self.retention_hours) and self.retention_hours >= MIN_RETENTION_HOURS):
             raise ConfigError(
                 f"{Setting('retention_hours')} must be at least {MIN_RETENTION_HOURS:g}, got {self.retention_hours:g}: "
@@ -60,7 +55,7 @@ class UpkeepSettings:
 
     @property
     def target_bytes(self) -> int:
-        return self.target_file_mb * 1024 * 1024
+        return self.target_file_mb * MB
 
     @property
     def retention_seconds(self) -> float:

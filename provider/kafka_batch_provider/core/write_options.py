@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from kafka_batch_provider.core.ddl import check_ddl_schema
+from kafka_batch_provider.core.file_sizing import DEFAULT_TARGET_FILE_MB, MB, check_target_file_mb
 from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError
 
@@ -28,6 +29,9 @@ class WriteOptions:
     :param value_schema: DDL schema of the JSON values (``json`` only).
     :param max_offsets_per_task: ranges are split into Spark tasks of at most this many offsets.
     :param stall_timeout: seconds a read may make no progress before it fails.
+    :param target_file_mb: files are rolled at about this size, and a batch's slices are
+        grouped into as few writing tasks as its expected size needs
+        (:mod:`kafka_batch_provider.core.file_sizing`).
 
     How a table is partitioned belongs to the output (:class:`~kafka_batch_provider.output.formats.OutputSpec`).
     """
@@ -37,6 +41,7 @@ class WriteOptions:
     value_schema: str | None = None
     max_offsets_per_task: int = DEFAULT_MAX_OFFSETS_PER_TASK
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
+    target_file_mb: int = DEFAULT_TARGET_FILE_MB
 
     def __post_init__(self) -> None:
         if self.reader not in READERS:
@@ -55,6 +60,7 @@ class WriteOptions:
             raise ConfigError(f"max offsets per task must be positive, got {self.max_offsets_per_task}")
         if not math.isfinite(self.stall_timeout) or self.stall_timeout <= 0:
             raise ConfigError(f"stall timeout must be a positive, finite number of seconds, got {self.stall_timeout:g}")
+        check_target_file_mb(self.target_file_mb)
         if self.value_schema:
             check_ddl_schema(self.value_schema)  # Spark would refuse it only after the batch was planned
 
@@ -75,6 +81,13 @@ class WriteOptions:
             default=DEFAULT_STALL_TIMEOUT,
             help=f"seconds a read may make no progress before it fails (default {DEFAULT_STALL_TIMEOUT:g})",
         )
+        parser.add_argument(
+            "--target-file-mb",
+            type=int,
+            default=DEFAULT_TARGET_FILE_MB,
+            help=f"write files of about this size; small batches write one file per partition-date "
+            f"(default {DEFAULT_TARGET_FILE_MB})",
+        )
 
     @classmethod
     def from_namespace(cls, args: argparse.Namespace) -> WriteOptions:
@@ -84,6 +97,7 @@ class WriteOptions:
             args.value_schema,
             args.max_offsets_per_task,
             args.stall_timeout,
+            args.target_file_mb,
         )
 
     def to_args(self) -> list[str]:
@@ -92,4 +106,8 @@ class WriteOptions:
         if self.value_schema:
             args += ["--value-schema", self.value_schema]
         args += ["--max-offsets-per-task", str(self.max_offsets_per_task), "--stall-timeout", str(self.stall_timeout)]
-        return args
+        return args + ["--target-file-mb", str(self.target_file_mb)]
+
+    @property
+    def target_bytes(self) -> int:
+        return self.target_file_mb * MB

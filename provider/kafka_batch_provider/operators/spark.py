@@ -12,6 +12,7 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException
 
+from kafka_batch_provider.core.file_sizing import DEFAULT_TARGET_FILE_MB
 from kafka_batch_provider.core.write_options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
@@ -83,6 +84,8 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
     :param kafka_config_id: the ``kafka`` connection the plan used.
     :param reader: ``python`` (default) or ``jvm`` (needs spark-sql-kafka-0-10 on the cluster).
     :param value_format: ``bytes`` (default), ``string`` or ``json`` (with ``value_schema``).
+    :param target_file_mb: files are rolled at about this size; a small batch writes one file per
+        partition-date (default 128).
     :param application: the Spark application file (default: the one installed with this package;
         ``spark_apps/kafka_batch_ingest.py`` in the repository is the same program).
     :param conn_id: the ``spark`` connection (default ``spark_default``).
@@ -103,6 +106,7 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         value_schema: str | None = None,
         max_offsets_per_task: int = DEFAULT_MAX_OFFSETS_PER_TASK,
         stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+        target_file_mb: int = DEFAULT_TARGET_FILE_MB,
         application: str = DEFAULT_APPLICATION,
         name: str = "kafka-batch-ingest",
         output: BatchOutput | None = None,
@@ -113,7 +117,9 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         self.kafka_config_id = kafka_config_id
         self.batch_output = connections_of(output)
         # Checked here, so a bad option is a DAG import error rather than a failed run.
-        self.write_options = WriteOptions(reader, value_format, value_schema, max_offsets_per_task, stall_timeout)
+        self.write_options = WriteOptions(
+            reader, value_format, value_schema, max_offsets_per_task, stall_timeout, target_file_mb
+        )
 
     def execute(self, context: Any) -> dict[str, Any]:
         summary, spec, plan = planned_batch(context, self.plan_task_id, self.batch_output)

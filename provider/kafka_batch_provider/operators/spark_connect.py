@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from kafka_batch_provider.core.file_sizing import DEFAULT_TARGET_FILE_MB
 from kafka_batch_provider.core.write_options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import task_errors
@@ -29,6 +30,8 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
     :param plan_task_id: task id of the plan operator (inside a task group: ``group.plan``).
     :param conn_id: the ``spark_connect`` connection (apache-airflow-providers-apache-spark):
         host and port of the server, and optionally a token (``password``) and user.
+    :param target_file_mb: files are rolled at about this size; a small batch writes one file per
+        partition-date (default 128). The other write options are the spark-submit operator's.
     :param output: the same :class:`~kafka_batch_provider.operators.output.BatchOutput` as the
         plan task's: its connections open the output; the format and location come from the plan.
     """
@@ -47,6 +50,7 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
         value_schema: str | None = None,
         max_offsets_per_task: int = DEFAULT_MAX_OFFSETS_PER_TASK,
         stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+        target_file_mb: int = DEFAULT_TARGET_FILE_MB,
         output: BatchOutput | None = None,
         **kwargs: Any,
     ) -> None:
@@ -56,7 +60,9 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
         self.kafka_config_id = kafka_config_id
         self.batch_output = connections_of(output)
         # Checked here, so a bad option is a DAG import error rather than a failed run.
-        self.write_options = WriteOptions(reader, value_format, value_schema, max_offsets_per_task, stall_timeout)
+        self.write_options = WriteOptions(
+            reader, value_format, value_schema, max_offsets_per_task, stall_timeout, target_file_mb
+        )
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook

@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kafka_batch_provider import __version__
+from kafka_batch_provider.core.file_sizing import bytes_per_offset, writing_tasks
 from kafka_batch_provider.core.plan import OffsetPlan
 from kafka_batch_provider.core.write_check import TaskReports
 from kafka_batch_provider.core.write_options import WriteOptions
@@ -60,13 +61,15 @@ def reader_config(plan: OffsetPlan, kafka_config: Mapping[str, Any]) -> dict[str
 
 
 def slice_reader(
-    plan: OffsetPlan, kafka_config: Mapping[str, Any], options: WriteOptions, receipts: bool = True
+    plan: OffsetPlan, kafka_config: Mapping[str, Any], options: WriteOptions, receipts: bool = True, tasks: int = 0
 ) -> SliceReader:
+    """:param tasks: how many Spark tasks read the slices (0: one per slice)."""
     return SliceReader(
         slices_of(plan.readable_ranges, options.max_offsets_per_task),
         reader_config(plan, kafka_config),
         stall_timeout=options.stall_timeout,
         receipts=receipts,
+        tasks=tasks,
     )
 
 
@@ -96,10 +99,21 @@ def stage_batch(
     staging = store.new_staging(plan.batch_id)
     data = store.data
     # An existing table's partitioning, not the run's flags, decides how files are split.
-    writer = TaskWriter(data.output, staging, data.storage_options, partition_by=store.partition_by)
+    writer = TaskWriter(
+        data.output, staging, data.storage_options, partition_by=store.partition_by, target_bytes=options.target_bytes
+    )
+    # As few writing tasks as the batch's expected size needs: each writes its own files.
+    slices = len(slices_of(plan.readable_ranges, options.max_offsets_per_task))
+    tasks = writing_tasks(
+        slices, plan.planned_offsets, bytes_per_offset(store.log.entry(plan.seq - 1)), options.target_bytes
+    )
     receipts = options.reader == "python"
-    reader = slice_reader(plan, kafka_config, options) if receipts else None
-    df = decode_values(reader.frame(spark) if reader else read_plan(spark, plan, kafka_config, options), options)
+    reader = slice_reader(plan, kafka_config, options, tasks=tasks) if receipts else None
+    if reader:
+        df = reader.frame(spark)
+    else:  # Spark's source decides its partitions: merge them without a shuffle
+        df = read_plan(spark, plan, kafka_config, options).coalesce(tasks)
+    df = decode_values(df, options)
     if reader and options.value_format != "json":
         # Read and write in the same Python worker: the records never go through the JVM.
         fused = ReadAndWrite(reader, writer, options.value_format)

@@ -83,6 +83,8 @@ class SliceReader:
     batch_size: int | None = None  # None: the reader's own (kafka_reader.BATCH_MESSAGES)
     stall_timeout: float = 120.0
     receipts: bool = True
+    #: Spark tasks reading the slices, each a run of neighbouring slices (0: one per slice)
+    tasks: int = 0
 
     # mapInArrow names the function after __name__ in plans and the UI: keep it plain.
     __name__ = "kafka_batch_read"
@@ -92,9 +94,11 @@ class SliceReader:
         return f"{KAFKA_SCHEMA_DDL}, {RECEIPT_COLUMN} string" if self.receipts else KAFKA_SCHEMA_DDL
 
     def slice_ids(self, spark: Any) -> Any:
-        """One row per slice, one Spark partition per row: the DataFrame the reading tasks map."""
+        """One row per slice, ``tasks`` Spark partitions (each a run of slices read one after the
+        other by one task): the DataFrame the reading tasks map."""
         count = len(self.slices)
-        return spark.range(0, count, 1, max(count, 1))
+        tasks = min(self.tasks, count) if self.tasks > 0 else count
+        return spark.range(0, count, 1, max(tasks, 1))
 
     def frame(self, spark: Any) -> Any:
         """A DataFrame of the slices' records (and receipts), in the schema of Spark's Kafka source."""

@@ -27,6 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from kafka_batch_provider.core.file_sizing import DEFAULT_TARGET_FILE_MB, MB
+
 #: The column carrying the reader's receipts (one row per read slice; null on record rows).
 RECEIPT_COLUMN = "_receipt"
 #: What each task returns.
@@ -35,6 +37,7 @@ REPORT_SCHEMA = "report string"
 #: closes). The reader hands over small batches (they stay in the CPU's cache: ~35 % less
 #: CPU than 50,000-message batches); readers of the files want large row groups.
 ROW_GROUP_BYTES = 32 * 1024 * 1024
+DEFAULT_TARGET_BYTES = DEFAULT_TARGET_FILE_MB * MB
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class TaskWriter:
     compression: str = "snappy"
     #: ``"date"``: one file per UTC date of the Kafka timestamp (tables partition by it)
     partition_by: str | None = None
+    #: a file is rolled to a next one once it holds about this many bytes
+    target_bytes: int = DEFAULT_TARGET_BYTES
 
     # mapInArrow names the function after __name__ in plans and the UI: keep it plain.
     __name__ = "kafka_batch_write_parquet"
@@ -66,7 +71,13 @@ class TaskWriter:
         task = f"{context.partitionId():05d}-{context.attemptNumber()}" if context else "00000-0"
         location = Location(self.output, self.storage_options)
         receipts: list[dict[str, Any]] = []
-        files = PartFiles(location, self.staging, f"part-{task}-{uuid.uuid4().hex[:8]}", self.compression)
+        files = PartFiles(
+            location,
+            self.staging,
+            f"part-{task}-{uuid.uuid4().hex[:8]}",
+            self.compression,
+            target_bytes=self.target_bytes,
+        )
         written = WrittenStats()
         try:
             for batch in batches:
@@ -87,7 +98,7 @@ class TaskWriter:
             files.close()
         finally:
             release_memory()
-        if files.names and location.is_local:
+        if files.files and location.is_local:
             fsync_dir(location.path(self.staging))
         report = {
             "files": files.report(),
@@ -111,34 +122,81 @@ def release_memory() -> None:
 
 
 class PartFiles:
-    """The Parquet files one task writes: one, or one per date when partitioned by date."""
+    """The Parquet files one task writes: one (one per date when partitioned by date), rolled
+    to a next one when a file reaches ``target_bytes``."""
 
     def __init__(
-        self, location: Any, staging: str, stem: str, compression: str, row_group_bytes: int = ROW_GROUP_BYTES
+        self,
+        location: Any,
+        staging: str,
+        stem: str,
+        compression: str,
+        row_group_bytes: int = ROW_GROUP_BYTES,
+        target_bytes: int = DEFAULT_TARGET_BYTES,
     ) -> None:
         self.location, self.staging, self.stem, self.compression = location, staging, stem, compression
-        self.row_group_bytes = row_group_bytes
+        # A file can only be rolled between row groups: never let one outgrow the target.
+        self.row_group_bytes = min(row_group_bytes, target_bytes)
+        self.target_bytes = target_bytes
         self.open: dict[str | None, tuple[Any, Any]] = {}
         self.rows: dict[str | None, int] = {}
         self.names: dict[str | None, str] = {}
         self.waiting: dict[str | None, list[pa.RecordBatch]] = {}
         self.waiting_bytes = 0
+        self.rolled: dict[str | None, int] = {}
+        self.done: list[tuple[str | None, str, int]] = []  # (date, name, rows) of rolled files
+        self.size_before: dict[str | None, int] = {}  # each open file's size before its last row group
 
     def write(self, date: str | None, batch: pa.RecordBatch) -> None:
+        if batch.nbytes > self.row_group_bytes and batch.num_rows > 1:
+            # Larger than a row group: in pieces, so that a file can roll within it.
+            step = max(1, batch.num_rows * self.row_group_bytes // batch.nbytes)
+            for first in range(0, batch.num_rows, step):
+                self.write_piece(date, batch.slice(first, step))
+        else:
+            self.write_piece(date, batch)
+
+    def write_piece(self, date: str | None, batch: pa.RecordBatch) -> None:
         if date not in self.open:
-            # The date is in the name only to tell files apart: tables keep partition values in
-            # their own metadata, never in paths.
-            name = f"{self.stem}.{date}.parquet" if date else f"{self.stem}.parquet"
-            stream = self.location.write_stream(f"{self.staging}/{name}")
-            self.open[date] = (stream, pq.ParquetWriter(stream, batch.schema, compression=self.compression))
-            self.names[date], self.rows[date], self.waiting[date] = name, 0, []
+            self.start_file(date, batch.schema)
         self.waiting[date].append(batch)
         self.waiting_bytes += batch.nbytes
         self.rows[date] += batch.num_rows
         if self.waiting_bytes >= self.row_group_bytes:
             # Counted over all files: a task spanning many small dates never holds them all.
-            for waiting_date in self.waiting:
+            for waiting_date in list(self.waiting):
                 self.write_row_group(waiting_date)
+                if self.full(waiting_date):
+                    self.roll(waiting_date)
+
+    def full(self, date: str | None) -> bool:
+        """Whether the date's file should end here: one more row group like the last would
+        overshoot the target by more than stopping now falls short of it."""
+        written = self.open[date][0].tell()
+        last_group = written - self.size_before.get(date, 0)
+        self.size_before[date] = written
+        return written + last_group / 2 >= self.target_bytes
+
+    def start_file(self, date: str | None, schema: pa.Schema) -> None:
+        # The date is in the name only to tell files apart: tables keep partition values in
+        # their own metadata, never in paths.
+        number = self.rolled.get(date, 0)
+        stem = f"{self.stem}-{number}" if number else self.stem
+        name = f"{stem}.{date}.parquet" if date else f"{stem}.parquet"
+        stream = self.location.write_stream(f"{self.staging}/{name}")
+        self.open[date] = (stream, pq.ParquetWriter(stream, schema, compression=self.compression))
+        self.names[date], self.rows[date], self.waiting[date] = name, 0, []
+
+    def roll(self, date: str | None) -> None:
+        """Close the date's file at its target size; its next rows go into a new one."""
+        stream, _ = self.open[date]
+        try:
+            self.finish_file(date)
+        finally:
+            stream.close()
+        self.done.append((date, self.names[date], self.rows[date]))
+        del self.open[date], self.names[date], self.rows[date], self.waiting[date], self.size_before[date]
+        self.rolled[date] = self.rolled.get(date, 0) + 1
 
     def write_row_group(self, date: str | None) -> None:
         """The waiting batches of one file as one row group."""
@@ -174,14 +232,19 @@ class PartFiles:
             stream.flush()
             os.fsync(stream.fileno())
 
+    @property
+    def files(self) -> list[tuple[str | None, str, int]]:
+        """``(date, name, rows)`` of every file written, rolled ones included."""
+        return self.done + [(date, name, self.rows[date]) for date, name in self.names.items()]
+
     def report(self) -> list[dict[str, Any]]:
-        if not self.names:
+        files = self.files
+        if not files:
             return []
         sizes = self.location.file_sizes(self.staging)
         return [
-            {"name": name, "bytes": sizes.get(name, -1), "rows": self.rows[date]}
-            | ({"partition": {"date": date}} if date else {})
-            for date, name in sorted(self.names.items(), key=lambda item: item[1])
+            {"name": name, "bytes": sizes.get(name, -1), "rows": rows} | ({"partition": {"date": date}} if date else {})
+            for date, name, rows in sorted(files, key=lambda file: file[1])
         ]
 
 
