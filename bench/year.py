@@ -7,8 +7,11 @@
 * ``soak``: ``--soak-batches`` batches (1,000) of plan -> write -> commit into the Parquet
   layout, each reading its records from the broker (the write step's real reader and task
   writer in this process, instead of a Spark job per batch: Spark's fixed cost is measured
-  apart), with the plan and commit steps' median seconds over the first and the last 100
-  batches: their ratio shows whether a step grows with the history.
+  apart), upkeep (compaction) every 100 batches, the group deleted half-way (resumed from the
+  log), then a replay of everything into a second output; every offset must be read back
+  exactly once from both. The plan and commit steps' median seconds over the first and the
+  last 100 batches, and around batch 10 and the last: their ratios show whether a step grows
+  with the history.
 """
 
 from __future__ import annotations
@@ -81,13 +84,18 @@ def files_per_100_batches(work: Path, batches: int = 100) -> dict[str, Any]:
 
 
 def soak(config: dict, topic: str, work: Path, batches: int) -> dict[str, Any]:
+    from collections import Counter
+
     from kafka_batch_provider.core.planning import PlanPolicy
+    from kafka_batch_provider.core.upkeep import UpkeepSettings
     from kafka_batch_provider.kafka.client import KafkaOffsets
     from kafka_batch_provider.output.store import BatchStore
     from kafka_batch_provider.spark.slice_reader import read_slice
     from kafka_batch_provider.spark.task_writer import TaskWriter
     from kafka_batch_provider.steps.commit import commit_batch
     from kafka_batch_provider.steps.plan import plan_batch
+    from kafka_batch_provider.steps.replay import plan_replay_batch
+    from kafka_batch_provider.steps.upkeep import upkeep
     from kafka_batch_provider.steps.write import StagedBatch, write_batch
     from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
 
@@ -101,35 +109,62 @@ def soak(config: dict, topic: str, work: Path, batches: int) -> dict[str, Any]:
                 reports += [json.loads(r) for r in batch.column("report").to_pylist()]
         return StagedBatch(staging, TaskReports.merge(reports), "struct<offset:bigint>", counted_at_source=True)
 
+    def offsets_read(output: Path) -> Counter:
+        counts: Counter = Counter()
+        for path in BatchStore(str(output)).sink.readable_files():
+            counts.update(pq.read_table(path, columns=["offset"]).column("offset").to_pylist())
+        return counts
+
+    quiet = dict(progress=lambda line: None)
     create_topics(config, {topic: 1})
     kafka = KafkaOffsets(config)
     store = BatchStore(str(work / "soak"))
-    plans, commits = [], []
+    plans, commits, files_before, files_after = [], [], [], []
     started = time.perf_counter()
     for n in range(batches):
         produce(config, topic, sample_records(1, 10, first_id=n * 10))
+        if n == batches // 2:  # the group lost (deleted, or expired): the output's log resumes it
+            kafka.admin.delete_consumer_groups(["bench-soak"], request_timeout=10)["bench-soak"].result()
         t0 = time.perf_counter()
-        plan = plan_batch(kafka, store, "bench-soak", [topic], PlanPolicy(), progress=lambda line: None).plan
+        plan = plan_batch(kafka, store, "bench-soak", [topic], PlanPolicy(), **quiet).plan
         t1 = time.perf_counter()
-        write_batch(plan, store, config, stage, progress=lambda line: None)
+        write_batch(plan, store, config, stage, **quiet)
         t2 = time.perf_counter()
-        commit_batch(kafka, store, plan, progress=lambda line: None)
+        commit_batch(kafka, store, plan, **quiet)
         plans.append(t1 - t0)
         commits.append(time.perf_counter() - t2)
         if (n + 1) % 100 == 0:
-            say(f"soak: {n + 1}/{batches} batches, {time.perf_counter() - started:.0f}s")
-    first, last = slice(0, 100), slice(-100, None)
+            report = upkeep(store, UpkeepSettings(keep_batches=100), **quiet)
+            files_before.append(report.files_before)
+            files_after.append(report.files_after)
+            say(f"soak: {n + 1}/{batches} batches, {time.perf_counter() - started:.0f}s, upkeep: {report.summary()}")
+    counts = offsets_read(work / "soak")
+    expected = set(range(batches * 10))
+    replay = BatchStore(str(work / "soak-replay"))
+    replayed = plan_replay_batch(kafka, replay, [topic], start_offsets={0: 0}, end_offsets={0: batches * 10}, **quiet)
+    write_batch(replayed.plan, replay, config, stage, **quiet)
+    replay_counts = offsets_read(work / "soak-replay")
     result = {
         "batches": batches,
         "log_entries": store.log.tail_seq(),
         "seconds": round(time.perf_counter() - started, 1),
-        "plan_seconds_first_100": round(statistics.median(plans[first]), 4),
-        "plan_seconds_last_100": round(statistics.median(plans[last]), 4),
-        "commit_seconds_first_100": round(statistics.median(commits[first]), 4),
-        "commit_seconds_last_100": round(statistics.median(commits[last]), 4),
+        "exactly_once": set(counts) == expected and max(counts.values()) == 1,
+        "replay_exactly_once": set(replay_counts) == expected and max(replay_counts.values()) == 1,
+        "files_before_upkeep_median": statistics.median(files_before) if files_before else None,
+        "files_after_upkeep_median": statistics.median(files_after) if files_after else None,
+        "plan_seconds_first_100": round(statistics.median(plans[:100]), 4),
+        "plan_seconds_last_100": round(statistics.median(plans[-100:]), 4),
+        "commit_seconds_first_100": round(statistics.median(commits[:100]), 4),
+        "commit_seconds_last_100": round(statistics.median(commits[-100:]), 4),
+        # Batch 10's and the last batch's plan as medians of their neighbours (one run is noise).
+        "plan_seconds_batch_10": round(statistics.median(plans[4:15]), 4),
+        "plan_seconds_last_batch": round(statistics.median(plans[-11:]), 4),
     }
     result["plan_growth"] = round(result["plan_seconds_last_100"] / result["plan_seconds_first_100"], 2)
     result["commit_growth"] = round(result["commit_seconds_last_100"] / result["commit_seconds_first_100"], 2)
+    result["plan_growth_batch_10_to_last"] = round(
+        result["plan_seconds_last_batch"] / result["plan_seconds_batch_10"], 2
+    )
     return result
 
 

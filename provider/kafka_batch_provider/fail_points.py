@@ -20,12 +20,14 @@ import sys
 
 ENV = "KAFKA_BATCH_FAIL_POINT"
 
-#: The points, in the order a batch passes them.
+#: The points, in the order a batch passes them (then upkeep's).
 POINTS = (
     "after-log-tail",  # the plan step first read the output log's newest entry; it reads the group next
     "after-plan",  # the plan file is saved; Spark has not started
     "before-log-entry",  # the files are staged and checked; the storage commit (log entry) is next
     "after-log-entry",  # the batch is in the output; the Kafka commit is next
+    "compaction-before-record",  # upkeep staged a compaction's files; its record (the commit point) is next
+    "compaction-after-record",  # the compaction is recorded; publishing it and removing what it replaced is next
 )
 ACTIONS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
 

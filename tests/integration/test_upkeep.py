@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 
 import pytest
 
@@ -31,6 +32,7 @@ from tests.integration.helpers import (
     write_without_commit,
 )
 from tests.integration.test_cli import cli, last_json
+from tests.integration.test_output_log import delete_group
 from tests.integration.test_tables import make_table
 
 pytestmark = pytest.mark.integration
@@ -189,8 +191,9 @@ def test_parquet_upkeep_prunes_old_control_files_and_failed_attempts_only(
 
     report = upkeep(output.store(), UpkeepSettings(retention_hours=1, keep_batches=2))
 
-    assert (report.pruned_plans, report.pruned_commit_records, report.removed_files) == (2, 2, 2), report
-    assert report.files_before == report.files_after == 4, report
+    # Removed: the failed attempt's 2 files, and the 3 small batches compaction replaced.
+    assert (report.pruned_plans, report.pruned_commit_records, report.removed_files) == (2, 2, 2 + 3), report
+    assert (report.files_before, report.files_after) == (4, 2), report
     left = sorted(os.listdir(f"{output.uri}/_staging"))
     assert left == sorted(["b-recent.0000", f"{pending.batch_id}.0000"]), f"only the failed attempt goes: {left}"
     seqs = sorted(int(n.split("-")[0]) for n in os.listdir(f"{output.uri}/{COMMITS}"))
@@ -234,3 +237,105 @@ def test_a_delta_batch_partly_replaced_by_a_later_commit_is_published_only_while
     with pytest.raises(ManifestError) as refused:
         output.store().check_published(output.store().log.tail())
     assert "2 of its 2 file(s) are missing" in str(refused.value), str(refused.value)
+
+
+def log_keys(output) -> Counter:
+    """How often each (topic, partition, offset) appears to a reader that follows the log."""
+    import pyarrow.parquet as pq
+
+    found: Counter = Counter()
+    fs = output.location.fs
+    for uri in output.store().sink.readable_files():
+        with fs.open(uri, "rb") as f:
+            table = pq.read_table(f, columns=["topic", "partition", "offset"])
+        found.update(zip(*(table.column(c).to_pylist() for c in ("topic", "partition", "offset"))))
+    return found
+
+
+def assert_log_readers_see_exactly_once(output, expected: set) -> None:
+    found = log_keys(output)
+    twice = sorted(k for k, n in found.items() if n > 1)
+    missing, extra = expected - set(found), set(found) - expected
+    assert not (twice or missing or extra), (
+        f"expected {len(expected)} offsets once through the log; twice {twice[:3]}, missing {sorted(missing)[:3]}, "
+        f"unexpected {sorted(extra)[:3]}"
+    )
+
+
+def data_folders(output) -> list[str]:
+    return sorted(n for n in output.location.list_names("") if n.startswith("batch_id="))
+
+
+def test_parquet_compaction_rewrites_small_batches_and_the_offsets_hold(
+    spark, kafka_config, new_topic, group_id, output
+):
+    topic = new_topic(partitions=2)
+    batches(spark, kafka_config, output, group_id, topic, 5)  # 3 records per partition each
+    store = output.store()
+    newest = store.log.tail()
+    logged = sum(len(e["files"]) for e in store.log.entries())
+
+    report = upkeep(store, UpkeepSettings(keep_batches=10))
+
+    kept = len(newest["files"])  # the newest batch is never compacted: the next write reads it
+    assert (report.files_before, report.compacted_files, report.written_files) == (logged, logged - kept, 1), report
+    assert report.files_after == 1 + kept, f"expected the compacted file and the newest batch's, found {report}"
+    folders = data_folders(output)
+    assert len(folders) == 2 and folders[1].startswith("batch_id=compaction-000001-"), folders
+    assert_exactly_once(output, offsets_of(topic, {0: 15, 1: 15}))
+    assert_log_readers_see_exactly_once(output, offsets_of(topic, {0: 15, 1: 15}))
+    assert [e["seq"] for e in output.store().log.entries()] == [1, 2, 3, 4, 5], "compaction never touches the log"
+    if output.location.is_local:  # the CLI reaches the S3 server only with an options file
+        table = last_json(cli("table", "--output", output.uri))
+        assert [b["seq"] for b in table["batches"]] == [1, 2, 3, 4, 5], table
+
+    again = upkeep(output.store(), UpkeepSettings(keep_batches=10))
+    assert (again.compacted_files, again.files_after) == (0, report.files_after), f"nothing new to compact: {again}"
+
+    # The next batch, then a deleted group: both continue from the log, exactly once.
+    produce(kafka_config, topic, sample_records(2, 6, first_id=30))
+    _, committed = run_batch(spark, kafka_config, output, group_id, [topic])
+    assert committed == {f"{topic}:0": 18, f"{topic}:1": 18}, committed
+    delete_group(kafka_config, group_id)
+    produce(kafka_config, topic, sample_records(2, 4, first_id=36))
+    outcome, committed = run_batch(spark, kafka_config, output, group_id, [topic])
+    assert [(r.start, r.end) for r in outcome.plan.readable_ranges] == [(18, 20), (18, 20)], outcome.plan
+    assert committed == {f"{topic}:0": 20, f"{topic}:1": 20}, committed
+
+    # The compaction's small file is merged again with the batches since (the newest stays).
+    third = upkeep(output.store(), UpkeepSettings(keep_batches=10))
+    assert third.written_files == 1 and len(data_folders(output)) == 2, (third, data_folders(output))
+    assert_exactly_once(output, offsets_of(topic, {0: 20, 1: 20}))
+    assert_log_readers_see_exactly_once(output, offsets_of(topic, {0: 20, 1: 20}))
+
+
+@pytest.mark.parametrize("point", ["compaction-before-record", "compaction-after-record"])
+def test_a_crash_mid_compaction_loses_and_doubles_nothing_for_log_readers_and_the_next_upkeep_finishes_it(
+    point, spark, kafka_config, new_topic, group_id, local_output
+):
+    topic = new_topic(partitions=2)
+    batches(spark, kafka_config, local_output, group_id, topic, 4)
+    expected = offsets_of(topic, {0: 12, 1: 12})
+    before = data_folders(local_output)
+
+    crashed = cli("upkeep", "--output", local_output.uri, env={"KAFKA_BATCH_FAIL_POINT": f"{point}:kill"})
+
+    assert crashed.returncode == -9, f"expected the upkeep killed at {point}, exit {crashed.returncode}"
+    assert_log_readers_see_exactly_once(local_output, expected)
+    records = local_output.location.list_names("_log/compactions")
+    if point == "compaction-before-record":
+        assert records == [] and data_folders(local_output) == before, (records, data_folders(local_output))
+        assert_exactly_once(local_output, expected)  # the staged files are invisible
+    else:
+        assert len(records) == 1, f"expected the compaction recorded before the kill, found {records}"
+
+    done = last_json(cli("upkeep", "--output", local_output.uri))
+
+    folders = data_folders(local_output)
+    assert len(folders) == 2 and folders[1].startswith("batch_id=compaction-"), (folders, done)
+    assert_exactly_once(local_output, expected)
+    assert_log_readers_see_exactly_once(local_output, expected)
+    produce(kafka_config, topic, sample_records(2, 4, first_id=24))
+    _, committed = run_batch(spark, kafka_config, local_output, group_id, [topic])
+    assert committed == {f"{topic}:0": 14, f"{topic}:1": 14}, committed
+    assert_exactly_once(local_output, offsets_of(topic, {0: 14, 1: 14}))

@@ -98,3 +98,41 @@ class UpkeepReport:
             f"{self.removed_files} old file(s) removed, {self.expired_snapshots} snapshot(s) expired, "
             f"{self.pruned_plans} plan(s) and {self.pruned_commit_records} commit record(s) pruned"
         )
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A folder of the Parquet layout that readers read: a batch's or an earlier compaction's.
+
+    :param folder: its name (``batch_id=<id>``).
+    :param files: its files' names, ``bytes`` their total size, ``rows`` their rows.
+    :param schema: the Spark schema its rows were written with (only equal schemas are merged).
+    :param staging: where its files wait until they are published.
+    """
+
+    folder: str
+    files: tuple[str, ...]
+    bytes: int
+    rows: int
+    schema: str
+    staging: str | None = None
+
+
+def compaction_runs(units: list[Unit], target_bytes: int) -> list[list[Unit]]:
+    """The runs of small folders worth rewriting together, in the order given.
+
+    A folder of at least ``target_bytes`` already is what compaction makes and stays as it is;
+    the small ones are merged with their small neighbours of the same schema (a schema change,
+    e.g. a decoded value column added, starts a new run). A run of one folder gains nothing.
+    """
+    runs: list[list[Unit]] = []
+    current: list[Unit] = []
+    for unit in units:
+        if unit.bytes >= target_bytes or not unit.files:
+            continue
+        if current and current[-1].schema != unit.schema:
+            runs.append(current)
+            current = []
+        current.append(unit)
+    runs.append(current)
+    return [run for run in runs if len(run) > 1]

@@ -13,7 +13,9 @@ rolled forward by whoever finds it unfinished: on a local disk one atomic rename
 staging folder (readers see all of the batch or none of it); on an object store a
 server-side copy of each file into ``batch_id=<id>/`` (a reader listing the folder meanwhile
 may see part of the batch, never a file of a batch that is not in the log, and never a file
-twice).
+twice). Upkeep rewrites runs of small batch folders into larger files
+(:mod:`kafka_batch_provider.output.parquet_compaction`); :meth:`ParquetLayout.readable_files`
+is what a reader that wants every row exactly once at every moment reads.
 """
 
 from __future__ import annotations
@@ -40,8 +42,11 @@ class ParquetLayout:
     format = PARQUET
 
     def __init__(self, location: Location) -> None:
+        from kafka_batch_provider.output.parquet_compaction import Compactions
+
         self.data = location
         self.log = OffsetLog(location)
+        self.compactions = Compactions(self)
 
     # -- the offset log ----------------------------------------------------------------------
 
@@ -94,6 +99,32 @@ class ParquetLayout:
         """The published files (one listing of the output, not a read per log entry)."""
         return sum(1 for name in self.data.files_below("") if name.startswith("batch_id=") and "/" in name)
 
+    def readable_files(self) -> list[str]:
+        """The data files as the log has them, each row exactly once even while upkeep compacts
+        or a publish is cut short (URIs, or paths on a local disk): a plain listing of the output
+        may show a batch in part on an object store, or a compaction's rows twice."""
+        records = self.compactions.records()
+        units = self.compactions.readable_units(list(self.entries()), records)
+        listed = self.data.files_below("")  # one listing, not one per folder
+        found = []
+        for unit in units:
+            for name in unit.files:
+                # A publish cut short (a crash, or one still copying): the staged file is complete.
+                for path in (f"{unit.folder}/{name}", f"{unit.staging}/{name}"):
+                    if path in listed:
+                        found.append(self.data.uri_of(path))
+                        break
+                else:
+                    raise ManifestError(
+                        f"{self.data.uri_of(unit.folder, name)} is in the output's log but neither published "
+                        "nor staged: the output lost data"
+                    )
+        return found
+
+    def compacted(self, entry: dict[str, Any]) -> bool:
+        """Whether a compaction replaced the entry's folder (its rows are in the compaction's)."""
+        return data_dir_name(entry["batch_id"]) in self.compactions.superseded()
+
     def drop_saved_manifest(self, manifest: dict[str, Any]) -> None:
         """Nothing to do: this layout's manifests exist only as log entries."""
 
@@ -140,13 +171,14 @@ class ParquetLayout:
         try:
             self._publish(entry)
         except FileNotFoundError:
-            if not self.is_published(entry):
+            if not self.is_published(entry) and not self.compacted(entry):
                 raise ManifestError(
-                    f"batch {entry['batch_id']} (output log entry {entry['seq']}): its staged files disappeared "
+                    f"batch {entry['batch_id']} ({where(entry)}): its staged files disappeared "
                     "while it was being published, and it is not published"
                 ) from None
         except ManifestError:
-            if not self.is_published(entry):  # else another publisher finished between our two listings
+            # Else another publisher finished between our two listings, or upkeep compacted it.
+            if not self.is_published(entry) and not self.compacted(entry):
                 raise
 
     def _publish(self, entry: dict[str, Any]) -> None:
@@ -163,7 +195,7 @@ class ParquetLayout:
         lost = sorted(n for n, size in files.items() if found.get(n) != size and staged.get(n) != size)
         if lost:
             raise ManifestError(
-                f"batch {entry['batch_id']} (output log entry {entry['seq']}) lists {len(lost)} file(s) that are "
+                f"batch {entry['batch_id']} ({where(entry)}) lists {len(lost)} file(s) that are "
                 f"neither published nor staged, e.g. {data_dir_name(entry['batch_id'])}/{lost[0]}: the output lost data"
             )
         strays = sorted(set(found) - set(files))
@@ -185,9 +217,14 @@ class ParquetLayout:
         """Raise :class:`ManifestError` unless every file the entry lists is in place with its size."""
         found = self.published_files(entry["batch_id"])
         wrong = sorted(n for n, size in entry_files(entry).items() if found.get(n) != size)
-        if wrong:
+        if wrong and not self.compacted(entry):
             raise ManifestError(
                 f"batch {entry['batch_id']}: {len(wrong)} of its {len(entry_files(entry))} file(s) are missing or "
                 f"changed in {self.data.uri_of(data_dir_name(entry['batch_id']))} (e.g. {wrong[0]}); "
                 "its offsets are not committed"
             )
+
+
+def where(entry: dict[str, Any]) -> str:
+    """Which record of the log an entry is, for messages: a batch's entry or a compaction's."""
+    return entry.get("what") or f"output log entry {entry['seq']}"

@@ -1,7 +1,8 @@
 """The upkeep step: keep an output fit for a year of batches, never touching what the offsets need.
 
 Per format (``output/*_upkeep.py``): Delta ``optimize`` + checkpoint + log cleanup + ``vacuum``;
-Iceberg snapshot expiry + orphan data files; the Parquet layout's leftover staging folders.
+Iceberg snapshot expiry + orphan data files; the Parquet layout's compaction of small batch
+folders and its leftover staging folders.
 For every format the plans and Kafka commit records of all but the newest batches are pruned.
 The newest batch is published first (a publish cut short is rolled forward, as the plan step
 does), so nothing upkeep removes is still on its way into the output.
@@ -54,16 +55,20 @@ def upkeep_parquet_layout(
     progress: Callable[[str], None],
     in_flight: set[str],
 ) -> None:
-    """The layout's files are its batches' (one folder each), so only leftovers go: staging
-    folders of failed attempts older than the retention."""
+    """Finish a compaction a crash cut short, remove failed attempts' staging folders older than
+    the retention, then rewrite runs of small batch folders into files near the target size
+    (:mod:`kafka_batch_provider.output.parquet_compaction`)."""
     layout = store.sink
+    compactions = layout.compactions  # type: ignore[attr-defined]
+    if not settings.dry_run:
+        report.removed_files += compactions.finish(progress)
     report.files_before = report.files_after = layout.data_file_count()  # type: ignore[attr-defined]
-    report.notes.append(
-        "the Parquet layout is not compacted yet (each batch keeps its folder); use --format=delta for compaction"
-    )
     leftovers = layout.old_staging(time.time() - settings.retention_seconds, in_flight)  # type: ignore[attr-defined]
-    report.removed_files = sum(leftovers.values())
+    report.removed_files += sum(leftovers.values())
     if leftovers and not settings.dry_run:
-        progress(f"removing {len(leftovers)} staging folder(s) of failed attempts ({report.removed_files} files)")
+        progress(f"removing {len(leftovers)} staging folder(s) of failed attempts ({sum(leftovers.values())} files)")
         for folder in leftovers:
             store.data.delete_tree(folder)
+    compactions.compact(settings, report, progress)
+    if not settings.dry_run:
+        report.files_after = layout.data_file_count()  # type: ignore[attr-defined]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kafka_batch_provider.core.settings import FLAGS_WORDING, worded
-from kafka_batch_provider.core.upkeep import UpkeepReport, UpkeepSettings
+from kafka_batch_provider.core.upkeep import Unit, UpkeepReport, UpkeepSettings, compaction_runs
 from kafka_batch_provider.errors import ConfigError
 
 
@@ -36,3 +36,28 @@ def test_the_report_says_what_changed_in_one_line():
         "removed, 0 snapshot(s) expired, 7 plan(s) and 0 commit record(s) pruned"
     )
     assert UpkeepSettings(target_file_mb=64).target_bytes == 64 * 1024 * 1024
+
+
+def unit(name: str, size: int, schema: str = "s1") -> Unit:
+    return Unit(f"batch_id={name}", (f"{name}.parquet",), size, 10, schema)
+
+
+def names(runs: list[list[Unit]]) -> list[list[str]]:
+    return [[u.folder.removeprefix("batch_id=") for u in run] for run in runs]
+
+
+@pytest.mark.parametrize(
+    ("units", "expected"),
+    [
+        ([unit("a", 10), unit("b", 10), unit("c", 10)], [["a", "b", "c"]]),
+        ([unit("a", 10), unit("big", 100), unit("c", 10)], [["a", "c"]]),  # a full folder stays, the rest merge
+        ([unit("a", 10), unit("b", 10, "s2"), unit("c", 10, "s2")], [["b", "c"]]),  # a run of one gains nothing
+        ([unit("a", 10), unit("b", 10, "s2"), unit("c", 10)], []),
+        ([unit("a", 10), unit("b", 10), unit("c", 10, "s2"), unit("d", 10, "s2")], [["a", "b"], ["c", "d"]]),
+        ([Unit("batch_id=empty", (), 0, 0, "s1"), unit("a", 10)], []),
+        ([], []),
+    ],
+)
+def test_compaction_merges_runs_of_small_folders_of_one_schema(units, expected):
+    found = names(compaction_runs(units, target_bytes=100))
+    assert found == expected, f"expected runs {expected}, found {found}"

@@ -1,0 +1,205 @@
+"""The Parquet layout's compaction: runs of small batch folders rewritten into files near a target size.
+
+Beside the offset log, a second exclusive-create log records compactions::
+
+    _log/compactions/<n>.json      compaction n: the folders it supersedes and the files replacing them
+    batch_id=<compaction id>/      the compacted files (their batch_id column names the compaction)
+
+A compaction goes like a batch:
+
+1. the small folders' files are copied row by row into ``_staging/<compaction id>.<attempt>/``
+   (invisible), rolled at the target size, and their rows counted against the folders';
+2. record *n* is created only if its name is free (the commit point: of two upkeeps racing,
+   one compacts, the other stops);
+3. the compacted folder is published as a batch is (one rename on a local disk, a copy per
+   file on an object store), then the superseded folders are deleted.
+
+Whoever finds the newest record unfinished (the next upkeep) finishes steps 3. Readers that
+follow the log (:meth:`ParquetLayout.readable_files`) see each row exactly once at every
+moment: the superseded folders until the record exists, the compacted one after. A plain
+folder reader may see the compacted rows twice between the publish and the deletes (on a
+local disk a few renames; after a crash there, until the next upkeep).
+
+The newest log entry is never compacted: the next batch's write and the commit step's checks
+read its files. Offsets live in the log entries, which compaction never touches.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from kafka_batch_provider.core.manifest import data_dir_name, entry_files
+from kafka_batch_provider.core.upkeep import Unit, UpkeepReport, UpkeepSettings, compaction_runs
+from kafka_batch_provider.errors import ManifestError
+from kafka_batch_provider.fail_points import fail_point
+from kafka_batch_provider.output.location import json_bytes
+from kafka_batch_provider.output.offset_log import LOG_DIR
+
+COMPACTIONS = f"{LOG_DIR}/compactions"
+#: Rows copied per read from a source file (bounded memory, whatever the folder's size).
+COPY_ROWS = 65_536
+
+
+def record_name(n: int) -> str:
+    return f"{COMPACTIONS}/{n:020d}.json"
+
+
+class Compactions:
+    """The compaction records of one Parquet layout, and what they make readable.
+
+    :param layout: the :class:`~kafka_batch_provider.output.parquet_layout.ParquetLayout`.
+    """
+
+    def __init__(self, layout: Any) -> None:
+        self.layout = layout
+        self.data = layout.data
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every compaction record, oldest first."""
+        found = []
+        for name in self.data.list_names(COMPACTIONS):
+            stem = name.removesuffix(".json")
+            if name.endswith(".json") and stem.isdigit():
+                found.append(self.record(int(stem)))
+        return found
+
+    def record(self, n: int) -> dict[str, Any]:
+        where = self.data.uri_of(record_name(n))
+        try:
+            record = json.loads(self.data.read_bytes(record_name(n)))
+        except ValueError as exc:
+            raise ManifestError(f"compaction record {where} is not valid JSON: {exc}") from None
+        if not isinstance(record, dict) or record.get("n") != n or "supersedes" not in record:
+            raise ManifestError(f"compaction record {where} is damaged; was the log edited by hand?")
+        return record
+
+    def superseded(self) -> set[str]:
+        """The folders a compaction replaced (readers skip them)."""
+        return {folder for record in self.records() for folder in record["supersedes"]}
+
+    # -- readers ------------------------------------------------------------------------------
+
+    def readable_units(self, entries: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[Unit]:
+        """The folders readers read: compactions not superseded since, then batches not compacted."""
+        gone = {folder for record in records for folder in record["supersedes"]}
+        units = [unit_of(record) for record in records if data_dir_name(record["batch_id"]) not in gone]
+        return units + [unit_of(e) for e in entries if e.get("files") and data_dir_name(e["batch_id"]) not in gone]
+
+    # -- upkeep -------------------------------------------------------------------------------
+
+    def finish(self, progress: Callable[[str], None]) -> int:
+        """Finish the newest compaction if a crash cut it short (only the newest can be: a
+        compaction starts by finishing it). :returns: files removed."""
+        records = self.records()
+        if not records:
+            return 0
+        newest = records[-1]
+        self.layout.publish(newest)
+        left = sorted(set(newest["supersedes"]) & set(self.data.list_names("")))
+        files = sum(len(self.data.file_sizes(folder)) for folder in left)
+        if left:
+            progress(f"finishing compaction {newest['n']}: removing {len(left)} superseded folder(s), {files} file(s)")
+            for folder in left:
+                self.data.delete_tree(folder)
+        return files
+
+    def compact(self, settings: UpkeepSettings, report: UpkeepReport, progress: Callable[[str], None]) -> None:
+        """Rewrite the runs of small folders (all but the newest log entry's) into files near the target."""
+        records = self.records()
+        tail_seq = self.layout.tail_seq()
+        through = max((int(r["through_seq"]) for r in records), default=0)
+        # Batches a compaction already looked at are in its record (compacted) or large.
+        entries = [e for e in (self.layout.entry(seq) for seq in range(through + 1, tail_seq)) if e]
+        runs = compaction_runs(self.readable_units(entries, records), settings.target_bytes)
+        report.compacted_files = sum(len(u.files) for run in runs for u in run)
+        written = sum(-(-sum(u.bytes for u in run) // settings.target_bytes) for run in runs)  # ceil
+        report.files_after = report.files_before - report.compacted_files + written
+        report.written_files = written
+        report.removed_files += report.compacted_files  # a compaction deletes what it replaced
+        if settings.dry_run or tail_seq < 2:
+            return
+        n = records[-1]["n"] if records else 0
+        for index, run in enumerate(runs):
+            n += 1
+            # Only the last run moves the mark: the earlier ones' entries all lie below it.
+            last = index == len(runs) - 1
+            record = self.compact_run(n, run, settings, tail_seq - 1 if last else through, progress)
+            if record is None:
+                report.notes.append(f"another upkeep took compaction {n} first; its runs are left to it")
+                report.files_after = report.files_before  # what this run did not do
+                return
+        if not runs and tail_seq - 1 > through and entries:
+            # Nothing small enough: remember where this look ended, so the next one starts there.
+            self.compact_run(n + 1, [], settings, tail_seq - 1, progress)
+
+    def compact_run(
+        self, n: int, run: list[Unit], settings: UpkeepSettings, through_seq: int, progress: Callable[[str], None]
+    ) -> dict[str, Any] | None:
+        """Compaction ``n`` of ``run``; ``None`` when another upkeep created record ``n`` first."""
+        from kafka_batch_provider.spark.task_writer import PartFiles
+
+        cid = f"compaction-{n:06d}-{uuid.uuid4().hex[:8]}"
+        staging = f"_staging/{cid}.{uuid.uuid4().hex[:8]}"
+        rows = sum(u.rows for u in run)
+        files = PartFiles(self.data, staging, "part", "snappy", target_bytes=settings.target_bytes)
+        if run:
+            progress(
+                f"compaction {n}: rewriting {len(run)} folder(s), {sum(len(u.files) for u in run)} file(s), "
+                f"{rows} rows, into files of ~{settings.target_file_mb} MB"
+            )
+        try:
+            for unit in run:
+                for name in unit.files:
+                    with self.data.open_input(f"{unit.folder}/{name}") as source:
+                        for batch in pq.ParquetFile(source).iter_batches(batch_size=COPY_ROWS):
+                            files.write(None, batch)
+        except BaseException:
+            files.close(finish=False)
+            self.data.delete_tree(staging)
+            raise
+        files.close()
+        written = files.report()
+        copied = sum(f["rows"] for f in written)
+        if copied != rows:  # a folder whose files disagree with its log entry: never replace it
+            self.data.delete_tree(staging)
+            raise ManifestError(f"compaction {n}: copied {copied} rows, the folders' log entries list {rows}")
+        record = {
+            "n": n,
+            "what": f"compaction {n}",
+            "batch_id": cid,
+            "supersedes": [u.folder for u in run],
+            "through_seq": through_seq,
+            "files": written,
+            "rows": copied,
+            "schema": run[0].schema if run else None,
+            "staging": staging if written else None,
+            "location": data_dir_name(cid) if written else None,
+        }
+        fail_point("compaction-before-record")
+        if not self.data.create_exclusive(record_name(n), json_bytes(record)):
+            self.data.delete_tree(staging)
+            return None
+        fail_point("compaction-after-record")
+        self.layout.publish(record)
+        for unit in run:
+            self.data.delete_tree(unit.folder)
+        return record
+
+
+def unit_of(entry: dict[str, Any]) -> Unit:
+    """A log entry's or compaction record's folder."""
+    files = entry_files(entry)
+    folder = data_dir_name(entry["batch_id"])
+    return Unit(
+        folder,
+        tuple(sorted(files)),
+        sum(files.values()),
+        int(entry["rows"]),
+        str(entry.get("schema")),
+        entry.get("staging"),
+    )
