@@ -15,7 +15,7 @@ export KAFKA_BATCH_STATE_DIR ?= $(CURDIR)/.kafka-batch
 
 LINTED := provider dags spark_apps tests scripts bench
 
-.PHONY: venv test lint demo bench airflow prereqs browser-prereqs constraints clean
+.PHONY: venv test lint demo bench airflow prereqs browser-prereqs azurite constraints clean
 
 prereqs:
 	@scripts/check-prereqs.sh "$(PYTHON)"
@@ -28,7 +28,7 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt scripts/check-prereqs.sh | pr
 	@echo "== creating $(VENV) and installing pinned dependencies (constraints.txt)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -c constraints.txt pip setuptools wheel
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[airflow,test,embedded-broker,embedded-s3,s3,delta,iceberg]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[airflow,test,embedded-broker,embedded-s3,s3,gcs,azure,delta,iceberg]"
 	@# The Spark provider needs pyspark-client, which installs into the same pyspark/ package
 	@# as pyspark (and is older): reinstall pyspark so its files, matching its jars, win.
 	$(BIN)/python -m pip install --quiet --no-deps --force-reinstall -c constraints.txt pyspark
@@ -39,11 +39,26 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt scripts/check-prereqs.sh | pr
 
 venv: $(STAMP)
 
+# Azurite, the Azure Blob emulator the abfs:// tests run as a plain process (tests/support/store_emulators.py):
+# from npm, into the project's .tools/ (nothing global), exactly as scripts/azurite/package-lock.json pins it
+# and its dependencies (npm ci). A changed lock reinstalls.
+AZURITE_STAMP := .tools/azurite/.installed
+
+$(AZURITE_STAMP): scripts/azurite/package.json scripts/azurite/package-lock.json
+	@command -v npm >/dev/null || { echo "error: npm not found: the Azure tests need Azurite from npm; install Node.js and npm (e.g. apt-get install nodejs npm)" >&2; exit 1; }
+	@echo "== installing Azurite (npm ci, scripts/azurite/package-lock.json) into .tools/azurite"
+	@mkdir -p .tools/azurite
+	cp scripts/azurite/package.json scripts/azurite/package-lock.json .tools/azurite/
+	npm ci --prefix .tools/azurite --no-audit --no-fund --loglevel=error
+	@touch $(AZURITE_STAMP)
+
+azurite: $(AZURITE_STAMP)
+
 lint: venv
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 
-test: prereqs browser-prereqs venv lint
+test: prereqs browser-prereqs venv azurite lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 demo: prereqs venv

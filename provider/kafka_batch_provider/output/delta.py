@@ -125,7 +125,13 @@ def azure_object_store_options(options: Mapping[str, Any]) -> dict[str, str]:
         settings.setdefault("account_name", parts.get("AccountName"))
         settings.setdefault("account_key", parts.get("AccountKey"))
         settings.setdefault("sas_token", parts.get("SharedAccessSignature"))
+        # A non-default endpoint (Azurite, a sovereign cloud) is part of the string for adlfs.
+        settings.setdefault("blob_endpoint", parts.get("BlobEndpoint"))
     result = {}
+    if settings.get("blob_endpoint"):
+        result["azure_storage_endpoint"] = str(settings["blob_endpoint"]).rstrip("/")
+        if result["azure_storage_endpoint"].startswith("http://"):
+            result["allow_http"] = "true"
     for ours, theirs in (
         ("account_name", "azure_storage_account_name"),
         ("account_key", "azure_storage_account_key"),

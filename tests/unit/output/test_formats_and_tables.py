@@ -135,6 +135,16 @@ def test_application_arguments_carry_the_output_and_its_partitioning_never_a_sec
         ),
         (
             "abfs://c/t",
+            {"connection_string": "AccountName=dev;AccountKey=a2V5==;BlobEndpoint=http://127.0.0.1:10000/dev;"},
+            {
+                "azure_storage_account_name": "dev",
+                "azure_storage_account_key": "a2V5==",
+                "azure_storage_endpoint": "http://127.0.0.1:10000/dev",
+                "allow_http": "true",
+            },
+        ),
+        (
+            "abfs://c/t",
             {"account_name": "acct", "sas_token": "sv=1", "delta_options": {"azure_use_fabric_endpoint": True}},
             {
                 "azure_storage_account_name": "acct",
