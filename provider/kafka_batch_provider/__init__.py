@@ -4,7 +4,7 @@ The four steps sit side by side in :mod:`kafka_batch_provider.steps`:
 
 * plan    -- :mod:`~kafka_batch_provider.steps.plan`: reconcile the group with the output's log
              (:mod:`~kafka_batch_provider.core.reconcile`), plan (:mod:`~kafka_batch_provider.core.planning`)
-* read    -- :mod:`kafka_batch_provider.spark` stages the plan's ranges, one task per slice
+* read    -- :mod:`kafka_batch_provider.spark` stages the plan's ranges, slices grouped into tasks
 * write   -- :mod:`~kafka_batch_provider.steps.write`: check what was staged, append the log entry, publish
 * commit  -- :mod:`~kafka_batch_provider.steps.commit`: check the entry, compare-and-set commit
 

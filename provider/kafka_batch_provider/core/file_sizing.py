@@ -4,9 +4,9 @@ Each writing task writes one file per partition-date and rolls to a new one when
 reaches the target size (:mod:`kafka_batch_provider.spark.task_writer`). So the number of
 writing tasks decides how many small files a batch leaves: a batch of 200 partitions with a
 few records each read by 200 tasks would write 200 tiny files. The slices of a batch are
-therefore grouped into as few tasks as its expected size needs, estimated from the bytes per
-offset of the output's previous batch (the offset log has both); without one (the first
-batch), every slice keeps its task.
+therefore grouped into as few tasks as its expected size needs (never fewer than the cluster
+reads with in parallel), estimated from the bytes per offset of the output's recent batches
+(the offset log has both); without one (the first batch), every slice keeps its task.
 """
 
 from __future__ import annotations
@@ -44,13 +44,22 @@ def bytes_per_offset(entry: Mapping[str, Any] | None) -> float | None:
     return written / offsets
 
 
-def writing_tasks(slices: int, offsets: int, per_offset: float | None, target_bytes: int) -> int:
-    """How many tasks write a batch of ``offsets`` offsets read in ``slices`` slices.
+def writing_tasks(
+    slices: int, offsets: int, per_offset: float | None, target_bytes: int, parallelism: int | None = None
+) -> int:
+    """How many tasks read and write a batch of ``offsets`` offsets in ``slices`` slices.
 
-    Enough tasks that each writes about ``target_bytes``, never more than there are slices
-    (a slice is one task's read) and at least one; ``per_offset`` unknown: one task per slice.
+    A batch expected below ``target_bytes`` gets one task (one file per partition-date). A
+    larger one gets enough tasks that each writes about ``target_bytes``, but never fewer than
+    the cluster's ``parallelism`` (reading and writing share the tasks: fewer tasks would read
+    Kafka slower), nor more than there are slices. ``per_offset`` unknown (nothing written yet),
+    or a large batch on a cluster of unknown ``parallelism``: one task per slice.
     """
-    if per_offset is None:
+    if per_offset is None or slices <= 1:
         return max(slices, 1)
     expected = offsets * per_offset
-    return max(1, min(slices, math.ceil(expected / target_bytes)))
+    if expected < target_bytes:
+        return 1
+    if parallelism is None:
+        return slices
+    return min(slices, max(math.ceil(expected / target_bytes), parallelism))

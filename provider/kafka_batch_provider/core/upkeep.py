@@ -136,3 +136,23 @@ def compaction_runs(units: list[Unit], target_bytes: int) -> list[list[Unit]]:
         current.append(unit)
     runs.append(current)
     return [run for run in runs if len(run) > 1]
+
+
+def settled_through(window: list[tuple[int, Unit]], merged: set[str], target_bytes: int, last: int) -> int:
+    """How far the next compaction need not look again: the entry before the first batch of
+    ``window`` (entry number, folder; ascending) that a later compaction may still merge.
+
+    Settled are folders merged now or before (``merged``), folders without files or of at
+    least ``target_bytes``, and small folders that can never be merged: a small folder of
+    another schema follows them, and runs are of neighbours of one schema. A small folder
+    left alone for want of a neighbour (a run of one) is not: the next batches may join it.
+    :returns: ``last`` when every batch of the window is settled.
+    """
+    small = [(seq, unit) for seq, unit in window if unit.files and unit.bytes < target_bytes]
+    later: set[str] = set()  # schemas of the small folders after the one looked at
+    waiting = last
+    for seq, unit in reversed(small):
+        if unit.folder not in merged and not (later - {unit.schema}):
+            waiting = seq - 1
+        later.add(unit.schema)
+    return waiting

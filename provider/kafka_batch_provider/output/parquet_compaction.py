@@ -34,11 +34,12 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from kafka_batch_provider.core.manifest import data_dir_name, entry_files
-from kafka_batch_provider.core.upkeep import Unit, UpkeepReport, UpkeepSettings, compaction_runs
+from kafka_batch_provider.core.upkeep import Unit, UpkeepReport, UpkeepSettings, compaction_runs, settled_through
 from kafka_batch_provider.errors import ManifestError
 from kafka_batch_provider.fail_points import fail_point
-from kafka_batch_provider.output.location import json_bytes
+from kafka_batch_provider.output.location import fsync_dir, json_bytes
 from kafka_batch_provider.output.offset_log import LOG_DIR
+from kafka_batch_provider.output.parquet_files import PartFiles
 
 COMPACTIONS = f"{LOG_DIR}/compactions"
 #: Rows copied per read from a source file (bounded memory, whatever the folder's size).
@@ -92,57 +93,74 @@ class Compactions:
 
     # -- upkeep -------------------------------------------------------------------------------
 
-    def finish(self, progress: Callable[[str], None]) -> int:
-        """Finish the newest compaction if a crash cut it short (only the newest can be: a
-        compaction starts by finishing it). :returns: files removed."""
-        records = self.records()
+    def finish(self, progress: Callable[[str], None], records: list[dict[str, Any]] | None = None) -> int:
+        """Finish every compaction a crash cut short (or another upkeep is finishing now: both
+        steps are idempotent): publish its folder, delete the folders it replaced.
+
+        :returns: files removed.
+        """
+        records = self.records() if records is None else records
         if not records:
             return 0
-        newest = records[-1]
-        self.layout.publish(newest)
-        left = sorted(set(newest["supersedes"]) & set(self.data.list_names("")))
-        files = sum(len(self.data.file_sizes(folder)) for folder in left)
-        if left:
-            progress(f"finishing compaction {newest['n']}: removing {len(left)} superseded folder(s), {files} file(s)")
-            for folder in left:
-                self.data.delete_tree(folder)
-        return files
+        listed = set(self.data.list_names(""))  # one listing for all records
+        staged = {f"_staging/{name}" for name in self.data.list_names("_staging")}
+        removed = 0
+        for record in records:
+            unpublished = bool(record.get("files")) and (
+                record["location"] not in listed or record.get("staging") in staged
+            )
+            left = sorted(set(record["supersedes"]) & listed)
+            if unpublished:
+                self.layout.publish(record)
+            if left:
+                files = sum(len(self.data.file_sizes(folder)) for folder in left)
+                progress(
+                    f"finishing compaction {record['n']}: removing {len(left)} replaced folder(s), {files} file(s)"
+                )
+                for folder in left:
+                    self.data.delete_tree(folder)
+                removed += files
+        return removed
 
     def compact(self, settings: UpkeepSettings, report: UpkeepReport, progress: Callable[[str], None]) -> None:
         """Rewrite the runs of small folders (all but the newest log entry's) into files near the target."""
         records = self.records()
+        if not settings.dry_run:
+            # A compaction recorded since upkeep began (another upkeep's, maybe cut short): its
+            # folder must be in place before it can be read again.
+            report.removed_files += self.finish(progress, records)
         tail_seq = self.layout.tail_seq()
         through = max((int(r["through_seq"]) for r in records), default=0)
-        # Batches a compaction already looked at are in its record (compacted) or large.
-        entries = [e for e in (self.layout.entry(seq) for seq in range(through + 1, tail_seq)) if e]
-        runs = compaction_runs(self.readable_units(entries, records), settings.target_bytes)
-        report.compacted_files = sum(len(u.files) for run in runs for u in run)
-        written = sum(-(-sum(u.bytes for u in run) // settings.target_bytes) for run in runs)  # ceil
-        report.files_after = report.files_before - report.compacted_files + written
-        report.written_files = written
-        report.removed_files += report.compacted_files  # a compaction deletes what it replaced
-        if settings.dry_run or tail_seq < 2:
+        # Entries up to the mark are settled (compacted, large, without files, or never mergeable).
+        window = [e for e in (self.layout.entry(seq) for seq in range(through + 1, tail_seq)) if e]
+        runs = compaction_runs(self.readable_units(window, records), settings.target_bytes)
+        gone = {folder for record in records for folder in record["supersedes"]}
+        merged = gone | {u.folder for run in runs for u in run}
+        mark = settled_through(
+            [(int(e["seq"]), unit_of(e)) for e in window], merged, settings.target_bytes, tail_seq - 1
+        )
+        compacted = [sum(len(u.files) for u in run) for run in runs]
+        if settings.dry_run:
+            written = sum(-(-sum(u.bytes for u in run) // settings.target_bytes) for run in runs)  # ceil
+            count_compacted(report, sum(compacted), written)
             return
         n = records[-1]["n"] if records else 0
         for index, run in enumerate(runs):
             n += 1
             # Only the last run moves the mark: the earlier ones' entries all lie below it.
-            last = index == len(runs) - 1
-            record = self.compact_run(n, run, settings, tail_seq - 1 if last else through, progress)
+            record = self.compact_run(n, run, settings, mark if index == len(runs) - 1 else through, progress)
             if record is None:
-                report.notes.append(f"another upkeep took compaction {n} first; its runs are left to it")
-                report.files_after = report.files_before  # what this run did not do
+                report.notes.append(f"another upkeep took compaction {n} first; the rest is left to it")
                 return
-        if not runs and tail_seq - 1 > through and entries:
-            # Nothing small enough: remember where this look ended, so the next one starts there.
-            self.compact_run(n + 1, [], settings, tail_seq - 1, progress)
+            count_compacted(report, compacted[index], len(record["files"]))
+        if not runs and mark > through:
+            # Nothing to merge: remember where this look ended, so the next one starts there.
+            self.compact_run(n + 1, [], settings, mark, progress)
 
     def compact_run(
         self, n: int, run: list[Unit], settings: UpkeepSettings, through_seq: int, progress: Callable[[str], None]
     ) -> dict[str, Any] | None:
         """Compaction ``n`` of ``run``; ``None`` when another upkeep created record ``n`` first."""
-        from kafka_batch_provider.spark.task_writer import PartFiles
-
         cid = f"compaction-{n:06d}-{uuid.uuid4().hex[:8]}"
         staging = f"_staging/{cid}.{uuid.uuid4().hex[:8]}"
         rows = sum(u.rows for u in run)
@@ -163,6 +181,8 @@ class Compactions:
             self.data.delete_tree(staging)
             raise
         files.close()
+        if files.files and self.data.is_local:  # the record will rely on these names being on disk
+            fsync_dir(self.data.path(staging))
         written = files.report()
         copied = sum(f["rows"] for f in written)
         if copied != rows:  # a folder whose files disagree with its log entry: never replace it
@@ -203,3 +223,11 @@ def unit_of(entry: dict[str, Any]) -> Unit:
         str(entry.get("schema")),
         entry.get("staging"),
     )
+
+
+def count_compacted(report: UpkeepReport, compacted: int, written: int) -> None:
+    """Add one compaction's files to the report (a compaction deletes the files it replaced)."""
+    report.compacted_files += compacted
+    report.written_files += written
+    report.removed_files += compacted
+    report.files_after += written - compacted

@@ -31,6 +31,8 @@ from kafka_batch_provider.output.offset_log import OffsetLog
 from kafka_batch_provider.output.sink import PARQUET
 
 STAGING = "_staging"
+#: readable_files reads the log and lists the output again when a file moved between the two.
+READ_ATTEMPTS = 3
 
 
 class ParquetLayout:
@@ -103,23 +105,23 @@ class ParquetLayout:
         """The data files as the log has them, each row exactly once even while upkeep compacts
         or a publish is cut short (URIs, or paths on a local disk): a plain listing of the output
         may show a batch in part on an object store, or a compaction's rows twice."""
-        records = self.compactions.records()
-        units = self.compactions.readable_units(list(self.entries()), records)
-        listed = self.data.files_below("")  # one listing, not one per folder
-        found = []
-        for unit in units:
-            for name in unit.files:
-                # A publish cut short (a crash, or one still copying): the staged file is complete.
-                for path in (f"{unit.folder}/{name}", f"{unit.staging}/{name}"):
-                    if path in listed:
-                        found.append(self.data.uri_of(path))
-                        break
-                else:
-                    raise ManifestError(
-                        f"{self.data.uri_of(unit.folder, name)} is in the output's log but neither published "
-                        "nor staged: the output lost data"
-                    )
-        return found
+        for _ in range(READ_ATTEMPTS):
+            records = self.compactions.records()
+            units = self.compactions.readable_units(list(self.entries()), records)
+            listed = self.data.files_below("")  # one listing, not one per folder
+            found, missing = [], []
+            for unit in units:
+                for name in unit.files:
+                    # A publish cut short (a crash, or one still copying): the staged file is complete.
+                    path = next((p for p in (f"{unit.folder}/{name}", f"{unit.staging}/{name}") if p in listed), None)
+                    (found if path else missing).append(path or f"{unit.folder}/{name}")
+            if not missing:
+                return [self.data.uri_of(path) for path in found]
+            # A publish or a compaction that moved files between our reads: read the log again.
+        raise ManifestError(
+            f"{self.data.uri_of(missing[0])} is in the output's log but neither published nor staged "
+            f"({len(missing)} file(s), {READ_ATTEMPTS} reads): the output lost data"
+        )
 
     def compacted(self, entry: dict[str, Any]) -> bool:
         """Whether a compaction replaced the entry's folder (its rows are in the compaction's)."""

@@ -104,9 +104,8 @@ def stage_batch(
     )
     # As few writing tasks as the batch's expected size needs: each writes its own files.
     slices = len(slices_of(plan.readable_ranges, options.max_offsets_per_task))
-    tasks = writing_tasks(
-        slices, plan.planned_offsets, bytes_per_offset(store.log.entry(plan.seq - 1)), options.target_bytes
-    )
+    per_offset = recent_bytes_per_offset(store, plan.seq)
+    tasks = writing_tasks(slices, plan.planned_offsets, per_offset, options.target_bytes, default_parallelism(spark))
     receipts = options.reader == "python"
     reader = slice_reader(plan, kafka_config, options, tasks=tasks) if receipts else None
     if reader:
@@ -125,6 +124,27 @@ def stage_batch(
     # The schema is resolved from the plan, never by running it.
     schema = (df.drop(RECEIPT_COLUMN) if receipts else df).schema.simpleString()
     return StagedBatch(staging, TaskReports.merge(reports), schema, counted_at_source=receipts)
+
+
+#: How many earlier log entries are looked at for the bytes an offset costs (idle batches have no files).
+SIZE_LOOK_BACK = 10
+
+
+def recent_bytes_per_offset(store: BatchStore, seq: int) -> float | None:
+    """The bytes per offset of the newest of the few entries before ``seq`` that wrote files."""
+    for earlier in range(seq - 1, max(seq - 1 - SIZE_LOOK_BACK, 0), -1):
+        found = bytes_per_offset(store.log.entry(earlier))
+        if found is not None:
+            return found
+    return None
+
+
+def default_parallelism(spark: SparkSession) -> int | None:
+    """The tasks the cluster runs at once (``None`` through Spark Connect: it does not say)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect has no SparkContext
+        return None
 
 
 def check_worker_version(reports: list[dict[str, Any]]) -> None:

@@ -1,7 +1,8 @@
-"""The ``python`` reader as Spark runs it: one task per slice of the plan, no data source.
+"""The ``python`` reader as Spark runs it: tasks reading runs of the plan's slices, no data source.
 
-``spark.range(n, numPartitions=n).mapInArrow(SliceReader(...))`` gives task ``i`` the id
-``i``, and the task reads slice ``i`` of the plan with confluent-kafka
+``spark.range(n, numPartitions=t).mapInArrow(SliceReader(...))`` gives each of ``t`` tasks a
+run of slice ids, and the task reads those slices of the plan, one after the other, with
+confluent-kafka
 (:func:`~kafka_batch_provider.spark.kafka_reader.read_range`). Compared with a PySpark data
 source this saves, per batch, the Python processes Spark starts to look data sources up, to
 create the source and to plan its partitions; and the Kafka settings (secrets included)
@@ -40,7 +41,8 @@ KAFKA_SCHEMA_DDL = (
 
 
 def slices_of(ranges: Sequence[OffsetRange], max_offsets_per_task: int) -> tuple[OffsetRange, ...]:
-    """The non-empty slices of ``ranges``, at most ``max_offsets_per_task`` offsets each: one Spark task each."""
+    """The non-empty slices of ``ranges``, at most ``max_offsets_per_task`` offsets each (a task reads one
+    or, for a small batch, several: :func:`kafka_batch_provider.core.file_sizing.writing_tasks`)."""
     return tuple(piece for r in ranges for piece in split_range(r, max_offsets_per_task) if piece.size > 0)
 
 

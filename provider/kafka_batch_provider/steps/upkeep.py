@@ -63,7 +63,9 @@ def upkeep_parquet_layout(
     if not settings.dry_run:
         report.removed_files += compactions.finish(progress)
     report.files_before = report.files_after = layout.data_file_count()  # type: ignore[attr-defined]
-    leftovers = layout.old_staging(time.time() - settings.retention_seconds, in_flight)  # type: ignore[attr-defined]
+    # A compaction's staged files are its record's until published, whatever their age.
+    recorded = {record["batch_id"] for record in compactions.records()}
+    leftovers = layout.old_staging(time.time() - settings.retention_seconds, in_flight | recorded)  # type: ignore[attr-defined]
     report.removed_files += sum(leftovers.values())
     if leftovers and not settings.dry_run:
         progress(f"removing {len(leftovers)} staging folder(s) of failed attempts ({sum(leftovers.values())} files)")

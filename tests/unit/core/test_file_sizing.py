@@ -25,18 +25,20 @@ def test_an_entry_without_files_or_offsets_tells_nothing(found):
 
 
 @pytest.mark.parametrize(
-    ("slices", "offsets", "per_offset", "expected"),
+    ("slices", "offsets", "per_offset", "parallelism", "expected"),
     [
-        (200, 2_000, 100.0, 1),  # 200 KB in 200 slices: one task, one file per date
-        (200, 2_000_000, 100.0, 2),  # 200 MB: two tasks of ~100 MB
-        (4, 100_000_000, 100.0, 4),  # 10 GB in 4 slices: never more tasks than slices (they roll files)
-        (0, 0, 100.0, 1),
-        (7, 1_000, None, 7),  # the first batch: nothing to go by, one task per slice
-        (0, 0, None, 1),
+        (200, 2_000, 100.0, 8, 1),  # 200 KB in 200 slices: one task, one file per date
+        (200, 2_000_000, 100.0, None, 200),  # 200 MB, parallelism unknown: every slice reads at once
+        (200, 2_000_000, 100.0, 8, 8),  # 200 MB: never fewer tasks than the cluster reads with
+        (200, 20_000_000, 100.0, 8, 15),  # 2 GB: a task per ~128 MB
+        (4, 100_000_000, 100.0, 8, 4),  # 10 GB in 4 slices: never more tasks than slices (they roll files)
+        (0, 0, 100.0, 8, 1),
+        (7, 1_000, None, 8, 7),  # nothing written yet: one task per slice
+        (0, 0, None, None, 1),
     ],
 )
-def test_writing_tasks(slices, offsets, per_offset, expected):
-    found = writing_tasks(slices, offsets, per_offset, 128 * MB)
+def test_writing_tasks(slices, offsets, per_offset, parallelism, expected):
+    found = writing_tasks(slices, offsets, per_offset, 128 * MB, parallelism)
     assert found == expected, (
         f"{slices} slices, {offsets} offsets at {per_offset} B: expected {expected}, found {found}"
     )

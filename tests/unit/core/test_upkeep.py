@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kafka_batch_provider.core.settings import FLAGS_WORDING, worded
-from kafka_batch_provider.core.upkeep import Unit, UpkeepReport, UpkeepSettings, compaction_runs
+from kafka_batch_provider.core.upkeep import Unit, UpkeepReport, UpkeepSettings, compaction_runs, settled_through
 from kafka_batch_provider.errors import ConfigError
 
 
@@ -61,3 +61,19 @@ def names(runs: list[list[Unit]]) -> list[list[str]]:
 def test_compaction_merges_runs_of_small_folders_of_one_schema(units, expected):
     found = names(compaction_runs(units, target_bytes=100))
     assert found == expected, f"expected runs {expected}, found {found}"
+
+
+@pytest.mark.parametrize(
+    ("window", "merged", "expected"),
+    [
+        ([(1, unit("a", 10)), (2, unit("b", 10))], {"batch_id=a", "batch_id=b"}, 9),  # all compacted
+        ([(1, unit("a", 10)), (2, unit("big", 100))], set(), 0),  # a alone may still get a neighbour
+        ([(1, unit("big", 100)), (2, unit("a", 10))], set(), 1),
+        ([(1, unit("a", 10)), (2, unit("b", 10, "s2"))], set(), 1),  # a can never merge (s2 follows); b may
+        ([(1, unit("a", 10)), (2, Unit("batch_id=e", (), 0, 0, "s1"))], {"batch_id=a"}, 9),
+        ([], set(), 9),
+    ],
+)
+def test_settled_through_stops_before_the_first_batch_a_later_compaction_may_merge(window, merged, expected):
+    found = settled_through(window, merged, target_bytes=100, last=9)
+    assert found == expected, f"expected the mark at {expected}, found {found}"

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kafka_batch_provider.output.location import Location
-from kafka_batch_provider.spark.task_writer import PartFiles
+from kafka_batch_provider.output.parquet_files import PartFiles
 
 
 def batch(first: int, rows: int) -> pa.RecordBatch:
