@@ -81,13 +81,13 @@ class Compactions:
 
     def superseded(self) -> set[str]:
         """The folders a compaction replaced (readers skip them)."""
-        return {folder for record in self.records() for folder in record["supersedes"]}
+        return replaced(self.records())
 
     # -- readers ------------------------------------------------------------------------------
 
     def readable_units(self, entries: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[Unit]:
         """The folders readers read: compactions not superseded since, then batches not compacted."""
-        gone = {folder for record in records for folder in record["supersedes"]}
+        gone = replaced(records)
         units = [unit_of(record) for record in records if data_dir_name(record["batch_id"]) not in gone]
         return units + [unit_of(e) for e in entries if e.get("files") and data_dir_name(e["batch_id"]) not in gone]
 
@@ -134,8 +134,7 @@ class Compactions:
         # Entries up to the mark are settled (compacted, large, without files, or never mergeable).
         window = [e for e in (self.layout.entry(seq) for seq in range(through + 1, tail_seq)) if e]
         runs = compaction_runs(self.readable_units(window, records), settings.target_bytes)
-        gone = {folder for record in records for folder in record["supersedes"]}
-        merged = gone | {u.folder for run in runs for u in run}
+        merged = replaced(records) | {u.folder for run in runs for u in run}
         mark = settled_through(
             [(int(e["seq"]), unit_of(e)) for e in window], merged, settings.target_bytes, tail_seq - 1
         )
@@ -209,6 +208,11 @@ class Compactions:
         for unit in run:
             self.data.delete_tree(unit.folder)
         return record
+
+
+def replaced(records: list[dict[str, Any]]) -> set[str]:
+    """The folders these compactions replaced."""
+    return {folder for record in records for folder in record["supersedes"]}
 
 
 def unit_of(entry: dict[str, Any]) -> Unit:
