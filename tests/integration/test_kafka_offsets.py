@@ -10,6 +10,7 @@ from confluent_kafka import Producer
 from kafka_batch_provider.core.offsets import TopicPartition
 from kafka_batch_provider.dev.local_servers import free_port
 from kafka_batch_provider.errors import CommitConflictError, ConfigError, KafkaUnavailableError, PlanError
+from kafka_batch_provider.kafka import client
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.testing.producers import Record, broker_supports_offsets_for_times, produce
 
@@ -39,6 +40,22 @@ def test_log_offsets_and_committed_offsets_of_a_new_group(kafka_config, new_topi
         TopicPartition(topic, 1): 2,
         TopicPartition(topic, 2): 0,
     }
+
+
+def test_offsets_of_more_partitions_than_one_request_holds_come_back_whole(
+    kafka_config, new_topic, group_id, monkeypatch
+):
+    """Thousands of partitions are asked for in several requests (librdkafka's cost per request
+    grows with its partitions squared); every partition's answer must still come back."""
+    monkeypatch.setattr(client, "REQUEST_PARTITIONS", 3)
+    topic = new_topic(partitions=8)
+    fill(kafka_config, topic, {p: p + 1 for p in range(8)})
+    kafka = KafkaOffsets(kafka_config, timeout=10)
+    tps = [TopicPartition(topic, p) for p in range(8)]
+    kafka.commit(group_id, {tp: None for tp in tps}, {tp: tp.partition for tp in tps})
+    found = {s.partition: (s.committed, s.log_start, s.log_end) for s in kafka.partition_offsets(group_id, [topic])}
+    expected = {p: (p, 0, p + 1) for p in range(8)}
+    assert found == expected, f"expected (committed, start, end) per partition {expected}, found {found}"
 
 
 def test_partition_subset_and_unknown_names_are_checked(kafka_config, new_topic):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import threading
 from pathlib import Path
@@ -12,7 +13,7 @@ from kafka_batch_provider.core.manifest import build_manifest
 from kafka_batch_provider.core.offsets import PartitionOffsets
 from kafka_batch_provider.core.planning import LogSlot, PlanPolicy, plan_incremental
 from kafka_batch_provider.errors import ConfigError, LogConflictError, ManifestError
-from kafka_batch_provider.output.location import Location, split_output
+from kafka_batch_provider.output.location import INDENTED_UP_TO, Location, json_bytes, split_output
 from kafka_batch_provider.output.offset_log import TAIL_HINT, entry_name
 from kafka_batch_provider.output.parquet_layout import ParquetLayout
 from kafka_batch_provider.output.store import BatchStore, split_plan_path
@@ -321,3 +322,13 @@ def test_files_below_names_files_relative_to_the_folder_however_the_filesystem_s
     location = Location("abfs://container@account.dfs.core.windows.net/lake")
     location._fs = AzureLikeFileSystem()
     assert location.files_below("data") == {"b-1/a/part-0.parquet": (5, 1.0e9)}
+
+
+def test_control_files_are_indented_for_people_until_a_plan_of_thousands_of_partitions():
+    small = {"batch_id": "b1", "ranges": [{"partition": p, "start": 0, "end": 5} for p in range(3)]}
+    large = {"batch_id": "b2", "ranges": [{"partition": p, "start": 0, "end": 5} for p in range(10_000)]}
+    small_text, large_text = json_bytes(small), json_bytes(large)
+    assert b"\n  " in small_text, f"expected an indented small file, found {small_text[:80]!r}"
+    assert b"\n" not in large_text, f"expected a 10,000-partition plan on one line, found {large_text[:80]!r}"
+    assert len(large_text) > INDENTED_UP_TO
+    assert json.loads(small_text) == small and json.loads(large_text) == large
