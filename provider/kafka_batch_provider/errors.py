@@ -120,6 +120,21 @@ class StorageAccessError(StorageError):
     exit_code = EXIT_TERMINAL
 
 
+class RegistryUnavailableError(KafkaBatchError):
+    """The schema registry could not be reached, or answered "not now" (5xx): a retry may pass."""
+
+    transient = True
+    exit_code = EXIT_TRANSIENT
+
+
+class RegistryRefusedError(KafkaBatchError):
+    """The schema registry refused the credentials (401) or the access (403): retrying cannot help."""
+
+
+class SchemaError(KafkaBatchError):
+    """A schema the batch needs is missing, cannot become columns, or cannot take the records."""
+
+
 class GroupMismatchError(PlanError):
     """The consumer group's offsets disagree with the output's offset log (moved by someone else)."""
 

@@ -16,7 +16,7 @@ ALL_ERRORS = sorted(
     (c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, KafkaBatchError)),
     key=lambda c: c.__name__,
 )
-TRANSIENT = {"KafkaUnavailableError", "ReadStalledError", "SparkStepError", "StorageError"}
+TRANSIENT = {"KafkaUnavailableError", "ReadStalledError", "RegistryUnavailableError", "SparkStepError", "StorageError"}
 
 
 def test_the_transient_classes_are_the_outages_and_nothing_else():

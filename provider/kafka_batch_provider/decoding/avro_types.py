@@ -1,0 +1,182 @@
+"""Avro schemas as Arrow types: the columns a ``--value-format avro`` batch is written with.
+
+Pure: a parsed Avro schema (JSON, as the registry returns it) in, a ``pyarrow`` type out.
+The mapping (README, "Typed columns"):
+
+==========================================  =====================================================
+Avro                                        Arrow
+==========================================  =====================================================
+null / boolean / int / long                 null / bool / int32 / int64
+float / double                              float32 / float64
+string / bytes / fixed(n)                   string / binary / fixed_size_binary(n)
+enum                                        string (the symbol)
+array<T> / map<T>                           list<T> / map<string, T>
+record                                      struct (nested records too)
+union [null, T]                             T, nullable
+union of several types (with or w/o null)   struct of one nullable field per branch, named by
+                                            the branch's type (``long``, ``string``, a record's
+                                            name): the branch the value took is set
+date                                        date32
+time-millis / time-micros                   time32(ms) / time64(us)
+timestamp-millis / -micros                  timestamp(ms / us, UTC)
+local-timestamp-millis / -micros            timestamp(ms / us), no time zone
+decimal(p, s) on bytes or fixed             decimal128(p, s) (decimal256 above 38 digits)
+uuid                                        string
+duration                                    fixed_size_binary(12), as Avro stores it
+==========================================  =====================================================
+
+A nested field is nullable when its type is a union with ``null``. The columns themselves
+are always nullable: a tombstone (a record whose value is null) gives a row whose value
+columns are null, and a column added by a newer schema is null in older rows. A recursive
+record (a linked list, a tree) has no Arrow type: it is refused in one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from kafka_batch_provider.errors import ConfigError
+
+PRIMITIVES: dict[str, pa.DataType] = {
+    "null": pa.null(),
+    "boolean": pa.bool_(),
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "bytes": pa.binary(),
+    "string": pa.string(),
+}
+
+#: Logical types on the Avro type they annotate; anything else falls back to the plain type,
+#: as the Avro specification says readers must.
+LOGICAL: dict[tuple[str, str], pa.DataType] = {
+    ("date", "int"): pa.date32(),
+    ("time-millis", "int"): pa.time32("ms"),
+    ("time-micros", "long"): pa.time64("us"),
+    ("timestamp-millis", "long"): pa.timestamp("ms", tz="UTC"),
+    ("timestamp-micros", "long"): pa.timestamp("us", tz="UTC"),
+    ("local-timestamp-millis", "long"): pa.timestamp("ms"),
+    ("local-timestamp-micros", "long"): pa.timestamp("us"),
+    ("uuid", "string"): pa.string(),
+}
+
+
+def arrow_schema(avro: Any) -> pa.Schema:
+    """The columns of a record schema: one per field (the value's fields become columns)."""
+    named: dict[str, Any] = {}
+    schema = resolve_names(avro, named, namespace="")
+    if not (isinstance(schema, Mapping) and schema.get("type") == "record"):
+        raise ConfigError(f"the value schema must be an Avro record to become columns, got {short(avro)}")
+    struct = arrow_type(schema, named, ())
+    return pa.schema([column.with_nullable(True) for column in struct])
+
+
+def arrow_field(name: str, avro: Any, named: dict[str, Any], seen: tuple[str, ...]) -> pa.Field:
+    """A field: nullable when its type is a union with ``null``."""
+    if isinstance(avro, list) and "null" in avro:
+        others = [branch for branch in avro if branch != "null"]
+        inner = others[0] if len(others) == 1 else others
+        if not others:
+            return pa.field(name, pa.null())
+        return pa.field(name, arrow_type(inner, named, seen), nullable=True)
+    return pa.field(name, arrow_type(avro, named, seen), nullable=False)
+
+
+def arrow_type(avro: Any, named: dict[str, Any], seen: tuple[str, ...]) -> pa.DataType:
+    if isinstance(avro, str):
+        if avro in PRIMITIVES:
+            return PRIMITIVES[avro]
+        if avro in seen:
+            raise ConfigError(f"Avro record {avro!r} refers to itself; a recursive schema has no column type")
+        if avro not in named:
+            raise ConfigError(f"Avro schema names the unknown type {avro!r}")
+        return arrow_type(named[avro], named, seen)
+    if isinstance(avro, list):
+        return union_type(avro, named, seen)
+    kind = avro.get("type")
+    logical = avro.get("logicalType")
+    if logical == "decimal" and kind in ("bytes", "fixed"):
+        return decimal_type(avro)
+    if logical == "duration" and kind == "fixed":
+        return pa.binary(12)
+    if isinstance(kind, str) and (logical, kind) in LOGICAL:
+        return LOGICAL[(logical, kind)]
+    if kind in PRIMITIVES:
+        return PRIMITIVES[kind]
+    if kind in ("record", "error"):
+        name = avro["name"]
+        inner = (*seen, name)
+        return pa.struct([arrow_field(f["name"], f["type"], named, inner) for f in avro["fields"]])
+    if kind == "enum":
+        return pa.string()
+    if kind == "fixed":
+        return pa.binary(int(avro["size"]))
+    if kind == "array":
+        return pa.list_(arrow_field("element", avro["items"], named, seen))
+    if kind == "map":
+        return pa.map_(pa.string(), arrow_field("value", avro["values"], named, seen))
+    if isinstance(kind, (dict, list)):  # {"type": {"type": "array", ...}} nests a complete type
+        return arrow_type(kind, named, seen)
+    raise ConfigError(f"unknown Avro type {short(avro)}")
+
+
+def union_type(branches: list[Any], named: dict[str, Any], seen: tuple[str, ...]) -> pa.DataType:
+    """A union that is not just ``[null, T]``: one nullable field per non-null branch."""
+    others = [branch for branch in branches if branch != "null"]
+    if len(others) == 1:
+        return arrow_type(others[0], named, seen)
+    return pa.struct([pa.field(branch_name(branch), arrow_type(branch, named, seen)) for branch in others])
+
+
+def branch_name(branch: Any) -> str:
+    """A union branch's field name: its type's name (``long``, ``Address``, ``array``)."""
+    if isinstance(branch, str):
+        return branch.rsplit(".", 1)[-1]
+    if isinstance(branch, Mapping):
+        name = branch.get("name") or branch.get("logicalType") or branch.get("type")
+        return str(name).rsplit(".", 1)[-1]
+    return "union"
+
+
+def decimal_type(avro: Mapping[str, Any]) -> pa.DataType:
+    precision, scale = int(avro.get("precision", 0)), int(avro.get("scale", 0))
+    if not 0 < precision <= 76 or not 0 <= scale <= precision:
+        raise ConfigError(f"Avro decimal with precision {precision} and scale {scale} has no column type")
+    return pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
+
+
+def resolve_names(avro: Any, named: dict[str, Any], namespace: str) -> Any:
+    """Record every named type (record, enum, fixed) under its short and full name, so a later
+    reference by name finds it; returns the schema itself."""
+    if isinstance(avro, list):
+        for branch in avro:
+            resolve_names(branch, named, namespace)
+        return avro
+    if not isinstance(avro, Mapping):
+        return avro
+    kind = avro.get("type")
+    if kind in ("record", "error", "enum", "fixed") and "name" in avro:
+        name = str(avro["name"])
+        space = str(avro.get("namespace", namespace)) if "." not in name else name.rsplit(".", 1)[0]
+        full = name if "." in name else (f"{space}.{name}" if space else name)
+        named[full] = named[full.rsplit(".", 1)[-1]] = avro
+        if kind in ("record", "error"):
+            for f in avro.get("fields", []):
+                resolve_names(f.get("type"), named, space)
+        return avro
+    if kind == "array":
+        resolve_names(avro.get("items"), named, namespace)
+    elif kind == "map":
+        resolve_names(avro.get("values"), named, namespace)
+    elif isinstance(kind, (dict, list)):
+        resolve_names(kind, named, namespace)
+    return avro
+
+
+def short(avro: Any, limit: int = 80) -> str:
+    text = repr(avro)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,108 @@
+"""Where the schema registry is and how to log in to it, from flags, a settings file or an
+Airflow connection; the credentials never leave this value except into the registry client.
+
+The settings are confluent-kafka's ``SchemaRegistryClient`` configuration: ``url`` plus
+``basic.auth.user.info`` (``user:password``), ``bearer.auth.*`` (a static token or OAuth),
+``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location`` and the client's own
+``timeout`` and ``max.retries``. The URL is shown in messages; nothing else is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from kafka_batch_provider.core.settings import Setting
+from kafka_batch_provider.errors import ConfigError
+
+#: Keys of the client's configuration that hold secrets: never printed.
+SECRET_KEYS = ("basic.auth.user.info", "bearer.auth.token", "bearer.auth.client.secret", "ssl.key.password")
+
+
+@dataclass(frozen=True)
+class RegistrySettings:
+    """:param url: the registry's base URL (``http://host:8081``), no credentials in it.
+    :param config: the rest of the client's configuration (credentials, TLS files)."""
+
+    url: str
+    config: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        check_url(self.url)
+        if "url" in self.config:
+            raise ConfigError(
+                f"the schema registry's URL belongs in {Setting('schema_registry_url')}, not in its settings file",
+                setting=Setting("schema_registry_url"),
+            )
+
+    def client_config(self) -> dict[str, Any]:
+        """The configuration of confluent-kafka's ``SchemaRegistryClient`` (with the secrets)."""
+        return {**self.config, "url": self.url}
+
+    def to_dict(self) -> dict[str, Any]:
+        """For pickling into Spark tasks and for the plan: the URL only (the secrets travel apart)."""
+        return {"url": self.url}
+
+
+def check_url(url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f"schema registry URL {url!r} is not an http:// or https:// URL ({Setting('schema_registry_url')})",
+            setting=Setting("schema_registry_url"),
+        )
+    if parts.username or parts.password:
+        raise ConfigError(
+            "the schema registry URL carries credentials, which would show in logs and the process table: "
+            "put them in the settings file as basic.auth.user.info (--schema-registry-config-file)",
+            setting=Setting("schema_registry_url"),
+        )
+
+
+def read_settings_file(path: str) -> dict[str, Any]:
+    """A JSON object of client settings (credentials stay in the file, out of argv)."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the schema registry settings file {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"the schema registry settings file {path} is not JSON: {exc.msg} (line {exc.lineno})"
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"the schema registry settings file {path} must hold a JSON object of settings")
+    return data
+
+
+def settings_from(
+    url: str | None, config_file: str | None = None, extra: Mapping[str, Any] | None = None
+) -> RegistrySettings | None:
+    """Settings from a URL and an optional settings file; ``None`` without a URL."""
+    config = {**(read_settings_file(config_file) if config_file else {}), **(extra or {})}
+    url = url or config.pop("url", None)
+    if not url:
+        if config_file:
+            raise ConfigError(
+                f"{Setting('schema_registry_url')} is required with a schema registry settings file",
+                setting=Setting("schema_registry_url"),
+            )
+        return None
+    return RegistrySettings(str(url), config)
+
+
+def settings_from_connection(conn: Any) -> RegistrySettings:
+    """Settings from an Airflow connection of type ``schema_registry``: host (with scheme and
+    port) is the URL, login and password the basic-auth credentials, extra any other setting."""
+    host = str(conn.host or "")
+    scheme = (conn.schema or "").strip() or ("https" if host.startswith("https://") else "http")
+    if "://" not in host:
+        host = f"{scheme}://{host}"
+    url = host.rstrip("/") + (f":{conn.port}" if conn.port and f":{conn.port}" not in host else "")
+    extra = dict(conn.extra_dejson or {})
+    if conn.login:
+        extra["basic.auth.user.info"] = f"{conn.login}:{conn.password or ''}"
+    return RegistrySettings(url, extra)

@@ -1,0 +1,98 @@
+"""Every row of the Avro -> Arrow mapping (README, "Typed columns")."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from kafka_batch_provider.decoding.avro_types import arrow_schema
+from kafka_batch_provider.errors import ConfigError
+
+
+def record(*fields: dict, name: str = "Order") -> dict:
+    return {"type": "record", "name": name, "namespace": "shop", "fields": list(fields)}
+
+
+ADDRESS = {"type": "record", "name": "Address", "fields": [{"name": "city", "type": "string"}]}
+
+ROWS = [
+    ("boolean", pa.bool_()),
+    ("int", pa.int32()),
+    ("long", pa.int64()),
+    ("float", pa.float32()),
+    ("double", pa.float64()),
+    ("string", pa.string()),
+    ("bytes", pa.binary()),
+    ({"type": "fixed", "name": "Hash", "size": 16}, pa.binary(16)),
+    ({"type": "enum", "name": "Colour", "symbols": ["RED", "GREEN"]}, pa.string()),
+    ({"type": "array", "items": "long"}, pa.list_(pa.field("element", pa.int64(), nullable=False))),
+    (
+        {"type": "map", "values": ["null", "double"]},
+        pa.map_(pa.string(), pa.field("value", pa.float64(), nullable=True)),
+    ),
+    (ADDRESS, pa.struct([pa.field("city", pa.string(), nullable=False)])),
+    (["null", "string"], pa.string()),
+    (["null", "long", "string"], pa.struct([pa.field("long", pa.int64()), pa.field("string", pa.string())])),
+    (["long", "boolean"], pa.struct([pa.field("long", pa.int64()), pa.field("boolean", pa.bool_())])),
+    ({"type": "int", "logicalType": "date"}, pa.date32()),
+    ({"type": "int", "logicalType": "time-millis"}, pa.time32("ms")),
+    ({"type": "long", "logicalType": "time-micros"}, pa.time64("us")),
+    ({"type": "long", "logicalType": "timestamp-millis"}, pa.timestamp("ms", tz="UTC")),
+    ({"type": "long", "logicalType": "timestamp-micros"}, pa.timestamp("us", tz="UTC")),
+    ({"type": "long", "logicalType": "local-timestamp-millis"}, pa.timestamp("ms")),
+    ({"type": "long", "logicalType": "local-timestamp-micros"}, pa.timestamp("us")),
+    ({"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}, pa.decimal128(10, 2)),
+    (
+        {"type": "fixed", "name": "Big", "size": 32, "logicalType": "decimal", "precision": 60, "scale": 5},
+        pa.decimal256(60, 5),
+    ),
+    ({"type": "string", "logicalType": "uuid"}, pa.string()),
+    ({"type": "fixed", "name": "Span", "size": 12, "logicalType": "duration"}, pa.binary(12)),
+    ({"type": "long", "logicalType": "no-such-logical-type"}, pa.int64()),  # readers fall back to the base type
+]
+
+
+@pytest.mark.parametrize("avro, expected", ROWS, ids=[repr(a)[:40] for a, _ in ROWS])
+def test_each_avro_type_becomes_its_column_type(avro, expected):
+    found = arrow_schema(record({"name": "f", "type": avro})).field("f")
+    assert found.type == expected, f"expected {expected} for {avro}, found {found.type}"
+    assert found.nullable, "columns are always nullable (tombstones, columns added later)"
+
+
+def test_a_record_branch_of_a_union_and_references_by_name():
+    schema = record(
+        {"name": "home", "type": ADDRESS},
+        {"name": "work", "type": ["null", "shop.Address"]},
+        {"name": "either", "type": ["null", "long", "Address"]},
+    )
+    found = arrow_schema(schema)
+    address = pa.struct([pa.field("city", pa.string(), nullable=False)])
+    assert found.field("home").type == address
+    assert found.field("work").type == address
+    assert found.field("either").type == pa.struct([pa.field("long", pa.int64()), pa.field("Address", address)])
+
+
+def test_nested_fields_keep_their_avro_nullability():
+    schema = record(
+        {
+            "name": "inner",
+            "type": record({"name": "a", "type": "long"}, {"name": "b", "type": ["null", "long"]}, name="Inner"),
+        }
+    )
+    inner = arrow_schema(schema).field("inner").type
+    assert [(f.name, f.nullable) for f in inner] == [("a", False), ("b", True)]
+
+
+@pytest.mark.parametrize(
+    "schema, message",
+    [
+        ("string", "must be an Avro record"),
+        (record({"name": "next", "type": ["null", "Node"]}, name="Node"), "refers to itself"),
+        (record({"name": "x", "type": "Missing"}), "unknown type 'Missing'"),
+        (record({"name": "d", "type": {"type": "bytes", "logicalType": "decimal", "precision": 0}}), "precision 0"),
+    ],
+)
+def test_schemas_without_columns_are_refused_in_one_line(schema, message):
+    with pytest.raises(ConfigError, match=message) as caught:
+        arrow_schema(schema)
+    assert "\n" not in str(caught.value)
