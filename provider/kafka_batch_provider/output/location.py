@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 
 from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError, StorageAccessError, StorageError
+from kafka_batch_provider.settings_file import read_settings_file
 
 #: Scheme -> (fsspec protocol, the package that provides it, pip extra).
 SCHEMES: dict[str, tuple[str, str, str]] = {
@@ -453,13 +454,4 @@ def json_bytes(data: Any) -> bytes:
 
 def read_storage_options_file(path: str) -> dict[str, Any]:
     """A JSON object of fsspec storage options (credentials stay in the file, out of argv)."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except OSError as exc:
-        raise ConfigError(f"cannot read storage options file {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise ConfigError(f"storage options file {path} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"storage options file {path} must hold a JSON object")
-    return data
+    return read_settings_file(path, "storage options")

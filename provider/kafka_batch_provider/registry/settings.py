@@ -9,7 +9,6 @@ The settings are confluent-kafka's ``SchemaRegistryClient`` configuration: ``url
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +16,7 @@ from urllib.parse import urlsplit
 
 from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError
+from kafka_batch_provider.settings_file import read_settings_file
 
 #: Keys of the client's configuration that hold secrets: never printed.
 SECRET_KEYS = ("basic.auth.user.info", "bearer.auth.token", "bearer.auth.client.secret", "ssl.key.password")
@@ -62,27 +62,11 @@ def check_url(url: str) -> None:
         )
 
 
-def read_settings_file(path: str) -> dict[str, Any]:
-    """A JSON object of client settings (credentials stay in the file, out of argv)."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except OSError as exc:
-        raise ConfigError(f"cannot read the schema registry settings file {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"the schema registry settings file {path} is not JSON: {exc.msg} (line {exc.lineno})"
-        ) from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"the schema registry settings file {path} must hold a JSON object of settings")
-    return data
-
-
 def settings_from(
     url: str | None, config_file: str | None = None, extra: Mapping[str, Any] | None = None
 ) -> RegistrySettings | None:
     """Settings from a URL and an optional settings file; ``None`` without a URL."""
-    config = {**(read_settings_file(config_file) if config_file else {}), **(extra or {})}
+    config = {**(read_settings_file(config_file, "schema registry settings") if config_file else {}), **(extra or {})}
     url = url or config.pop("url", None)
     if not url:
         if config_file:
