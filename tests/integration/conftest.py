@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.helpers import Output
+from tests.support.schema_registry_fixture import schema_registry  # noqa: F401 - the embedded schema registry
 from tests.support.store_emulators import azurite, gcs_emulator  # noqa: F401 - the GCS and Azure emulators' fixtures
 
 

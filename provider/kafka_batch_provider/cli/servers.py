@@ -1,6 +1,7 @@
-"""The local servers for demos and tests, one start/status/stop shape for all three: ``broker``
-(the embedded Kafka-protocol broker), ``s3`` (the embedded S3-protocol server) and
-``spark-connect`` (a Spark Connect server from the installed pyspark); and ``spark-archive``."""
+"""The local servers for demos and tests, one start/status/stop shape for all four: ``broker``
+(the embedded Kafka-protocol broker), ``s3`` (the embedded S3-protocol server),
+``schema-registry`` (the embedded schema registry) and ``spark-connect`` (a Spark Connect server
+from the installed pyspark); and ``spark-archive``."""
 
 from __future__ import annotations
 
@@ -63,6 +64,18 @@ SERVERS = {
             + " ".join(f"{k}={v}" for k, v in sorted(info["env"].items()))
         ),
     ),
+    "schema-registry": ServerCommand(
+        "embedded schema registry",
+        "schema_registry",
+        "url",
+        8081,
+        30.0,
+        lambda module, args: module.start_detached(args.port, timeout=args.timeout),
+        lambda info: (
+            f"embedded schema registry at {info['url']} (pid {info['pid']}, memory storage, auth: {info['auth']}); "
+            f"point clients at it with: SCHEMA_REGISTRY_URL={info['url']}"
+        ),
+    ),
     "spark-connect": ServerCommand(
         "Spark Connect server",
         "spark_connect",
@@ -98,6 +111,8 @@ def add_server_parsers(sub: Any) -> None:
     helps = {
         "broker": "the embedded Kafka-protocol broker (tansu) for demos and tests",
         "s3": "the embedded S3-protocol server (moto) for demos and tests",
+        "schema-registry": "the embedded Confluent-compatible schema registry for demos and tests "
+        "(credentials: $KAFKA_BATCH_SCHEMA_REGISTRY_AUTH)",
         "spark-connect": "a local Spark Connect server from the installed pyspark",
     }
     for command, server in SERVERS.items():
