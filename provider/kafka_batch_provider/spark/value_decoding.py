@@ -1,0 +1,82 @@
+"""Schema-registry values decoded inside the Spark task, between the reader and the task writer.
+
+:class:`ValueDecoding` is picklable (the registry's credentials travel inside it, never as
+options a query plan or the Spark UI could print). In the task it opens one registry client
+and one decoder, so each schema id is fetched once per task, never per record
+(:mod:`kafka_batch_provider.decoding.avro_decoder`). Each Arrow batch of Kafka records becomes
+the Kafka columns (``key``, ``topic``, ``partition``, ``offset``, ``timestamp``,
+``timestampType``, ``headers``; ``value`` too with ``keep_raw_value``) followed by the value's
+fields as typed columns. Receipt rows pass through untouched.
+
+A record that cannot be decoded fails the batch in one line naming topic, partition, offset
+and why (``--on-bad-record fail``, the default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from kafka_batch_provider.core.settings import Setting
+from kafka_batch_provider.errors import SchemaError
+
+#: The Kafka columns that stay beside the value's fields.
+KAFKA_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+
+
+@dataclass(frozen=True)
+class ValueDecoding:
+    """:param reader_schema: the batch's reader schema (Avro JSON text), as the plan recorded it.
+    :param registry_config: confluent-kafka ``SchemaRegistryClient`` settings (url, credentials).
+    :param wait: seconds an unreachable registry is waited for (the read's stall timeout)."""
+
+    reader_schema: str
+    registry_config: Mapping[str, Any] = field(repr=False)
+    keep_raw_value: bool = False
+    wait: float = 120.0
+
+    def decoder(self) -> Any:
+        from kafka_batch_provider.decoding.avro_decoder import AvroDecoder
+        from kafka_batch_provider.registry.client import SchemaRegistry
+        from kafka_batch_provider.registry.settings import RegistrySettings
+
+        config = dict(self.registry_config)
+        registry = SchemaRegistry(RegistrySettings(config.pop("url"), config), wait=self.wait)
+        return AvroDecoder(self.reader_schema, lambda schema_id: registry.by_id(schema_id).text)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        decoder = self.decoder()
+        for batch in batches:
+            yield self.decoded(batch, decoder)
+
+    def decoded(self, batch: pa.RecordBatch, decoder: Any) -> pa.RecordBatch:
+        found = decoder.decode(batch.column("value"))
+        if found.problems:
+            row = min(found.problems)
+            raise SchemaError(
+                f"{batch.column('topic')[row].as_py()}[{batch.column('partition')[row].as_py()}] offset "
+                f"{batch.column('offset')[row].as_py()}: the value cannot be decoded ({found.problems[row]})"
+                f"{more(len(found.problems))}; nothing was written: fix the producer, or set such records "
+                f"aside with {Setting('on_bad_record', 'dead-letter')}"
+            )
+        kept = {*KAFKA_COLUMNS, *(["value"] if self.keep_raw_value else [])}
+        names = [n for n in batch.schema.names if n in kept]  # in the reader's order
+        extra = [n for n in batch.schema.names if n not in (*KAFKA_COLUMNS, "value")]  # the receipts
+        columns = [batch.column(n) for n in names] + list(found.columns.columns) + [batch.column(n) for n in extra]
+        fields = (
+            [batch.schema.field(n) for n in names] + list(found.columns.schema) + [batch.schema.field(n) for n in extra]
+        )
+        return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields))
+
+
+def more(count: int) -> str:
+    return f" (and {count - 1} more record(s) in this part of the batch)" if count > 1 else ""
+
+
+def clashing_columns(value_columns: list[str], keep_raw_value: bool) -> list[str]:
+    """Value fields named like a Kafka column: the table could not hold both."""
+    taken = {*KAFKA_COLUMNS, "_receipt", *(["value"] if keep_raw_value else [])}
+    return sorted(set(value_columns) & taken)
