@@ -140,3 +140,39 @@ def test_registry_urls_are_checked_in_one_line(url, expected):
     with pytest.raises(ConfigError, match=expected) as caught:
         RegistrySettings(url)
     assert "secret" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "status, body, expected",
+    [
+        (408, b'{"error_code": 408, "message": "timeout"}', RegistryUnavailableError),
+        (503, b"busy", RegistryUnavailableError),
+        (404, b"<html>not here</html>", ConfigError),  # a proxy or a wrong path, not an unknown id
+        (407, b"proxy", ConfigError),
+    ],
+)
+def test_answers_that_are_not_the_registrys_own_not_found_never_blame_records(status, body, expected):
+    """Only the registry's 40403 makes an id's records bad; anything else is the batch's problem."""
+    import http.server
+    import threading
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        registry = SchemaRegistry(RegistrySettings(f"http://127.0.0.1:{server.server_port}"), wait=1)
+        with pytest.raises(expected) as caught:
+            registry.writer_schema(7)
+        assert not isinstance(caught.value, SchemaError), f"HTTP {status} must not blame records: {caught.value}"
+        assert "\n" not in str(caught.value)
+    finally:
+        server.shutdown()

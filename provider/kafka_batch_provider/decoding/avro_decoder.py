@@ -7,22 +7,28 @@ types (int -> long, float -> double, string <-> bytes) are widened. The columns 
 :mod:`kafka_batch_provider.decoding.avro_types`.
 
 A value that cannot be decoded is not a row: it is reported with its reason (the caller
-fails the batch or writes a dead letter), so no record is dropped silently.
+fails the batch or writes a dead letter), so no record is dropped silently. What is wrong
+with a schema id (unknown to the registry, not Avro, not resolvable to the reader schema) is
+the fault of its records; an unreachable registry is nobody's: it raises, and the batch waits
+or fails as a whole.
 """
 
 from __future__ import annotations
 
 import io
-import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from kafka_batch_provider.decoding.avro_types import arrow_schema, branch_name, resolve_names
+from kafka_batch_provider.decoding.avro_types import FAMILIES, arrow_schema, branch_kind, branch_names, parsed
 from kafka_batch_provider.decoding.wire import HEADER_BYTES, NOT_FRAMED, TOMBSTONE, schema_ids
-from kafka_batch_provider.errors import SchemaError
+from kafka_batch_provider.errors import ConfigError, SchemaError
+
+#: A writer schema as the registry gives it: its type (``AVRO``, ``PROTOBUF``, ``JSON``), its
+#: text, and the texts of the schemas it references (imported first).
+WriterSchema = tuple[str, str, Sequence[str]]
 
 
 @dataclass
@@ -40,73 +46,107 @@ class Decoded:
 
 class AvroDecoder:
     """:param reader_schema: the batch's reader schema (Avro JSON text).
-    :param writer_schema: schema id -> that id's Avro JSON text (the registry; called once per id)."""
+    :param writer_schema: schema id -> :data:`WriterSchema` (the registry; called once per id,
+        raising :class:`SchemaError` for an id it does not know).
+    :param references: the texts of the schemas the reader schema references."""
 
-    def __init__(self, reader_schema: str, writer_schema: Callable[[int], str]) -> None:
+    def __init__(
+        self, reader_schema: str, writer_schema: Callable[[int], WriterSchema], references: Sequence[str] = ()
+    ) -> None:
+        import json
+
         import fastavro
 
-        self._fastavro = fastavro
-        reader = json.loads(reader_schema)
-        self.arrow = arrow_schema(reader)
+        self._read = fastavro.schemaless_reader
+        self._json = json
         named: dict[str, Any] = {}
-        resolve_names(reader, named, "")
-        self.reader = fastavro.parse_schema(reader)
+        self.arrow = arrow_schema(json.loads(reader_schema), [json.loads(r) for r in references])
+        self.reader = parsed(json.loads(reader_schema), named, [json.loads(r) for r in references])
         self._writer_schema = writer_schema
         self._writers: dict[int, Any] = {}
+        self._unknown: dict[int, str] = {}  # ids whose records cannot be read: why (asked once)
         # Per column, how fastavro's value becomes what pyarrow takes (None: as it is).
-        self._converters = {f["name"]: converter(f["type"], named) for f in named_fields(reader, named)}
+        self._converters = {f["name"]: converter(f["type"], named) for f in self.reader["fields"]}
 
     def writer(self, schema_id: int) -> Any:
-        """The parsed writer schema of an id, fetched once (a decoder lives as long as its task)."""
+        """The parsed writer schema of an id, fetched and parsed once (a decoder lives as long as its task).
+
+        :raises SchemaError: the id's records cannot be read (the reason is kept for the next ones).
+        """
+        if schema_id in self._unknown:
+            raise SchemaError(self._unknown[schema_id])
         if schema_id not in self._writers:
-            self._writers[schema_id] = self._fastavro.parse_schema(json.loads(self._writer_schema(schema_id)))
+            try:
+                kind, text, references = self._writer_schema(schema_id)
+                if kind != "AVRO":
+                    raise SchemaError(f"schema id {schema_id} is a {kind} schema, not Avro")
+                loads = self._json.loads
+                self._writers[schema_id] = parsed(loads(text), {}, [loads(r) for r in references])
+            except (SchemaError, ConfigError, ValueError) as exc:
+                self._unknown[schema_id] = f"schema id {schema_id}: {exc}" if "schema id" not in str(exc) else str(exc)
+                raise SchemaError(self._unknown[schema_id]) from None
         return self._writers[schema_id]
 
     def decode(self, values: pa.Array) -> Decoded:
         framing = schema_ids(values)
         ids = framing.ids.tolist()
         problems = dict(framing.problems)
-        names = self.arrow.names
-        columns: dict[str, list[Any]] = {name: [None] * len(ids) for name in names}
+        records: list[dict[str, Any] | None] = [None] * len(ids)
         raw = values.to_pylist()
-        read = self._fastavro.schemaless_reader
         for row, schema_id in enumerate(ids):
             if schema_id in (TOMBSTONE, NOT_FRAMED):
                 continue
             try:
                 writer = self.writer(schema_id)
-            except SchemaError as exc:  # an id the registry does not know: this record's fault
+            except SchemaError as exc:
                 problems[row] = str(exc)
-                continue  # (an unreachable registry raises on: the batch waits or fails, no record is blamed)
+                continue
             try:
-                record = read(
-                    io.BytesIO(raw[row][HEADER_BYTES:]),
-                    writer,
-                    self.reader,
-                    return_record_name=True,
-                    return_record_name_override=True,  # named only where a union has several records
-                )
+                # return_record_name: a record read from a union comes as (its full name, the record)
+                record = self._read(io.BytesIO(raw[row][HEADER_BYTES:]), writer, self.reader, return_record_name=True)
+                records[row] = self.converted(record)
             except Exception as exc:  # a corrupt or truncated payload, a writer schema that cannot resolve
                 problems[row] = f"schema id {schema_id}: {one_line(exc)}"
-                continue
-            for name in names:
-                columns[name][row] = record.get(name)
-        arrays = []
-        for column in self.arrow:
-            data = columns[column.name]
-            convert = self._converters.get(column.name)
-            if convert is not None:
-                data = [None if v is None else convert(v) for v in data]
-            arrays.append(pa.array(data, type=column.type))
-        return Decoded(pa.RecordBatch.from_arrays(arrays, schema=self.arrow), ids, problems)
+        return Decoded(self.batch(records, problems), ids, problems)
+
+    def converted(self, record: dict[str, Any]) -> dict[str, Any]:
+        converted = dict(record)
+        for name, convert in self._converters.items():
+            if convert is not None and converted.get(name) is not None:
+                converted[name] = convert(converted[name])
+        return converted
+
+    def batch(self, records: list[dict[str, Any] | None], problems: dict[int, str]) -> pa.RecordBatch:
+        """The columns; a record Arrow cannot take (a decimal wider than its column) becomes a problem."""
+        try:
+            return self.columns(records)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            for row, record in enumerate(records):
+                if record is None:
+                    continue
+                try:
+                    self.columns([record])
+                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+                    problems[row] = f"the value does not fit its columns: {one_line(exc)}"
+                    records[row] = None
+            return self.columns(records)
+
+    def columns(self, records: list[dict[str, Any] | None]) -> pa.RecordBatch:
+        arrays = [
+            pa.array([None if r is None else r.get(column.name) for r in records], type=column.type)
+            for column in self.arrow
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.arrow)
 
 
 Convert = Callable[[Any], Any]
 
 
-def named_fields(reader: Any, named: dict[str, Any]) -> list[dict[str, Any]]:
-    schema = named.get(reader, reader) if isinstance(reader, str) else reader
-    return list(schema.get("fields", []))
+def untagged(value: Any) -> Any:
+    """A record read from a union comes as ``(name, record)``: the record."""
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
+        return value[1]
+    return value
 
 
 def converter(avro: Any, named: dict[str, Any], seen: frozenset[str] = frozenset()) -> Convert | None:
@@ -119,7 +159,10 @@ def converter(avro: Any, named: dict[str, Any], seen: frozenset[str] = frozenset
     if isinstance(avro, list):
         others = [b for b in avro if b != "null"]
         if len(others) == 1:
-            return converter(others[0], named, seen)
+            inner = converter(others[0], named, seen)
+            if not branch_kind(others[0], named).startswith("record "):
+                return inner  # only a record's branch comes tagged
+            return untagged if inner is None else (lambda v: inner(untagged(v)))
         return union_converter(others, named, seen)
     kind = avro.get("type")
     if isinstance(kind, (dict, list)):
@@ -127,7 +170,8 @@ def converter(avro: Any, named: dict[str, Any], seen: frozenset[str] = frozenset
     if avro.get("logicalType") == "uuid" and kind == "string":
         return str
     if kind in ("record", "error"):
-        fields = [(f["name"], converter(f["type"], named, seen | {avro.get("name", "")})) for f in avro["fields"]]
+        inner_seen = seen | {str(avro.get("name", ""))}
+        fields = [(f["name"], converter(f["type"], named, inner_seen)) for f in avro["fields"]]
         if all(c is None for _, c in fields):
             return None
         return lambda v: {n: (v.get(n) if c is None or v.get(n) is None else c(v.get(n))) for n, c in fields}
@@ -140,54 +184,59 @@ def converter(avro: Any, named: dict[str, Any], seen: frozenset[str] = frozenset
     return None
 
 
-#: Python types fastavro gives for each branch kind of a union, to tell the branch a value took.
-BRANCH_TYPES: dict[str, tuple[type, ...]] = {
-    "boolean": (bool,),
-    "int": (int,),
-    "long": (int,),
-    "float": (float,),
-    "double": (float,),
-    "string": (str,),
-    "bytes": (bytes,),
-    "enum": (str,),
-    "fixed": (bytes,),
-    "array": (list,),
-    "record": (dict,),
-    "error": (dict,),
-    "map": (dict,),
-}
+def python_types() -> dict[str, tuple[type, ...]]:
+    import datetime as dt
+    import decimal
+    import uuid
+
+    return {
+        "int": (int,),
+        "float": (float,),
+        "str": (str, uuid.UUID),
+        "bytes": (bytes,),
+        "bool": (bool,),
+        "list": (list,),
+        "map": (dict,),
+        "date": (dt.date,),
+        "time": (dt.time,),
+        "datetime": (dt.datetime,),
+        "decimal": (decimal.Decimal,),
+    }
 
 
 def union_converter(branches: list[Any], named: dict[str, Any], seen: frozenset[str]) -> Convert:
-    """A union of several types becomes a struct with one field per branch; fastavro names a
-    record's branch (``return_record_name``), any other branch is told by the value's type."""
-    fields = []
-    for branch in branches:
-        kind = branch if isinstance(branch, str) else branch.get("type")
-        target = named.get(branch, branch) if isinstance(branch, str) else branch
-        if isinstance(target, dict):
-            kind = target.get("type")
-        fields.append((branch_name(branch), kind, converter(branch, named, seen)))
+    """A union of several types becomes a struct with one field per branch. fastavro names a
+    record's branch; any other branch is told by the Python type of the value, which
+    :func:`~kafka_batch_provider.decoding.avro_types.check_distinct` made unambiguous."""
+    types = python_types()
+    names = branch_names(branches)
+    kinds = [branch_kind(b, named) for b in branches]
+    records = {kind.split(" ", 1)[1]: i for i, kind in enumerate(kinds) if kind.startswith("record ")}
+    inners = [converter(b, named, seen) for b in branches]
 
-    # The union's order, but a plain dict is a record's before it is a map's.
-    by_preference = sorted(fields, key=lambda f: f[1] not in ("record", "error"))
+    def branch_of(value: Any) -> int:
+        if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
+            return records[value[0]]
+        for i, kind in enumerate(kinds):
+            family = FAMILIES.get(kind, kind)
+            if isinstance(value, bool) != (family == "bool"):  # a bool is an int to Python, not to Avro
+                continue
+            if isinstance(value, types.get(family, ())) and not (family == "date" and isinstance(value, dt_datetime())):
+                return i
+        raise ValueError(f"no branch of the union takes a {type(value).__name__}")
 
     def convert(value: Any) -> dict[str, Any]:
-        if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
-            name, value = branch_name(value[0]), value[1]
-            chosen = next(f for f in fields if f[0] == name)
-        else:
-            chosen = next((f for f in by_preference if takes(f[1], value)), fields[0])
-        name, _, inner = chosen
-        return {name: value if inner is None else inner(value)}
+        i = branch_of(value)
+        value = untagged(value)
+        return {names[i]: value if inners[i] is None else inners[i](value)}
 
     return convert
 
 
-def takes(kind: str, value: Any) -> bool:
-    if isinstance(value, bool):  # a bool is an int to Python, not to Avro
-        return kind == "boolean"
-    return isinstance(value, BRANCH_TYPES.get(kind, ()))
+def dt_datetime() -> type:
+    import datetime as dt
+
+    return dt.datetime
 
 
 def one_line(exc: BaseException) -> str:

@@ -1,7 +1,6 @@
 """Avro schemas as Arrow types: the columns a ``--value-format avro`` batch is written with.
 
-Pure: a parsed Avro schema (JSON, as the registry returns it) in, a ``pyarrow`` type out.
-The mapping (README, "Typed columns"):
+Pure: an Avro schema (JSON, as the registry returns it) in, a ``pyarrow`` type out. The mapping:
 
 ==========================================  =====================================================
 Avro                                        Arrow
@@ -25,7 +24,8 @@ uuid                                        string
 duration                                    fixed_size_binary(12), as Avro stores it
 ==========================================  =====================================================
 
-A nested field is nullable when its type is a union with ``null``. The columns themselves
+Names are resolved as fastavro parses the schema (fully qualified, the enclosing namespace
+for a short reference). A nested field is nullable when its type is a union with ``null``. The columns themselves
 are always nullable: a tombstone (a record whose value is null) gives a row whose value
 columns are null, and a column added by a newer schema is null in older rows. A recursive
 record (a linked list, a tree) has no Arrow type: it is refused in one line.
@@ -33,7 +33,7 @@ record (a linked list, a tree) has no Arrow type: it is refused in one line.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -65,14 +65,31 @@ LOGICAL: dict[tuple[str, str], pa.DataType] = {
 }
 
 
-def arrow_schema(avro: Any) -> pa.Schema:
-    """The columns of a record schema: one per field (the value's fields become columns)."""
+def arrow_schema(avro: Any, references: Sequence[Any] = ()) -> pa.Schema:
+    """The columns of a record schema: one per field (the value's fields become columns).
+
+    :param references: the schemas it imports (the registry's references), parsed first.
+    """
     named: dict[str, Any] = {}
-    schema = resolve_names(avro, named, namespace="")
-    if not (isinstance(schema, Mapping) and schema.get("type") == "record"):
+    schema = parsed(avro, named, references)
+    if not (isinstance(schema, Mapping) and schema.get("type") in ("record", "error")):
         raise ConfigError(f"the value schema must be an Avro record to become columns, got {short(avro)}")
     struct = arrow_type(schema, named, ())
     return pa.schema([column.with_nullable(True) for column in struct])
+
+
+def parsed(avro: Any, named: dict[str, Any], references: Sequence[Any] = ()) -> Any:
+    """The schema as fastavro parses it (every name fully qualified, references by full name),
+    with every named type in ``named``; an invalid schema is refused in one line."""
+    import fastavro
+
+    try:
+        for reference in references:
+            fastavro.parse_schema(reference, named, _write_hint=False)
+        return fastavro.parse_schema(avro, named, _write_hint=False)
+    except Exception as exc:  # fastavro's SchemaParseException, UnknownType, ...
+        text = " ".join(str(exc).split())
+        raise ConfigError(f"invalid Avro schema ({type(exc).__name__}: {text or short(avro)})") from None
 
 
 def arrow_field(name: str, avro: Any, named: dict[str, Any], seen: tuple[str, ...]) -> pa.Field:
@@ -91,12 +108,14 @@ def arrow_type(avro: Any, named: dict[str, Any], seen: tuple[str, ...]) -> pa.Da
         if avro in PRIMITIVES:
             return PRIMITIVES[avro]
         if avro in seen:
-            raise ConfigError(f"Avro record {avro!r} refers to itself; a recursive schema has no column type")
+            raise ConfigError(f"Avro record {avro!r} refers to itself: a recursive schema has no column type")
         if avro not in named:
             raise ConfigError(f"Avro schema names the unknown type {avro!r}")
         return arrow_type(named[avro], named, seen)
     if isinstance(avro, list):
         return union_type(avro, named, seen)
+    if not isinstance(avro, Mapping):
+        raise ConfigError(f"unknown Avro type {short(avro)}")
     kind = avro.get("type")
     logical = avro.get("logicalType")
     if logical == "decimal" and kind in ("bytes", "fixed"):
@@ -129,7 +148,82 @@ def union_type(branches: list[Any], named: dict[str, Any], seen: tuple[str, ...]
     others = [branch for branch in branches if branch != "null"]
     if len(others) == 1:
         return arrow_type(others[0], named, seen)
-    return pa.struct([pa.field(branch_name(branch), arrow_type(branch, named, seen)) for branch in others])
+    check_distinct(others, named)
+    names = branch_names(others)
+    return pa.struct([pa.field(name, arrow_type(branch, named, seen)) for name, branch in zip(names, others)])
+
+
+#: What a value of each kind of branch is in Python once read: branches of one family in the
+#: same union cannot be told apart (fastavro names only a record's branch).
+FAMILIES = {
+    "int": "int",
+    "long": "int",
+    "float": "float",
+    "double": "float",
+    "string": "str",
+    "enum": "str",
+    "uuid": "str",
+    "bytes": "bytes",
+    "fixed": "bytes",
+    "duration": "bytes",
+    "boolean": "bool",
+    "array": "list",
+    "map": "map",
+    "date": "date",
+    "time-millis": "time",
+    "time-micros": "time",
+    "timestamp-millis": "datetime",
+    "timestamp-micros": "datetime",
+    "local-timestamp-millis": "datetime",
+    "local-timestamp-micros": "datetime",
+    "decimal": "decimal",
+}
+
+
+def branch_kind(branch: Any, named: Mapping[str, Any]) -> str:
+    """A branch's kind: its logical type when it has one, else its Avro type (a record: its name)."""
+    target = named.get(branch, branch) if isinstance(branch, str) else branch
+    if not isinstance(target, Mapping):
+        return str(target)
+    kind = target.get("type")
+    if isinstance(kind, (Mapping, list)):
+        return branch_kind(kind, named)
+    logical = target.get("logicalType")
+    if logical in FAMILIES:
+        return str(logical)
+    if kind in ("record", "error"):
+        return f"record {target.get('name')}"
+    return str(kind)
+
+
+def check_distinct(branches: Sequence[Any], named: Mapping[str, Any]) -> None:
+    """A union's branches must read as different Python types, or a value's branch is a guess."""
+    seen: dict[str, str] = {}
+    for branch in branches:
+        kind = branch_kind(branch, named)
+        family = FAMILIES.get(kind, kind)
+        if family in seen:
+            raise ConfigError(
+                f"Avro union of {seen[family]} and {kind} cannot become a column: a value of either reads "
+                "the same, so the branch it took would be a guess; keep one of the two in the reader schema"
+            )
+        seen[family] = kind
+
+
+def branch_names(branches: Sequence[Any]) -> list[str]:
+    """The struct fields of a union's branches: their short names, or full ones (dots as ``_``)
+    where two branches share a short name (``a.Address`` and ``b.Address``)."""
+    short_names = [branch_name(b) for b in branches]
+    return [
+        name if short_names.count(name) == 1 else full_branch_name(b).replace(".", "_")
+        for name, b in zip(short_names, branches)
+    ]
+
+
+def full_branch_name(branch: Any) -> str:
+    if isinstance(branch, Mapping):
+        return str(branch.get("name") or branch.get("logicalType") or branch.get("type"))
+    return str(branch)
 
 
 def branch_name(branch: Any) -> str:
@@ -147,34 +241,6 @@ def decimal_type(avro: Mapping[str, Any]) -> pa.DataType:
     if not 0 < precision <= 76 or not 0 <= scale <= precision:
         raise ConfigError(f"Avro decimal with precision {precision} and scale {scale} has no column type")
     return pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
-
-
-def resolve_names(avro: Any, named: dict[str, Any], namespace: str) -> Any:
-    """Record every named type (record, enum, fixed) under its short and full name, so a later
-    reference by name finds it; returns the schema itself."""
-    if isinstance(avro, list):
-        for branch in avro:
-            resolve_names(branch, named, namespace)
-        return avro
-    if not isinstance(avro, Mapping):
-        return avro
-    kind = avro.get("type")
-    if kind in ("record", "error", "enum", "fixed") and "name" in avro:
-        name = str(avro["name"])
-        space = str(avro.get("namespace", namespace)) if "." not in name else name.rsplit(".", 1)[0]
-        full = name if "." in name else (f"{space}.{name}" if space else name)
-        named[full] = named[full.rsplit(".", 1)[-1]] = avro
-        if kind in ("record", "error"):
-            for f in avro.get("fields", []):
-                resolve_names(f.get("type"), named, space)
-        return avro
-    if kind == "array":
-        resolve_names(avro.get("items"), named, namespace)
-    elif kind == "map":
-        resolve_names(avro.get("values"), named, namespace)
-    elif isinstance(kind, (dict, list)):
-        resolve_names(kind, named, namespace)
-    return avro
 
 
 def short(avro: Any, limit: int = 80) -> str:

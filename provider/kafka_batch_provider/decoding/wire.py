@@ -37,6 +37,8 @@ class Framing:
 
 def schema_ids(values: pa.Array) -> Framing:
     """Each value's schema id, read from its first 5 bytes for the whole column at once."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
     values = values.cast(pa.binary()) if values.type != pa.binary() else values
     count = len(values)
     ids = np.full(count, NOT_FRAMED, dtype=np.int64)
@@ -65,6 +67,8 @@ def schema_ids(values: pa.Array) -> Framing:
 def not_framed_reason(length: int, first_byte: int | None) -> str:
     if length < HEADER_BYTES:
         return f"{length} byte(s), shorter than the wire format's 5-byte header (magic byte and schema id)"
+    if first_byte == 1:  # confluent-kafka 2.16's schema GUIDs
+        return "magic byte 0x01: a schema GUID, which this version does not read yet (only schema ids, 0x00)"
     return f"magic byte {first_byte:#04x}, not 0x00: not written by a schema-registry serializer"
 
 

@@ -229,7 +229,13 @@ class KafkaOffsets:
     # -- group offsets ---------------------------------------------------------------------
 
     def committed_offsets(self, group_id: str, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
-        """The group's committed offsets; ``None`` where the group has none."""
+        """The group's committed offsets; ``None`` where the group has none.
+
+        Above :data:`REQUEST_PARTITIONS` the offsets come from several requests, so a commit
+        landing between two of them shows in some partitions only; every caller compares
+        partition by partition (the compare-and-set, the read-back, reconciliation), so a torn
+        view is refused or reconciled like a moved group, never taken for a consistent one.
+        """
         if not tps:
             return {}
         consumer = self._consumer(group_id)

@@ -55,13 +55,31 @@ class SchemaRegistry:
 
     @cached_property
     def client(self) -> Any:
+        """Built once, outside the retries: a missing CA file or a bad key is a configuration error."""
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
-        config = {"timeout": self.request_timeout, "max.retries": 0, **self.settings.client_config()}
+        # max.retries 0: this class retries, up to ``wait`` (the client's own backoff would outlast it).
+        config = {"timeout": self.request_timeout, **self.settings.client_config(), "max.retries": 0}
         try:
             return SchemaRegistryClient(config)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, OSError) as exc:  # OSError: a TLS file missing or not PEM
             raise ConfigError(f"schema registry settings refused: {first_line(exc)}") from None
+
+    def writer_schema(self, schema_id: int) -> tuple[str, str, list[str]]:
+        """What the decoders need of an id: its type, its text and its references' texts (imported first)."""
+        schema = self.by_id(schema_id)
+        return schema.schema_type, schema.text, self.referenced(schema.references)
+
+    def referenced(self, references: tuple[tuple[str, str, int], ...], seen: frozenset[str] = frozenset()) -> list[str]:
+        """The texts of the referenced schemas and of theirs, each before the schemas that import it."""
+        texts: list[str] = []
+        for _, subject, version in references:
+            key = f"{subject}/{version}"
+            if key in seen:
+                continue
+            found = self.version(subject, version)
+            texts += self.referenced(found.references, seen | {key}) + [found.text]
+        return list(dict.fromkeys(texts))
 
     def latest(self, subject: str) -> RegisteredSchema:
         return self.registered(
@@ -89,9 +107,15 @@ class SchemaRegistry:
         )
 
     def call(self, what: str, fn: Callable[[], T]) -> T:
-        """One registry request, retried while the registry is out of reach, at most ``wait`` seconds."""
+        """One registry request, retried while the registry is out of reach, at most ``wait`` seconds.
+
+        Only the registry's own "not found" codes (40401-40403) are :class:`SchemaError`; a 404
+        without one (a proxy, a wrong path) or another 4xx is a configuration error of the batch.
+        """
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+        _ = self.client  # built before the retries: its errors are configuration errors
+        url = self.settings.shown_url
         deadline = time.monotonic() + self.wait
         while True:
             try:
@@ -100,29 +124,30 @@ class SchemaRegistry:
                 status, code = exc.http_status_code, exc.error_code
                 if status in (401, 403):
                     raise RegistryRefusedError(
-                        f"schema registry at {self.settings.url} refused {what}: HTTP {status} "
+                        f"schema registry at {url} refused {what}: HTTP {status} "
                         f"({'wrong or missing credentials' if status == 401 else 'not allowed'}); check the "
                         "credentials in its settings file or connection"
                     ) from None
-                if code in NOT_FOUND or status == 404:
-                    raise SchemaError(
-                        f"schema registry at {self.settings.url} has no {what} "
-                        f"({NOT_FOUND.get(code, 'not found')} not found)"
-                    ) from None
-                if not (status >= 500 or status == 429):
-                    raise SchemaError(
-                        f"schema registry at {self.settings.url} refused {what}: {first_line(exc)}"
+                if code in NOT_FOUND:
+                    raise SchemaError(f"schema registry at {url} has no {what} ({NOT_FOUND[code]} not found)") from None
+                if not (status >= 500 or status in (408, 429)):
+                    raise ConfigError(
+                        f"schema registry at {url} answered {what} with HTTP {status} "
+                        f"({first_line(exc)}); is the URL the registry's?"
                     ) from None
                 problem = f"HTTP {status}"
-            except (OSError, ConnectionError) as exc:
-                problem = type(exc).__name__
-            except Exception as exc:  # httpx's transport errors (connect, read timeouts)
-                if not is_transport_error(exc):
+            except Exception as exc:  # connections refused, timeouts, TLS (httpx's TransportError)
+                if is_tls_failure(exc):
+                    raise ConfigError(
+                        f"schema registry at {url}: the TLS handshake failed ({first_line(exc)}); check "
+                        "ssl.ca.location and the certificate settings"
+                    ) from None
+                if not (is_transport_error(exc) or is_token_error(exc) or isinstance(exc, OSError)):
                     raise
                 problem = type(exc).__name__
             if time.monotonic() + RETRY_SECONDS > deadline:
                 raise RegistryUnavailableError(
-                    f"schema registry at {self.settings.url} did not answer {what} within {self.wait:g}s "
+                    f"schema registry at {url} did not answer {what} within {self.wait:g}s "
                     f"({problem}); is it running and reachable?"
                 )
             time.sleep(RETRY_SECONDS)
@@ -132,6 +157,22 @@ def is_transport_error(exc: BaseException) -> bool:
     from confluent_kafka.schema_registry.common._httpx_compat import httpx
 
     return isinstance(exc, httpx.TransportError)
+
+
+def is_tls_failure(exc: BaseException) -> bool:
+    import ssl
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def is_token_error(exc: BaseException) -> bool:
+    """An OAuth token endpoint that did not answer (confluent-kafka's OAuthTokenError)."""
+    return type(exc).__name__ == "OAuthTokenError"
 
 
 def refs(schema: Any) -> tuple[tuple[str, str, int], ...]:

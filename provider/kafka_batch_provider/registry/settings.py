@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError
@@ -42,24 +42,49 @@ class RegistrySettings:
         """The configuration of confluent-kafka's ``SchemaRegistryClient`` (with the secrets)."""
         return {**self.config, "url": self.url}
 
+    @property
+    def shown_url(self) -> str:
+        return ",".join(without_userinfo(u) for u in self.url.split(","))
+
     def to_dict(self) -> dict[str, Any]:
         """For pickling into Spark tasks and for the plan: the URL only (the secrets travel apart)."""
         return {"url": self.url}
 
 
 def check_url(url: str) -> None:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(
-            f"schema registry URL {url!r} is not an http:// or https:// URL ({Setting('schema_registry_url')})",
-            setting=Setting("schema_registry_url"),
-        )
-    if parts.username or parts.password:
-        raise ConfigError(
-            "the schema registry URL carries credentials, which would show in logs and the process table: "
-            "put them in the settings file as basic.auth.user.info (--schema-registry-config-file)",
-            setting=Setting("schema_registry_url"),
-        )
+    """Every URL of the (comma-separated) list is http(s) and carries no credentials; the
+    refusal never repeats what came before the host, where credentials would be."""
+    for one in url.split(","):
+        try:
+            parts = urlsplit(one.strip())
+            parts.port  # noqa: B018 - parses the port: a bad one raises here, not in the client
+        except ValueError:
+            raise ConfigError(
+                f"schema registry URL {without_userinfo(one)!r} is not a valid URL ({Setting('schema_registry_url')})",
+                setting=Setting("schema_registry_url"),
+            ) from None
+        if "@" in parts.netloc or without_userinfo(one) != one.strip():
+            raise ConfigError(
+                "the schema registry URL carries credentials, which would show in logs and the process table: "
+                "put them in the settings file as basic.auth.user.info (--schema-registry-config-file)",
+                setting=Setting("schema_registry_url"),
+            )
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(
+                f"schema registry URL {without_userinfo(one)!r} is not an http:// or https:// URL "
+                f"({Setting('schema_registry_url')})",
+                setting=Setting("schema_registry_url"),
+            )
+
+
+def without_userinfo(url: str) -> str:
+    """A URL fit to show: anything before an ``@`` of its authority is left out."""
+    scheme, sep, rest = url.strip().partition("://")
+    if not sep:
+        scheme, rest = "", scheme
+    authority, slash, path = rest.partition("/")
+    shown = authority.rsplit("@", 1)[-1]
+    return f"{scheme}{sep}{shown}{slash}{path}"
 
 
 def settings_from(
@@ -67,7 +92,6 @@ def settings_from(
 ) -> RegistrySettings | None:
     """Settings from a URL and an optional settings file; ``None`` without a URL."""
     config = {**(read_settings_file(config_file, "schema registry settings") if config_file else {}), **(extra or {})}
-    url = url or config.pop("url", None)
     if not url:
         if config_file:
             raise ConfigError(
@@ -79,13 +103,15 @@ def settings_from(
 
 
 def settings_from_connection(conn: Any) -> RegistrySettings:
-    """Settings from an Airflow connection of type ``schema_registry``: host (with scheme and
-    port) is the URL, login and password the basic-auth credentials, extra any other setting."""
+    """Settings from an Airflow connection of type ``schema_registry``: host (with its scheme and
+    path, if any) and port are the URL, login and password the basic-auth credentials, extra
+    any other client setting."""
     host = str(conn.host or "")
-    scheme = (conn.schema or "").strip() or ("https" if host.startswith("https://") else "http")
     if "://" not in host:
-        host = f"{scheme}://{host}"
-    url = host.rstrip("/") + (f":{conn.port}" if conn.port and f":{conn.port}" not in host else "")
+        host = f"{(conn.schema or '').strip() or 'http'}://{host}"
+    parts = urlsplit(host)
+    netloc = parts.netloc if parts.port or not conn.port else f"{parts.netloc}:{conn.port}"
+    url = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
     extra = dict(conn.extra_dejson or {})
     if conn.login:
         extra["basic.auth.user.info"] = f"{conn.login}:{conn.password or ''}"

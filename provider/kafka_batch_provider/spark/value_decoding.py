@@ -37,6 +37,8 @@ class ValueDecoding:
     registry_config: Mapping[str, Any] = field(repr=False)
     keep_raw_value: bool = False
     wait: float = 120.0
+    #: the texts of the schemas the reader schema references (imported first)
+    reader_references: tuple[str, ...] = ()
 
     def decoder(self) -> Any:
         from kafka_batch_provider.decoding.avro_decoder import AvroDecoder
@@ -45,7 +47,7 @@ class ValueDecoding:
 
         config = dict(self.registry_config)
         registry = SchemaRegistry(RegistrySettings(config.pop("url"), config), wait=self.wait)
-        return AvroDecoder(self.reader_schema, lambda schema_id: registry.by_id(schema_id).text)
+        return AvroDecoder(self.reader_schema, registry.writer_schema, self.reader_references)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         decoder = self.decoder()

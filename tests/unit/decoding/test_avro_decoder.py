@@ -94,11 +94,12 @@ def serialize(registry, schema: dict, subject_topic: str, record: dict) -> bytes
 
 
 def decoder(registry, reader: dict) -> AvroDecoder:
-    def writer_schema(schema_id: int) -> str:
+    def writer_schema(schema_id: int) -> tuple[str, str, list[str]]:
         try:
-            return registry.get_schema(schema_id).schema_str
+            schema = registry.get_schema(schema_id)
         except SchemaRegistryError as exc:  # as registry.client.SchemaRegistry.by_id reports it
             raise SchemaError(f"the registry has no schema id {schema_id} ({exc.error_message})") from None
+        return schema.schema_type or "AVRO", schema.schema_str, []
 
     return AvroDecoder(json.dumps(reader), writer_schema)
 
@@ -158,7 +159,7 @@ def test_each_schema_id_is_fetched_once(registry):
 
     def fetch(schema_id):
         fetched.append(schema_id)
-        return registry.get_schema(schema_id).schema_str
+        return "AVRO", registry.get_schema(schema_id).schema_str, []
 
     value = serialize(registry, V1, "t-once", ONE)
     reader = AvroDecoder(json.dumps(V1), fetch)
@@ -180,3 +181,84 @@ def test_an_unreachable_registry_fails_the_decoding_instead_of_blaming_the_recor
 
     with pytest.raises(RegistryUnavailableError):
         AvroDecoder(json.dumps(V1), unreachable).decode(pa.array([value], pa.binary()))
+
+
+LOGICAL_UNION = {
+    "type": "record",
+    "name": "Event",
+    "fields": [
+        {
+            "name": "when",
+            "type": [
+                "null",
+                "string",
+                {"type": "long", "logicalType": "timestamp-millis"},
+                {"type": "int", "logicalType": "date"},
+                {"type": "bytes", "logicalType": "decimal", "precision": 6, "scale": 2},
+            ],
+        },
+        {"name": "either", "type": [{"type": "map", "values": "string"}, ADDRESS]},
+    ],
+}
+
+
+def test_logical_types_and_a_record_beside_a_map_in_unions_take_their_own_branches(registry):
+    at = dt.datetime(2026, 1, 2, 3, 4, 5, 6000, tzinfo=UTC)
+    cases = [
+        ("text", {"x": "y"}),
+        (at, ("Address", {"city": "Oslo"})),
+        (dt.date(2026, 1, 2), {}),
+        (Decimal("1.25"), {"k": "v"}),
+    ]
+    values = [serialize(registry, LOGICAL_UNION, "t-logical", {"when": w, "either": e}) for w, e in cases]
+    found = decoder(registry, LOGICAL_UNION).decode(pa.array(values, pa.binary()))
+    assert found.problems == {}, f"expected no problems, found {found.problems}"
+    rows = found.columns.to_pylist()
+    whens = [{k: v for k, v in r["when"].items() if v is not None} for r in rows]
+    expected = [
+        {"string": "text"},
+        {"timestamp-millis": at},
+        {"date": dt.date(2026, 1, 2)},
+        {"decimal": Decimal("1.25")},
+    ]
+    assert whens == expected, f"expected {expected}, found {whens}"
+    eithers = [{k: v for k, v in r["either"].items() if v is not None} for r in rows]
+    expected = [{"map": [("x", "y")]}, {"Address": {"city": "Oslo"}}, {"map": []}, {"map": [("k", "v")]}]
+    assert eithers == expected, f"expected {expected}, found {eithers}"
+
+
+def test_an_unknown_id_is_asked_for_once_and_blames_only_its_records(registry):
+    asked = []
+
+    def fetch(schema_id):
+        asked.append(schema_id)
+        raise SchemaError(f"schema registry at http://r has no schema id {schema_id} (schema not found)")
+
+    value = b"\x00\x00\x00\x00\x63" + b"\x02"
+    found = AvroDecoder(json.dumps(V1), fetch).decode(pa.array([value] * 100, pa.binary()))
+    assert len(found.problems) == 100 and asked == [99], f"expected one question for id 99, found {asked}"
+
+
+def test_a_schema_id_of_another_format_blames_its_records_in_one_line(registry):
+    decoding = AvroDecoder(json.dumps(V1), lambda schema_id: ("PROTOBUF", 'syntax = "proto3";', []))
+    found = decoding.decode(pa.array([b"\x00\x00\x00\x00\x05\x08\x01"], pa.binary()))
+    assert found.problems == {0: "schema id 5 is a PROTOBUF schema, not Avro"}, found.problems
+
+
+def test_a_decimal_wider_than_its_column_blames_its_record_not_the_batch(registry):
+    wide = {
+        "type": "record",
+        "name": "P",
+        "fields": [{"name": "d", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}}],
+    }
+    narrow = {
+        **wide,
+        "fields": [{"name": "d", "type": {"type": "bytes", "logicalType": "decimal", "precision": 4, "scale": 2}}],
+    }
+    values = [
+        serialize(registry, narrow, "t-dec-n", {"d": Decimal("12.34")}),
+        serialize(registry, wide, "t-dec-w", {"d": Decimal("12345678.90")}),
+    ]
+    found = decoder(registry, narrow).decode(pa.array(values, pa.binary()))
+    assert sorted(found.problems) == [1], f"expected only the wide value refused, found {found.problems}"
+    assert found.columns.column("d").to_pylist() == [Decimal("12.34"), None]

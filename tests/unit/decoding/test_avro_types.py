@@ -88,7 +88,7 @@ def test_nested_fields_keep_their_avro_nullability():
     [
         ("string", "must be an Avro record"),
         (record({"name": "next", "type": ["null", "Node"]}, name="Node"), "refers to itself"),
-        (record({"name": "x", "type": "Missing"}), "unknown type 'Missing'"),
+        (record({"name": "x", "type": "Missing"}), "invalid Avro schema .*Missing"),
         (record({"name": "d", "type": {"type": "bytes", "logicalType": "decimal", "precision": 0}}), "precision 0"),
     ],
 )
@@ -96,3 +96,73 @@ def test_schemas_without_columns_are_refused_in_one_line(schema, message):
     with pytest.raises(ConfigError, match=message) as caught:
         arrow_schema(schema)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "union, message",
+    [
+        (["null", "int", "long"], "union of int and long"),
+        (["float", "double"], "union of float and double"),
+        (["string", {"type": "enum", "name": "E", "symbols": ["A"]}], "union of string and enum"),
+        (["bytes", {"type": "fixed", "name": "F", "size": 2}], "union of bytes and fixed"),
+        (
+            [{"type": "long", "logicalType": "timestamp-millis"}, {"type": "long", "logicalType": "timestamp-micros"}],
+            "union of timestamp-millis and timestamp-micros",
+        ),
+    ],
+)
+def test_a_union_whose_branches_read_alike_is_refused_in_one_line(union, message):
+    with pytest.raises(ConfigError, match=message) as caught:
+        arrow_schema(record({"name": "u", "type": union}))
+    assert "\n" not in str(caught.value)
+
+
+def test_names_resolve_in_their_namespace_and_like_named_branches_get_full_names():
+    schema = {
+        "type": "record",
+        "name": "R",
+        "namespace": "a",
+        "fields": [
+            {"name": "p1", "type": {"type": "record", "name": "Addr", "fields": [{"name": "x", "type": "int"}]}},
+            {
+                "name": "p3",
+                "type": {
+                    "type": "record",
+                    "name": "Addr",
+                    "namespace": "b",
+                    "fields": [{"name": "y", "type": "string"}],
+                },
+            },
+            {"name": "p2", "type": "Addr"},  # a.Addr: the enclosing namespace's
+            {"name": "u", "type": ["null", "a.Addr", "b.Addr"]},
+        ],
+    }
+    found = arrow_schema(schema)
+    a_addr = pa.struct([pa.field("x", pa.int32(), nullable=False)])
+    b_addr = pa.struct([pa.field("y", pa.string(), nullable=False)])
+    assert found.field("p2").type == a_addr, f"expected a.Addr for p2, found {found.field('p2').type}"
+    expected = pa.struct([pa.field("a_Addr", a_addr), pa.field("b_Addr", b_addr)])
+    assert found.field("u").type == expected, f"expected {expected}, found {found.field('u').type}"
+
+
+@pytest.mark.parametrize("reference", ["com.x.Node", "Node"])
+def test_a_recursive_schema_is_refused_however_its_name_is_spelled(reference):
+    schema = {
+        "type": "record",
+        "name": "Node",
+        "namespace": "com.x",
+        "fields": [{"name": "next", "type": ["null", reference]}],
+    }
+    with pytest.raises(ConfigError, match="refers to itself"):
+        arrow_schema(schema)
+
+
+def test_a_referenced_schema_is_imported_first():
+    address = {
+        "type": "record",
+        "name": "Address",
+        "namespace": "common",
+        "fields": [{"name": "city", "type": "string"}],
+    }
+    found = arrow_schema(record({"name": "home", "type": "common.Address"}), [address])
+    assert found.field("home").type == pa.struct([pa.field("city", pa.string(), nullable=False)])
