@@ -170,10 +170,11 @@ def test_documented_error_codes(client, subject):
             404,
             40402,
         ),
-        "compatibility against a missing subject": (
+        # Confluent answers a missing numbered version with 40402, even on a missing subject.
+        "compatibility against a version of a missing subject": (
             lambda: client.test_compatibility(f"{subject}-nope", Schema(USER_V2, "AVRO"), version=1),
             404,
-            40401,
+            40402,
         ),
     }
     found = {}
@@ -787,3 +788,20 @@ def test_cli_takes_credentials_from_the_environment_only(tmp_path):
     assert refused.returncode == 2 and len(lines) == 1, f"expected one error line and exit 2, found {refused.stderr!r}"
     assert "credentials must be a JSON list" in lines[0], f"expected the shape named, found {lines[0]!r}"
     assert not (tmp_path / "state" / "schema-registry.json").exists(), "expected no state file after a refused start"
+
+
+def test_review_cases_answer_as_confluent_does(client, subject):
+    """Reordered keys and {"type": "int"} are the same schema; a first schema is compatible with
+    a subject that has none; "latest" is the newest live version, also for deletes."""
+    first = client.register_schema(subject, Schema(USER_V1, "AVRO"))
+    reordered = json.dumps(dict(reversed(list(json.loads(USER_V1).items()))))
+    assert client.register_schema(subject, Schema(reordered, "AVRO")) == first, "reordered keys: same id"
+    versions = client.get_versions(subject)
+    assert versions == [1], f"expected one version after registering a reordered copy, found {versions}"
+    new = f"{subject}-new"
+    assert client.test_compatibility(new, Schema(USER_V1, "AVRO")) is True, "a first schema is compatible"
+    client.register_schema(subject, Schema(USER_V2, "AVRO"))
+    client.delete_version(subject, 2)
+    latest = client.get_latest_version(subject).version
+    assert latest == 1, f"expected latest to be the live version 1 after deleting 2, found {latest}"
+    assert client.delete_version(subject, "latest") == 1, "deleting latest deletes the newest live version"

@@ -78,7 +78,9 @@ class EmbeddedSchemaRegistry(LocalServer):
         """This process's environment, with exactly this server's credentials (secrets stay out of argv)."""
         env = {k: v for k, v in os.environ.items() if k != AUTH_ENV}
         if self.credentials:
-            env[AUTH_ENV] = json.dumps([{k: v for k, v in asdict(c).items() if v} for c in self.credentials])
+            env[AUTH_ENV] = json.dumps(
+                [{k: v for k, v in asdict(c).items() if v is not None} for c in self.credentials]
+            )
         return env
 
     def wait_until_ready(self, timeout: float) -> None:

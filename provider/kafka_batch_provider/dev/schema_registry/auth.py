@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import hmac
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kafka_batch_provider.errors import ConfigError
 
@@ -21,8 +21,8 @@ class Credential:
     """Who may call: a user and password (basic auth) or a bearer token."""
 
     user: str | None = None
-    password: str | None = None
-    token: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
     read_only: bool = False
 
     def matches(self, authorization: str) -> bool:
@@ -51,6 +51,17 @@ def parse_credentials(text: str) -> tuple[Credential, ...]:
             'each with an optional "read_only"'
         ) from None
     for credential in credentials:
-        if (credential.token is None) == (credential.user is None or credential.password is None):
-            raise ConfigError("each schema registry credential needs either a user and a password, or a token")
+        basic = credential.user is not None or credential.password is not None
+        token = credential.token is not None
+        texts = [v for v in (credential.user, credential.password, credential.token) if v is not None]
+        if (
+            basic == token
+            or (basic and (credential.user is None or credential.password is None))
+            or not all(isinstance(v, str) for v in texts)
+            or not isinstance(credential.read_only, bool)
+        ):
+            raise ConfigError(
+                "each schema registry credential needs either a user and a password, or a token (strings), "
+                'and "read_only" is true or false'
+            )
     return credentials

@@ -94,7 +94,24 @@ def _avro(text: str, references: Sequence[tuple[str, ParsedSchema]]) -> ParsedSc
         parsed = fastavro.parse_schema(document, named_schemas=named)
     except Exception as exc:  # noqa: BLE001 - fastavro raises several kinds; each means "invalid"
         raise InvalidSchema(f"invalid Avro schema: {type(exc).__name__}: {exc}") from None
-    return ParsedSchema("AVRO", _compact(document), parsed, named)
+    # The identity (and the text served back) is the schema's canonical form, as Confluent's:
+    # reordered keys or {"type": "int"} for "int" are the same schema, not a new version.
+    return ParsedSchema("AVRO", _compact(canonical_avro(parsed)), parsed, named)
+
+
+def canonical_avro(parsed: Any) -> Any:
+    """The parsed schema (names fully qualified) without fastavro's hints, keys in a fixed order
+    and a bare primitive where ``{"type": primitive}`` says no more."""
+    if isinstance(parsed, list):
+        return [canonical_avro(branch) for branch in parsed]
+    if not isinstance(parsed, dict):
+        return parsed
+    kept = {k: canonical_avro(v) for k, v in parsed.items() if not k.startswith("__")}
+    if set(kept) == {"type"} and isinstance(kept["type"], str):
+        return kept["type"]
+    if "fields" in kept:
+        kept["fields"] = [{k: canonical_avro(v) for k, v in sorted(f.items())} for f in kept["fields"]]
+    return dict(sorted(kept.items()))
 
 
 def _json(text: str, references: Sequence[tuple[str, ParsedSchema]]) -> ParsedSchema:

@@ -100,9 +100,10 @@ class Store:
     def version(self, subject: str, version: str | int, deleted: bool = False) -> Version:
         number = parse_version(version)
         with self.lock:
+            if number == -1:  # latest: the newest live version, whatever ``deleted`` says (as Confluent)
+                live = self.versions(subject)
+                return live[-1]
             versions = self.versions(subject, deleted)
-            if number == -1:
-                return versions[-1]
             for found in versions:
                 if found.version == number:
                     return found
@@ -222,8 +223,6 @@ class Store:
         with self.lock:
             self.check_writable(subject)
             target = self.version(subject, version, deleted=True)
-            if parse_version(version) == -1 and target.deleted:
-                raise version_not_found(subject, version)
             if permanent and not target.deleted:
                 raise RegistryError(
                     404,
@@ -307,10 +306,15 @@ class Store:
         with self.lock:
             parsed = self.parse(body)
             level = self.compatibility_of(subject)
+            live = [v for v in self.subjects.get(subject, []) if not v.deleted]
             if version is None:
-                live = [v for v in self.subjects.get(subject, []) if not v.deleted]
                 return self.incompatibilities(level, parsed, live)
-            return self.incompatibilities(level, parsed, [self.version(subject, version)])
+            if parse_version(version) == -1:  # a subject with no version yet takes any first schema
+                return self.incompatibilities(level, parsed, live[-1:])
+            found = [v for v in live if v.version == parse_version(version)]
+            if not found:
+                raise version_not_found(subject, parse_version(version))
+            return self.incompatibilities(level, parsed, found)
 
     # -- helpers (called with the lock held) ------------------------------------------------
 
