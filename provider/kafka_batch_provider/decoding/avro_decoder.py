@@ -15,14 +15,18 @@ or fails as a whole.
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import io
+import json
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from kafka_batch_provider.decoding.avro_types import FAMILIES, arrow_schema, branch_kind, branch_names, parsed
+from kafka_batch_provider.decoding.avro_types import FAMILIES, branch_kind, branch_names, columns_of, parsed
 from kafka_batch_provider.decoding.wire import HEADER_BYTES, NOT_FRAMED, TOMBSTONE, schema_ids
 from kafka_batch_provider.errors import ConfigError, SchemaError
 
@@ -53,15 +57,12 @@ class AvroDecoder:
     def __init__(
         self, reader_schema: str, writer_schema: Callable[[int], WriterSchema], references: Sequence[str] = ()
     ) -> None:
-        import json
-
         import fastavro
 
         self._read = fastavro.schemaless_reader
-        self._json = json
         named: dict[str, Any] = {}
-        self.arrow = arrow_schema(json.loads(reader_schema), [json.loads(r) for r in references])
         self.reader = parsed(json.loads(reader_schema), named, [json.loads(r) for r in references])
+        self.arrow = columns_of(self.reader, named)
         self._writer_schema = writer_schema
         self._writers: dict[int, Any] = {}
         self._unknown: dict[int, str] = {}  # ids whose records cannot be read: why (asked once)
@@ -80,8 +81,7 @@ class AvroDecoder:
                 kind, text, references = self._writer_schema(schema_id)
                 if kind != "AVRO":
                     raise SchemaError(f"schema id {schema_id} is a {kind} schema, not Avro")
-                loads = self._json.loads
-                self._writers[schema_id] = parsed(loads(text), {}, [loads(r) for r in references])
+                self._writers[schema_id] = parsed(json.loads(text), {}, [json.loads(r) for r in references])
             except (SchemaError, ConfigError, ValueError) as exc:
                 self._unknown[schema_id] = f"schema id {schema_id}: {exc}" if "schema id" not in str(exc) else str(exc)
                 raise SchemaError(self._unknown[schema_id]) from None
@@ -184,31 +184,26 @@ def converter(avro: Any, named: dict[str, Any], seen: frozenset[str] = frozenset
     return None
 
 
-def python_types() -> dict[str, tuple[type, ...]]:
-    import datetime as dt
-    import decimal
-    import uuid
-
-    return {
-        "int": (int,),
-        "float": (float,),
-        "str": (str, uuid.UUID),
-        "bytes": (bytes,),
-        "bool": (bool,),
-        "list": (list,),
-        "map": (dict,),
-        "date": (dt.date,),
-        "time": (dt.time,),
-        "datetime": (dt.datetime,),
-        "decimal": (decimal.Decimal,),
-    }
+#: The Python types fastavro reads each family of union branch as (avro_types.FAMILIES).
+PYTHON_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "float": (float,),
+    "str": (str, uuid.UUID),
+    "bytes": (bytes,),
+    "bool": (bool,),
+    "list": (list,),
+    "map": (dict,),
+    "date": (dt.date,),
+    "time": (dt.time,),
+    "datetime": (dt.datetime,),
+    "decimal": (decimal.Decimal,),
+}
 
 
 def union_converter(branches: list[Any], named: dict[str, Any], seen: frozenset[str]) -> Convert:
     """A union of several types becomes a struct with one field per branch. fastavro names a
     record's branch; any other branch is told by the Python type of the value, which
     :func:`~kafka_batch_provider.decoding.avro_types.check_distinct` made unambiguous."""
-    types = python_types()
     names = branch_names(branches)
     kinds = [branch_kind(b, named) for b in branches]
     records = {kind.split(" ", 1)[1]: i for i, kind in enumerate(kinds) if kind.startswith("record ")}
@@ -221,7 +216,9 @@ def union_converter(branches: list[Any], named: dict[str, Any], seen: frozenset[
             family = FAMILIES.get(kind, kind)
             if isinstance(value, bool) != (family == "bool"):  # a bool is an int to Python, not to Avro
                 continue
-            if isinstance(value, types.get(family, ())) and not (family == "date" and isinstance(value, dt_datetime())):
+            if isinstance(value, PYTHON_TYPES.get(family, ())) and not (
+                family == "date" and isinstance(value, dt.datetime)  # a datetime is a date to Python
+            ):
                 return i
         raise ValueError(f"no branch of the union takes a {type(value).__name__}")
 
@@ -231,12 +228,6 @@ def union_converter(branches: list[Any], named: dict[str, Any], seen: frozenset[
         return {names[i]: value if inners[i] is None else inners[i](value)}
 
     return convert
-
-
-def dt_datetime() -> type:
-    import datetime as dt
-
-    return dt.datetime
 
 
 def one_line(exc: BaseException) -> str:

@@ -71,9 +71,13 @@ def arrow_schema(avro: Any, references: Sequence[Any] = ()) -> pa.Schema:
     :param references: the schemas it imports (the registry's references), parsed first.
     """
     named: dict[str, Any] = {}
-    schema = parsed(avro, named, references)
+    return columns_of(parsed(avro, named, references), named)
+
+
+def columns_of(schema: Any, named: dict[str, Any]) -> pa.Schema:
+    """:func:`arrow_schema` of a schema :func:`parsed` already (``named``: its named types)."""
     if not (isinstance(schema, Mapping) and schema.get("type") in ("record", "error")):
-        raise ConfigError(f"the value schema must be an Avro record to become columns, got {short(avro)}")
+        raise ConfigError(f"the value schema must be an Avro record to become columns, got {short(schema)}")
     struct = arrow_type(schema, named, ())
     return pa.schema([column.with_nullable(True) for column in struct])
 

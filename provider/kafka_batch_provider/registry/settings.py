@@ -18,9 +18,6 @@ from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.settings_file import read_settings_file
 
-#: Keys of the client's configuration that hold secrets: never printed.
-SECRET_KEYS = ("basic.auth.user.info", "bearer.auth.token", "bearer.auth.client.secret", "ssl.key.password")
-
 
 @dataclass(frozen=True)
 class RegistrySettings:
@@ -45,10 +42,6 @@ class RegistrySettings:
     @property
     def shown_url(self) -> str:
         return ",".join(without_userinfo(u) for u in self.url.split(","))
-
-    def to_dict(self) -> dict[str, Any]:
-        """For pickling into Spark tasks and for the plan: the URL only (the secrets travel apart)."""
-        return {"url": self.url}
 
 
 def check_url(url: str) -> None:

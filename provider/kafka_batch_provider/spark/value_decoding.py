@@ -76,9 +76,3 @@ class ValueDecoding:
 
 def more(count: int) -> str:
     return f" (and {count - 1} more record(s) in this part of the batch)" if count > 1 else ""
-
-
-def clashing_columns(value_columns: list[str], keep_raw_value: bool) -> list[str]:
-    """Value fields named like a Kafka column: the table could not hold both."""
-    taken = {*KAFKA_COLUMNS, "_receipt", *(["value"] if keep_raw_value else [])}
-    return sorted(set(value_columns) & taken)
