@@ -220,3 +220,22 @@ def produce_committed_aborted_committed(kafka_config: dict[str, Any], topic: str
     producer.begin_transaction()
     producer.produce(topic, value=b"committed-3", partition=0)
     producer.commit_transaction(10)
+
+
+def one_partition_manifest(batch_id: str, rows: int, location: str, staging: str, size: int) -> dict[str, Any]:
+    """The log entry the write step appends for a first batch of ``rows`` offsets of ``t[0]``,
+    written as one file ``part-0.parquet`` of ``size`` bytes."""
+    return {
+        "format_version": 1,
+        "seq": 1,
+        "batch_id": batch_id,
+        "previous": None,
+        "mode": "incremental",
+        "group_id": "g",
+        "offsets": {"t:0": rows},
+        "ranges": [{"topic": "t", "partition": 0, "start": 0, "end": rows, "rows": rows}],
+        "rows": rows,
+        "location": location,
+        "staging": staging,
+        "files": [{"name": "part-0.parquet", "bytes": size, "rows": rows}],
+    }

@@ -34,7 +34,7 @@ from kafka_batch_provider.output.offset_log import LOG_DIR, OffsetLog
 from kafka_batch_provider.output.parquet_layout import STAGING, ParquetLayout
 from tests.integration import test_output_log as log_tests
 from tests.integration import test_tables as tables
-from tests.integration.helpers import Output, TableOutput, assert_exactly_once, dataset_keys
+from tests.integration.helpers import Output, TableOutput, assert_exactly_once, dataset_keys, one_partition_manifest
 from tests.support.store_emulators import Azurite, GcsEmulator
 
 pytestmark = pytest.mark.integration
@@ -224,20 +224,7 @@ def staged_batch(location: Location, layout: ParquetLayout, batch_id: str, rows:
     with location.write_stream(f"{staging}/part-0.parquet") as f:
         pq.write_table(table, f)
     size = location.file_sizes(staging)["part-0.parquet"]
-    return {
-        "format_version": 1,
-        "seq": 1,
-        "batch_id": batch_id,
-        "previous": None,
-        "mode": "incremental",
-        "group_id": "g",
-        "offsets": {"t:0": rows},
-        "ranges": [{"topic": "t", "partition": 0, "start": 0, "end": rows, "rows": rows}],
-        "rows": rows,
-        "location": data_dir_name(batch_id),
-        "staging": staging,
-        "files": [{"name": "part-0.parquet", "bytes": size, "rows": rows}],
-    }
+    return one_partition_manifest(batch_id, rows, data_dir_name(batch_id), staging, size)
 
 
 @on_azurite

@@ -21,6 +21,7 @@ from kafka_batch_provider.testing.producers import Record, produce, sample_recor
 from tests.integration.helpers import (
     TableOutput,
     assert_exactly_once,
+    one_partition_manifest,
     produce_committed_aborted_committed,
     race_two_writes,
     run_batch,
@@ -456,20 +457,7 @@ def staged_attempt(output: TableOutput, batch_id: str, attempt: str, rows: int) 
     with store.data.write_stream(f"{folder}/part-0.parquet") as f:
         pq.write_table(pa.table(columns, schema=KAFKA_SCHEMA), f)
     size = store.data.file_sizes(folder)["part-0.parquet"]
-    return {
-        "format_version": 1,
-        "seq": 1,
-        "batch_id": batch_id,
-        "previous": None,
-        "mode": "incremental",
-        "group_id": "g",
-        "offsets": {"t:0": rows},
-        "ranges": [{"topic": "t", "partition": 0, "start": 0, "end": rows, "rows": rows}],
-        "rows": rows,
-        "location": folder,
-        "staging": folder,
-        "files": [{"name": "part-0.parquet", "bytes": size, "rows": rows}],
-    }
+    return one_partition_manifest(batch_id, rows, folder, folder, size)
 
 
 def test_a_late_attempt_of_a_committed_batch_drops_its_own_files_never_the_committed_ones(local_table):
