@@ -116,7 +116,9 @@ def test_write_options_round_trip_through_the_application_flags():
     "kwargs, expected",
     [
         ({"reader": "kafka"}, "unknown reader 'kafka'"),
-        ({"value_format": "avro"}, "unknown value format 'avro'"),
+        ({"value_format": "xml"}, "unknown value format 'xml'"),
+        ({"value_format": "avro", "reader": "jvm"}, "reader='jvm' cannot decode avro values"),
+        ({"keep_raw_value": True}, "keep_raw_value is only used with a schema registry format"),
         ({"value_format": "json"}, "value_format='json' needs value_schema"),
         ({"value_schema": "id long"}, "value_schema is only used with value_format='json'"),
         ({"max_offsets_per_task": 0}, "max offsets per task must be positive"),

@@ -21,6 +21,7 @@ from kafka_batch_provider.cli.arguments import (
     OneLineParser,
     add_kafka_args,
     add_plan_args,
+    add_registry_args,
     add_replay_args,
     add_spark_args,
     add_storage_args,
@@ -51,18 +52,24 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--plan", required=True, help="plan file or URI (<output>/_plans/<seq>-<batch_id>.json)")
         add_storage_args(p, output_help="the output (default: the one holding the plan)")
 
+    def planning_registry_args(p: argparse.ArgumentParser) -> None:
+        add_registry_args(p, value_format=True)
+
+    def writing_registry_args(p: argparse.ArgumentParser) -> None:
+        add_registry_args(p, pins=False)  # the plan says which schema
+
     # The protocol's steps: (command, help, the flag groups it takes, what it runs).
     steps = [
         (
             "plan",
             "reconcile the group with the output's offset log, then plan the next batch and persist it",
-            (add_kafka_args, add_plan_args, add_storage_args),
+            (add_kafka_args, add_plan_args, add_storage_args, planning_registry_args),
             cmd_plan,
         ),
         (
             "write",
             "read a plan's ranges with Spark, check them, append to the output's log",
-            (plan_file_args, add_kafka_args, add_spark_args),
+            (plan_file_args, add_kafka_args, add_spark_args, writing_registry_args),
             cmd_write,
         ),
         (
@@ -74,14 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
         (
             "run",
             "plan, write and commit one batch",
-            (add_kafka_args, add_plan_args, add_storage_args, add_spark_args),
+            (add_kafka_args, add_plan_args, add_storage_args, add_spark_args, add_registry_args),
             cmd_run,
         ),
         (
             "replay",
             "the backfill DAG's replay: plan a range of offsets or times into the output and write it; "
             "the group is never read or moved",
-            (add_kafka_args, add_replay_args, add_storage_args, add_spark_args),
+            (add_kafka_args, add_replay_args, add_storage_args, add_spark_args, add_registry_args),
             cmd_replay,
         ),
         (

@@ -203,6 +203,61 @@ def add_spark_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting, repeatable")
 
 
+def add_registry_args(p: argparse.ArgumentParser, pins: bool = True, value_format: bool = False) -> None:
+    """Where the schema registry is and, for the steps that plan, which schema the values are read with."""
+    g = p.add_argument_group("schema registry (--value-format avro)")
+    if value_format:
+        from kafka_batch_provider.core.write_options import VALUE_FORMATS
+
+        g.add_argument(
+            "--value-format",
+            choices=VALUE_FORMATS,
+            default="bytes",
+            help="the values' format; avro pins the batch's reader schema in its plan (default bytes)",
+        )
+    g.add_argument(
+        "--schema-registry-url",
+        default=os.environ.get("KAFKA_BATCH_SCHEMA_REGISTRY_URL"),
+        metavar="URL",
+        help="http(s)://host:port[,...] of a Confluent-compatible schema registry, no credentials in it "
+        "(default: $KAFKA_BATCH_SCHEMA_REGISTRY_URL)",
+    )
+    g.add_argument(
+        "--schema-registry-config-file",
+        default=os.environ.get("KAFKA_BATCH_SCHEMA_REGISTRY_CONFIG_FILE"),
+        help="JSON object of the registry client's settings, for credentials: basic.auth.user.info, "
+        "bearer.auth.*, ssl.ca.location, ssl.certificate.location, ssl.key.location "
+        "(default: $KAFKA_BATCH_SCHEMA_REGISTRY_CONFIG_FILE)",
+    )
+    if pins:
+        g.add_argument("--value-subject", help="the subject the values follow (default <topic>-value)")
+        g.add_argument(
+            "--value-schema-version",
+            type=positive_int,
+            help="read with this version of the subject (default: its latest when the batch is planned)",
+        )
+
+
+def registry_from(args: argparse.Namespace):
+    """The registry's settings (``None`` without a URL); a bad URL or settings file is refused here."""
+    from kafka_batch_provider.registry.settings import settings_from
+
+    return settings_from(args.schema_registry_url, args.schema_registry_config_file)
+
+
+def reader_schema_request(args: argparse.Namespace):
+    """What pins a registry format's reader schema when planning (``None`` for the other formats)."""
+    from kafka_batch_provider.core.reader_schema import REGISTRY_FORMATS, check_schema_choice
+    from kafka_batch_provider.registry.reader_schema import ReaderSchemaRequest
+
+    if args.value_format not in REGISTRY_FORMATS:
+        check_schema_choice(args.value_format, args.value_subject, args.value_schema_version)
+        return None
+    return ReaderSchemaRequest(
+        args.value_format, registry_from(args), args.value_subject, args.value_schema_version, wait=args.timeout
+    )
+
+
 def kafka_config_from(args: argparse.Namespace) -> dict[str, Any]:
     config = read_config_file(args.kafka_config_file) if args.kafka_config_file else {}
     config.update(parse_key_values(args.kafka_config))
@@ -302,11 +357,17 @@ def check_spark_target(args: argparse.Namespace) -> None:
 
 def write_options(args: argparse.Namespace):
     """The Spark-side flags, checked before anything is planned or read (a refused run leaves no plan)."""
+    from kafka_batch_provider.core.reader_schema import REGISTRY_FORMATS
     from kafka_batch_provider.core.write_options import WriteOptions
+    from kafka_batch_provider.registry.reader_schema import require_registry
 
     check_spark_target(args)
     spark_conf_from(args)
-    return WriteOptions.from_namespace(args)
+    options = WriteOptions.from_namespace(args)
+    registry = registry_from(args)
+    if options.value_format in REGISTRY_FORMATS:
+        require_registry(options.value_format, registry)
+    return options
 
 
 def plan_output(args: argparse.Namespace) -> str | None:

@@ -13,6 +13,8 @@ from kafka_batch_provider.cli.arguments import (
     output_spec_from,
     plan_output,
     policy_from,
+    reader_schema_request,
+    registry_from,
     replay_range_from,
     spark_conf_from,
     store_from,
@@ -36,6 +38,7 @@ def plan_step(args: argparse.Namespace, kafka: Any, store: Any):
         args.partition,
         progress,
         GroupMismatchPolicy(args.on_group_mismatch),
+        reader_schema_request(args),
     )
 
 
@@ -65,7 +68,15 @@ def submit_write(args: argparse.Namespace, options: Any, plan_path: str, spec: A
     app_args = application_args(plan_path, spec, options)
     command = submit_command(app_args, master, spark_conf_from(args))
     progress(f"spark-submit --master {master} ({args.reader} reader, {spec.format} output)")
-    return run_submit(command, kafka.kafka_config, progress, spec.storage_options, spec.catalog_properties)
+    registry = registry_from(args)
+    return run_submit(
+        command,
+        kafka.kafka_config,
+        progress,
+        spec.storage_options,
+        spec.catalog_properties,
+        registry.client_config() if registry else None,
+    )
 
 
 def connect_write(args: argparse.Namespace, options: Any, plan_path: str, spec: Any, kafka: Any) -> dict[str, Any]:
@@ -76,7 +87,9 @@ def connect_write(args: argparse.Namespace, options: Any, plan_path: str, spec: 
     store = open_store(spec, create=False)
     plan = load_plan_file(plan_path, store.location.storage_options)
     progress(f"Spark Connect at {remote_address(args.spark_remote)} ({args.reader} reader, {spec.format} output)")
-    entry = write_through_connect(args.spark_remote, plan, store, kafka.kafka_config, options, progress)
+    entry = write_through_connect(
+        args.spark_remote, plan, store, kafka.kafka_config, options, progress, registry=registry_from(args)
+    )
     return {"batch_id": plan.batch_id, "seq": entry["seq"], "rows": entry["rows"], "timings": entry.get("timings", {})}
 
 
@@ -165,7 +178,14 @@ def cmd_replay(args: argparse.Namespace) -> dict[str, Any]:
     # A dry run creates no Iceberg table: replaying into a new one is planned for real only.
     store = open_store(spec, create=not args.dry_run)
     outcome = plan_replay_batch(
-        kafka, store, args.topic, partitions=args.partition, dry_run=args.dry_run, progress=progress, **chosen
+        kafka,
+        store,
+        args.topic,
+        partitions=args.partition,
+        dry_run=args.dry_run,
+        progress=progress,
+        reader_schema=reader_schema_request(args),
+        **chosen,
     )
     plan = outcome.plan
     result: dict[str, Any] = {

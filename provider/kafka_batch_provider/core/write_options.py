@@ -13,11 +13,12 @@ from dataclasses import dataclass
 
 from kafka_batch_provider.core.ddl import check_ddl_schema
 from kafka_batch_provider.core.file_sizing import DEFAULT_TARGET_FILE_MB, MB, check_target_file_mb
+from kafka_batch_provider.core.reader_schema import REGISTRY_FORMATS
 from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError
 
 READERS = ("python", "jvm")
-VALUE_FORMATS = ("bytes", "string", "json")
+VALUE_FORMATS = ("bytes", "string", "json", *REGISTRY_FORMATS)
 DEFAULT_MAX_OFFSETS_PER_TASK = 250_000
 DEFAULT_STALL_TIMEOUT = 120.0
 
@@ -25,13 +26,16 @@ DEFAULT_STALL_TIMEOUT = 120.0
 @dataclass(frozen=True)
 class WriteOptions:
     """:param reader: ``python`` (the confluent-kafka data source) or ``jvm`` (Spark's Kafka source).
-    :param value_format: ``bytes``; ``string`` adds ``value_string``; ``json`` adds ``value_json``.
+    :param value_format: ``bytes``; ``string`` adds ``value_string``; ``json`` adds ``value_json``;
+        ``avro`` (the schema registry's wire format) turns the value's fields into typed columns,
+        read with the reader schema the plan recorded (:mod:`kafka_batch_provider.core.reader_schema`).
     :param value_schema: DDL schema of the JSON values (``json`` only).
     :param max_offsets_per_task: ranges are split into Spark tasks of at most this many offsets.
     :param stall_timeout: seconds a read may make no progress before it fails.
     :param target_file_mb: files are rolled at about this size, and a batch's slices are
         grouped into as few writing tasks as its expected size needs
         (:mod:`kafka_batch_provider.core.file_sizing`).
+    :param keep_raw_value: (registry formats) keep the ``value`` bytes beside the typed columns.
 
     How a table is partitioned belongs to the output (:class:`~kafka_batch_provider.output.formats.OutputSpec`).
     """
@@ -42,6 +46,7 @@ class WriteOptions:
     max_offsets_per_task: int = DEFAULT_MAX_OFFSETS_PER_TASK
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
     target_file_mb: int = DEFAULT_TARGET_FILE_MB
+    keep_raw_value: bool = False
 
     def __post_init__(self) -> None:
         if self.reader not in READERS:
@@ -56,6 +61,18 @@ class WriteOptions:
         if self.value_schema and self.value_format != "json":
             json_values = Setting("value_format", "json")
             raise ConfigError(f"{Setting('value_schema')} is only used with {json_values}", setting=json_values)
+        if self.value_format in REGISTRY_FORMATS and self.reader == "jvm":
+            raise ConfigError(
+                f"{Setting('reader', 'jvm')} cannot decode {self.value_format} values: "
+                f"use {Setting('reader', 'python')}",
+                setting=Setting("reader"),
+            )
+        if self.keep_raw_value and self.value_format not in REGISTRY_FORMATS:
+            raise ConfigError(
+                f"{Setting('keep_raw_value')} is only used with a schema registry format "
+                f"({Setting('value_format')}: {', '.join(REGISTRY_FORMATS)}); the other formats always keep value",
+                setting=Setting("keep_raw_value"),
+            )
         if self.max_offsets_per_task < 1:
             raise ConfigError(f"max offsets per task must be positive, got {self.max_offsets_per_task}")
         if not math.isfinite(self.stall_timeout) or self.stall_timeout <= 0:
@@ -67,8 +84,17 @@ class WriteOptions:
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
         parser.add_argument("--reader", choices=READERS, default="python", help="Kafka reader (default python)")
-        parser.add_argument("--value-format", choices=VALUE_FORMATS, default="bytes")
+        parser.add_argument(
+            "--value-format",
+            choices=VALUE_FORMATS,
+            default="bytes",
+            help="bytes (default), string, json (with --value-schema), or avro from a schema registry "
+            "(typed columns; --schema-registry-url)",
+        )
         parser.add_argument("--value-schema", help="DDL schema of the JSON values, for --value-format json")
+        parser.add_argument(
+            "--keep-raw-value", action="store_true", help="avro: keep the value's bytes beside its typed columns"
+        )
         parser.add_argument(
             "--max-offsets-per-task",
             type=int,
@@ -98,6 +124,7 @@ class WriteOptions:
             args.max_offsets_per_task,
             args.stall_timeout,
             args.target_file_mb,
+            args.keep_raw_value,
         )
 
     def to_args(self) -> list[str]:
@@ -106,7 +133,8 @@ class WriteOptions:
         if self.value_schema:
             args += ["--value-schema", self.value_schema]
         args += ["--max-offsets-per-task", str(self.max_offsets_per_task), "--stall-timeout", str(self.stall_timeout)]
-        return args + ["--target-file-mb", str(self.target_file_mb)]
+        args += ["--target-file-mb", str(self.target_file_mb)]
+        return args + (["--keep-raw-value"] if self.keep_raw_value else [])
 
     @property
     def target_bytes(self) -> int:

@@ -16,9 +16,9 @@ union of several types (with or w/o null)   struct of one nullable field per bra
                                             the branch's type (``long``, ``string``, a record's
                                             name): the branch the value took is set
 date                                        date32
-time-millis / time-micros                   time32(ms) / time64(us)
-timestamp-millis / -micros                  timestamp(ms / us, UTC)
-local-timestamp-millis / -micros            timestamp(ms / us), no time zone
+time-millis / time-micros                   time64(us)
+timestamp-millis / -micros                  timestamp(us, UTC)
+local-timestamp-millis / -micros            timestamp(us), no time zone
 decimal(p, s) on bytes or fixed             decimal128(p, s) (decimal256 above 38 digits)
 uuid                                        string
 duration                                    fixed_size_binary(12), as Avro stores it
@@ -55,11 +55,12 @@ PRIMITIVES: dict[str, pa.DataType] = {
 #: as the Avro specification says readers must.
 LOGICAL: dict[tuple[str, str], pa.DataType] = {
     ("date", "int"): pa.date32(),
-    ("time-millis", "int"): pa.time32("ms"),
+    # Microseconds throughout: Delta and Iceberg tables store times and timestamps in them.
+    ("time-millis", "int"): pa.time64("us"),
     ("time-micros", "long"): pa.time64("us"),
-    ("timestamp-millis", "long"): pa.timestamp("ms", tz="UTC"),
+    ("timestamp-millis", "long"): pa.timestamp("us", tz="UTC"),
     ("timestamp-micros", "long"): pa.timestamp("us", tz="UTC"),
-    ("local-timestamp-millis", "long"): pa.timestamp("ms"),
+    ("local-timestamp-millis", "long"): pa.timestamp("us"),
     ("local-timestamp-micros", "long"): pa.timestamp("us"),
     ("uuid", "string"): pa.string(),
 }

@@ -292,11 +292,18 @@ class IcebergSink(TableFiles):
             raise StorageError(f"{self.name}: batch {manifest['batch_id']} not committed: {one_line(exc)}") from None
 
     def evolve_schema(self, table: Any, manifest: Mapping[str, Any]) -> bool:
-        """Add the columns (nested ones too) the batch's files bring; ``True`` if it did."""
+        """Add the columns (nested ones too) the batch's files bring; ``True`` if it did.
+
+        The table is created with the Kafka columns before its first batch is read: that batch
+        decides its columns (typed values without ``--keep-raw-value`` have no ``value``)."""
         schema = files_schema(self.data, manifest)
-        if not new_columns(table.schema().as_arrow(), schema, self.name):
+        current = table.schema().as_arrow()
+        unused = [n for n in current.names if n not in schema.names] if table.current_snapshot() is None else []
+        if not new_columns(current, schema, self.name) and not unused:
             return False
         with without_retries(table).update_schema() as update:
+            for name in unused:
+                update.delete_column(name)
             update.union_by_name(schema)
         return True
 

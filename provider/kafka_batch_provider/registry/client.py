@@ -129,7 +129,7 @@ class SchemaRegistry:
                         "credentials in its settings file or connection"
                     ) from None
                 if code in NOT_FOUND:
-                    raise SchemaError(f"schema registry at {url} has no {what} ({NOT_FOUND[code]} not found)") from None
+                    raise SchemaError(f"schema registry at {url}: {NOT_FOUND[code]} not found ({what})") from None
                 if not (status >= 500 or status in (408, 429)):
                     raise ConfigError(
                         f"schema registry at {url} answered {what} with HTTP {status} "

@@ -30,6 +30,8 @@ from kafka_batch_provider.kafka.config import SECRET_KEY_PATTERN, check_config, 
 from kafka_batch_provider.output.formats import OutputSpec, add_partition_by_argument, open_store, output_of_plan
 from kafka_batch_provider.output.location import read_storage_options_file
 from kafka_batch_provider.output.store import load_plan_file
+from kafka_batch_provider.registry.settings import RegistrySettings, settings_from
+from kafka_batch_provider.settings_file import read_settings_file
 from kafka_batch_provider.spark.error_lines import (
     ERROR_CLASS_PREFIX,
     ERROR_LINE_PREFIX,
@@ -42,6 +44,8 @@ CONFIG_FILE_ENV = "KAFKA_BATCH_KAFKA_CONFIG_FILE"
 CONFIG_JSON_ENV = "KAFKA_BATCH_KAFKA_CONFIG"
 STORAGE_OPTIONS_FILE_ENV = "KAFKA_BATCH_STORAGE_OPTIONS_FILE"
 CATALOG_PROPERTIES_FILE_ENV = "KAFKA_BATCH_CATALOG_PROPERTIES_FILE"
+#: The schema registry client's settings (url and credentials), for values in a registry format.
+REGISTRY_SETTINGS_FILE_ENV = "KAFKA_BATCH_REGISTRY_SETTINGS_FILE"
 #: When spark-submit was started (epoch seconds), set by the command line: the result's
 #: ``spark_launch_seconds`` is the JVM's and this Python's start.
 SUBMITTED_AT_ENV = "KAFKA_BATCH_SUBMITTED_AT"
@@ -69,6 +73,16 @@ def load_catalog_properties(path: str | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in read_storage_options_file(path).items()} if path else {}
 
 
+def load_registry_settings(path: str | None) -> RegistrySettings | None:
+    """The registry's settings from the private file (``None`` without one, or an empty one)."""
+    path = path or os.environ.get(REGISTRY_SETTINGS_FILE_ENV)
+    config = read_settings_file(path, "schema registry settings") if path else {}
+    if not config:
+        return None
+    url = config.pop("url", None)
+    return settings_from(str(url) if url else None, extra=config)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="kafka_batch_ingest", description=__doc__.splitlines()[0])
     parser.add_argument("--plan", required=True, help="plan file (<output>/_plans/<seq>-<batch_id>.json)")
@@ -78,6 +92,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--catalog-properties-file", help="JSON file of Iceberg catalog properties")
     parser.add_argument("--kafka-config-file", help="JSON file of librdkafka settings")
     parser.add_argument("--storage-options-file", help="JSON file of fsspec storage options (credentials)")
+    parser.add_argument("--registry-settings-file", help="JSON file of the schema registry's url and credentials")
     add_partition_by_argument(parser)
     WriteOptions.add_arguments(parser)
     return parser.parse_args(argv)
@@ -123,6 +138,7 @@ def run(argv: Sequence[str] | None) -> int:
         store = open_store(spec)
         plan = load_plan_file(args.plan, store.location.storage_options)
         kafka_config = load_kafka_config(args.kafka_config_file)
+        registry = load_registry_settings(args.registry_settings_file)
     except KafkaBatchError as exc:
         return report(type(exc).__name__, str(exc), exc.exit_code)
 
@@ -150,7 +166,7 @@ def run(argv: Sequence[str] | None) -> int:
             plan,
             store,
             kafka_config,
-            stage_with(spark),
+            stage_with(spark, registry),
             options=options,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
         )

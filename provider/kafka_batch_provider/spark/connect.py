@@ -207,9 +207,12 @@ def write_through_connect(
     options: WriteOptions = WriteOptions(),
     progress: Callable[[str], None] = log.info,
     on_session: Callable[[str], None] | None = None,
+    registry: Any = None,
 ) -> dict[str, Any]:
     """Write the plan's batch with the tasks on the Spark Connect server at ``remote``.
 
+    :param registry: the schema registry's settings, for values in a registry format (they
+        reach the tasks inside the pickled function, like the Kafka settings).
     :param on_session: told the id of the server-side session the batch runs in, before it
         starts (what :func:`interrupt_batch` needs to stop it from elsewhere).
     :returns: the batch's log entry (its manifest).
@@ -225,7 +228,7 @@ def write_through_connect(
     tag = batch_tag(plan.batch_id)
     spark.addTag(tag)  # so a failed or killed attempt's Spark job can be stopped on the shared session
     try:
-        return write_batch(plan, store, kafka_config, stage_with(spark), options, progress)
+        return write_batch(plan, store, kafka_config, stage_with(spark, registry), options, progress)
     except KafkaBatchError:
         interrupt(spark, tag)
         raise

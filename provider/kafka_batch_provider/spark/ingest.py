@@ -19,6 +19,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from kafka_batch_provider import __version__
 from kafka_batch_provider.core.file_sizing import bytes_per_offset, writing_tasks
@@ -27,9 +28,12 @@ from kafka_batch_provider.core.write_check import TaskReports
 from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.output.store import BatchStore
+from kafka_batch_provider.registry.settings import RegistrySettings
 from kafka_batch_provider.spark.jvm_options import jvm_reader_options
+from kafka_batch_provider.spark.kafka_reader import KAFKA_ARROW_SCHEMA
 from kafka_batch_provider.spark.slice_reader import ReadAndWrite, SliceReader, slices_of
 from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN, REPORT_SCHEMA, TaskWriter
+from kafka_batch_provider.spark.value_decoding import value_decoding
 from kafka_batch_provider.steps.write import Stage, StagedBatch
 
 log = logging.getLogger(__name__)
@@ -94,8 +98,14 @@ def stage_batch(
     store: BatchStore,
     kafka_config: Mapping[str, Any],
     options: WriteOptions = WriteOptions(),
+    registry: RegistrySettings | None = None,
 ) -> StagedBatch:
-    """Steps 1-2: read the plan's ranges and write them, task by task, into a fresh staging folder."""
+    """Steps 1-2: read the plan's ranges and write them, task by task, into a fresh staging folder.
+
+    :param registry: the schema registry of values in a registry format (``--value-format avro``).
+    """
+    decoding = value_decoding(plan, options, registry)  # the registry is asked before anything is staged
+    decoded_schema = decoding.output_schema(KAFKA_ARROW_SCHEMA) if decoding is not None else None
     staging = store.new_staging(plan.batch_id)
     data = store.data
     # An existing table's partitioning, not the run's flags, decides how files are split.
@@ -115,14 +125,17 @@ def stage_batch(
     df = decode_values(df, options)
     if reader and options.value_format != "json":
         # Read and write in the same Python worker: the records never go through the JVM.
-        fused = ReadAndWrite(reader, writer, options.value_format)
+        fused = ReadAndWrite(reader, writer, options.value_format, decoding)
         rows = reader.slice_ids(spark).mapInArrow(fused, REPORT_SCHEMA).collect()
     else:
         rows = df.mapInArrow(writer, REPORT_SCHEMA).collect()
     reports = [json.loads(row["report"]) for row in rows]
     check_worker_version(reports)
-    # The schema is resolved from the plan, never by running it.
-    schema = (df.drop(RECEIPT_COLUMN) if receipts else df).schema.simpleString()
+    # The schema is resolved from the plan (and the reader schema), never by running it.
+    if decoded_schema is not None:
+        schema = from_arrow_schema(decoded_schema).simpleString()
+    else:
+        schema = (df.drop(RECEIPT_COLUMN) if receipts else df).schema.simpleString()
     return StagedBatch(staging, TaskReports.merge(reports), schema, counted_at_source=receipts)
 
 
@@ -157,6 +170,9 @@ def check_worker_version(reports: list[dict[str, Any]]) -> None:
         )
 
 
-def stage_with(spark: SparkSession) -> Stage:
-    """The write step's ``stage`` on this session: ``write_batch(plan, store, config, stage_with(spark))``."""
-    return functools.partial(stage_batch, spark)
+def stage_with(spark: SparkSession, registry: RegistrySettings | None = None) -> Stage:
+    """The write step's ``stage`` on this session: ``write_batch(plan, store, config, stage_with(spark))``.
+
+    :param registry: the schema registry, for values in a registry format.
+    """
+    return functools.partial(stage_batch, spark, registry=registry)

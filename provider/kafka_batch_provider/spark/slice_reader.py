@@ -134,7 +134,7 @@ def valid_utf8(values: pa.Array) -> pa.Array:
 
 @dataclass(frozen=True)
 class ReadAndWrite:
-    """Reader and task writer in one Python worker (``bytes`` and ``string`` value formats).
+    """Reader and task writer in one Python worker (every value format but ``json``).
 
     :param reader: the :class:`SliceReader` (with receipts).
     :param writer: the :class:`~kafka_batch_provider.spark.task_writer.TaskWriter`.
@@ -143,9 +143,13 @@ class ReadAndWrite:
     reader: SliceReader
     writer: Any
     value_format: str = "bytes"
+    #: values in a schema registry format: the :class:`~kafka_batch_provider.spark.value_decoding.ValueDecoding`
+    decoding: Any = None
 
     __name__ = "kafka_batch_read_write_parquet"
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        if self.decoding is not None:
+            return self.writer(self.decoding(self.reader(batches)))
         decoded = (decode_in_arrow(batch, self.value_format) for batch in self.reader(batches))
         return self.writer(decoded)

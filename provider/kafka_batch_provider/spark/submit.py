@@ -97,8 +97,12 @@ def run_submit(
     progress: Callable[[str], None],
     storage_options: Mapping[str, Any] | None = None,
     catalog_properties: Mapping[str, Any] | None = None,
+    registry: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run spark-submit, relay its progress lines, return the application's JSON result line."""
+    """Run spark-submit, relay its progress lines, return the application's JSON result line.
+
+    :param registry: the schema registry client's settings (url and credentials), if any.
+    """
     env = dict(os.environ)
     # Executors of a local master must use this interpreter, which has the dependencies.
     env.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -113,8 +117,10 @@ def run_submit(
         private_config_file(kafka_config) as config_path,
         private_json_file(storage_options or {}, "kafka-batch-storage-") as storage_path,
         private_json_file(catalog_properties or {}, "kafka-batch-catalog-") as catalog_path,
+        private_json_file(registry or {}, "kafka-batch-registry-") as registry_path,
         tempfile.TemporaryFile("w+") as jvm_log,
     ):
+        env[spark_app.REGISTRY_SETTINGS_FILE_ENV] = registry_path
         env[spark_app.CONFIG_FILE_ENV] = config_path
         env[spark_app.STORAGE_OPTIONS_FILE_ENV] = storage_path
         env[spark_app.CATALOG_PROPERTIES_FILE_ENV] = catalog_path

@@ -10,6 +10,9 @@ fields as typed columns. Receipt rows pass through untouched.
 
 A record that cannot be decoded fails the batch in one line naming topic, partition, offset
 and why (``--on-bad-record fail``, the default).
+
+:func:`value_decoding` is the driver's half: the plan's reader schema, fetched once by its id,
+checked (an Avro record whose fields do not take the Kafka columns' names) and handed to the tasks.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from kafka_batch_provider.core.reader_schema import check_plan_decodes_as
 from kafka_batch_provider.core.settings import Setting
-from kafka_batch_provider.errors import SchemaError
+from kafka_batch_provider.errors import ConfigError, SchemaError
 
 #: The Kafka columns that stay beside the value's fields.
 KAFKA_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
@@ -39,6 +43,25 @@ class ValueDecoding:
     wait: float = 120.0
     #: the texts of the schemas the reader schema references (imported first)
     reader_references: tuple[str, ...] = ()
+
+    def output_schema(self, kafka_schema: pa.Schema) -> pa.Schema:
+        """The columns the tasks write: the Kafka columns kept, then the value's fields.
+
+        :raises ConfigError: a field of the value is named like a Kafka column it would stand beside.
+        """
+        import json
+
+        from kafka_batch_provider.decoding.avro_types import arrow_schema
+
+        values = arrow_schema(json.loads(self.reader_schema), [json.loads(r) for r in self.reader_references])
+        kept = [f for f in kafka_schema if f.name in KAFKA_COLUMNS or (self.keep_raw_value and f.name == "value")]
+        clash = sorted({f.name for f in kept} & set(values.names))
+        if clash:
+            raise ConfigError(
+                f"the value's field {clash[0]!r} has the name of a Kafka column the table keeps beside the value's "
+                "fields: rename the field in the schema (a new version), or read the values as bytes"
+            )
+        return pa.schema([*kept, *values])
 
     def decoder(self) -> Any:
         from kafka_batch_provider.decoding.avro_decoder import AvroDecoder
@@ -76,3 +99,23 @@ class ValueDecoding:
 
 def more(count: int) -> str:
     return f" (and {count - 1} more record(s) in this part of the batch)" if count > 1 else ""
+
+
+def value_decoding(plan: Any, options: Any, settings: Any) -> ValueDecoding | None:
+    """The decoding of the plan's values (``None`` when they are not in a registry format).
+
+    :param plan: the batch's :class:`~kafka_batch_provider.core.plan.OffsetPlan` (its reader schema).
+    :param options: the run's :class:`~kafka_batch_provider.core.write_options.WriteOptions`.
+    :param settings: the registry's :class:`~kafka_batch_provider.registry.settings.RegistrySettings`.
+    """
+    pinned = check_plan_decodes_as(plan.batch_id, plan.extra, options.value_format)
+    if pinned is None:
+        return None
+    from kafka_batch_provider.registry.client import SchemaRegistry
+    from kafka_batch_provider.registry.reader_schema import fetch_reader_schema, require_registry
+
+    settings = require_registry(options.value_format, settings)
+    text, references = fetch_reader_schema(SchemaRegistry(settings, wait=options.stall_timeout), pinned)
+    return ValueDecoding(
+        text, settings.client_config(), options.keep_raw_value, options.stall_timeout, tuple(references)
+    )

@@ -27,13 +27,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from kafka_batch_provider.core.listing import listed
 from kafka_batch_provider.core.manifest import log_position, plan_of_entry
 from kafka_batch_provider.core.offsets import PartitionOffsets
 from kafka_batch_provider.core.plan import INCREMENTAL, OffsetPlan
 from kafka_batch_provider.core.planning import LogSlot, PlanPolicy, plan_incremental, select_partitions
+from kafka_batch_provider.core.reader_schema import PLAN_KEY, ReaderSchema, planned_reader_schema
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy, Reconciliation, reconcile
 from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError, GroupMismatchError, LogConflictError, ManifestError, PlanError
@@ -71,11 +72,17 @@ def plan_batch(
     partitions: Sequence[int] | None = None,
     progress: Progress = log.info,
     on_group_mismatch: GroupMismatchPolicy = GroupMismatchPolicy.FAIL,
+    reader_schema: ReaderSchemaPin | None = None,
 ) -> PlanOutcome:
     """Plan step: reconcile the group with the output, repair, then plan and persist the next batch.
 
     Everything that can refuse the request (bad topics, a mismatched group, data loss, a
-    pending plan that can no longer be read) is checked before anything changes.
+    pending plan that can no longer be read, a reader schema the registry does not have) is
+    checked before anything changes.
+
+    :param reader_schema: for values in a schema registry format, what pins the batch's reader
+        schema (:class:`~kafka_batch_provider.registry.reader_schema.ReaderSchemaRequest`); the
+        plan records it, and a pending plan is reused only when it was planned in the same format.
     """
     if not topics:
         raise ConfigError(f"at least one topic is required ({Setting('topics')})", setting=Setting("topics"))
@@ -98,12 +105,15 @@ def plan_batch(
             checkpoints=decision.checkpoints,
             accepted_gaps=decision.gaps,
         )
-        reusable = next((p for p in pending if same_start(p, fresh, topics, partitions)), None)
+        reusable = next(
+            (p for p in pending if same_start(p, fresh, topics, partitions) and same_format(p, reader_schema)), None
+        )
         if reusable is not None:
             check_readable(kafka, store, reusable)
         return decision, fresh, reusable
 
     tail, pending, plan_files, (decision, fresh, reusable) = decide_on_a_still_log(store, group_id, decide, progress)
+    fresh = with_reader_schema(fresh, reader_schema, reusable)
     # Only now, with the request accepted, does anything change.
     if tail is not None:
         store.publish(tail)  # finishes a publish cut short
@@ -122,14 +132,15 @@ def plan_batch(
         tail, pending, plan_files, (decision, fresh, reusable) = decide_on_a_still_log(
             store, group_id, decide, progress, again=True
         )
+        fresh = with_reader_schema(fresh, reader_schema, reusable)
 
     if reusable is not None:
         progress(f"batch {reusable.batch_id} was planned but not written: running the same plan again")
         return PlanOutcome(reusable, True, repaired, store.plan_uri(reusable), notes)
     for other in pending:
         progress(
-            f"pending batch {other.batch_id} no longer starts where the group and the output stand; "
-            "it is left unpublished and a new plan takes its place"
+            f"pending batch {other.batch_id} no longer starts where the group and the output stand "
+            "(or was planned in another value format); it is left unpublished and a new plan takes its place"
         )
     if not fresh.ranges:
         progress(f"group {group_id}: no new data on {', '.join(topics)}")
@@ -141,6 +152,29 @@ def plan_batch(
         + (" (bounded; more remains)" if fresh.truncated else "")
     )
     return PlanOutcome(fresh, repaired=repaired, plan_path=path, notes=notes)
+
+
+class ReaderSchemaPin(Protocol):
+    """Pins the reader schema of a batch (the registry's answer, or a configuration error)."""
+
+    value_format: str
+
+    def pin(self, topics: Sequence[str]) -> ReaderSchema: ...
+
+
+def same_format(pending: OffsetPlan, reader_schema: ReaderSchemaPin | None) -> bool:
+    """A pending plan decodes as this run asks: both without a registry format, or both in the same one."""
+    recorded = planned_reader_schema(pending.extra)
+    return (recorded.value_format if recorded else None) == (reader_schema.value_format if reader_schema else None)
+
+
+def with_reader_schema(
+    fresh: OffsetPlan, reader_schema: ReaderSchemaPin | None, reusable: OffsetPlan | None
+) -> OffsetPlan:
+    """The fresh plan with its reader schema recorded, when it will be saved and has values to decode."""
+    if reader_schema is None or reusable is not None or not fresh.has_data:
+        return fresh
+    return replace(fresh, extra={**fresh.extra, PLAN_KEY: reader_schema.pin(fresh.topics).to_dict()})
 
 
 Decided = tuple[Reconciliation, OffsetPlan, "OffsetPlan | None"]

@@ -24,7 +24,14 @@ from kafka_batch_provider.core.settings import Advice
 from kafka_batch_provider.errors import ConfigError, PlanError
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.output.store import BatchStore, utc_now
-from kafka_batch_provider.steps.plan import PlanOutcome, drop_stale_plans, refuse_foreign_output
+from kafka_batch_provider.steps.plan import (
+    PlanOutcome,
+    ReaderSchemaPin,
+    drop_stale_plans,
+    refuse_foreign_output,
+    same_format,
+    with_reader_schema,
+)
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +160,7 @@ def plan_replay_batch(
     dry_run: bool = False,
     progress: Callable[[str], None] = log.info,
     now_ms: int | None = None,
+    reader_schema: ReaderSchemaPin | None = None,
 ) -> PlanOutcome:
     """Plan a replay by offsets, by time, or of the whole topic.
 
@@ -168,6 +176,8 @@ def plan_replay_batch(
     asked for, because a replay without a range would otherwise read everything there is.
 
     :param dry_run: plan and validate only; nothing is persisted.
+    :param reader_schema: pins the reader schema of values in a schema registry format (as
+        :func:`~kafka_batch_provider.steps.plan.plan_batch`).
     """
     check_replay_range(start_offsets, end_offsets, start_ms, end_ms, whole_topic, now_ms)
     by_offset = start_offsets is not None or end_offsets is not None
@@ -212,6 +222,7 @@ def plan_replay_batch(
             for p in pending
             if (p.seq, p.previous, p.topic_ids) == (plan.seq, plan.previous, plan.topic_ids)
             and same_ranges(p.readable_ranges, plan.readable_ranges)
+            and same_format(p, reader_schema)
         ),
         None,
     )
@@ -231,6 +242,7 @@ def plan_replay_batch(
         ]
     )
     refuse_overlaps(store, plan, others)
+    plan = with_reader_schema(plan, reader_schema, again)  # the registry is asked before anything changes
     if dry_run:
         progress(f"dry run: replay batch {plan.batch_id} would read {described}")
         return PlanOutcome(plan)

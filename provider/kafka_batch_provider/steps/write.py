@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from kafka_batch_provider.core.manifest import build_manifest
 from kafka_batch_provider.core.plan import OffsetPlan
+from kafka_batch_provider.core.reader_schema import check_plan_decodes_as, planned_reader_schema
 from kafka_batch_provider.core.write_check import TaskReports, check_write
 from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.fail_points import fail_point
@@ -78,6 +79,7 @@ def write_batch(
     previous = store.previous_entry(plan)  # fail before reading when the log moved on since planning
     if previous is not None:
         store.publish(previous)  # finishes a predecessor's publish cut short (replays have no commit step)
+    check_plan_decodes_as(bid, plan.extra, options.value_format)  # before anything is read or recorded
     kafka = KafkaOffsets(kafka_config)
     try:
         if not plan.has_data:
@@ -181,12 +183,21 @@ def publish_staged(
             "reader": options.reader,
             "value_format": options.value_format,
             "value_schema": options.value_schema,
+            **reader_schema_options(plan, options),
             "partition_by": store.partition_by,
         },
         timings=timings,
     )
     fail_point("before-log-entry")
     return store.commit_entry(plan, manifest)
+
+
+def reader_schema_options(plan: OffsetPlan, options: WriteOptions) -> dict[str, Any]:
+    """What a batch in a registry format records about its decoding: the reader schema, raw values kept."""
+    pinned = planned_reader_schema(plan.extra)
+    if pinned is None:
+        return {}
+    return {"reader_schema": pinned.to_dict(), "keep_raw_value": options.keep_raw_value}
 
 
 def footer_rows(store: BatchStore, name: str) -> int | None:

@@ -1,0 +1,99 @@
+"""Which registry schema a batch is read with, as its plan records it. Pure, no I/O.
+
+A topic written in the schema registry's wire format holds records of several schema ids
+(producers evolve while it runs). A batch is written with one *reader schema*: the subject's
+latest version when the batch is planned, or a version the user pins. The plan records it
+(subject, version, id), so a retry of the batch decodes exactly as the first attempt, even
+if a newer version was registered in between.
+
+The subject is the value subject of Confluent's default naming (``<topic>-value``, the
+TopicNameStrategy); batches of several topics name one subject that all of them follow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kafka_batch_provider.core.settings import Setting
+from kafka_batch_provider.errors import ConfigError
+
+#: The value formats that are decoded with a schema from the registry, and its schema type for each.
+SCHEMA_TYPES = {"avro": "AVRO"}
+REGISTRY_FORMATS = tuple(SCHEMA_TYPES)
+#: Where a plan keeps its reader schema.
+PLAN_KEY = "reader_schema"
+
+
+@dataclass(frozen=True)
+class ReaderSchema:
+    """A registered schema a batch is decoded with: ``value_format`` by ``subject`` ``version`` (id ``schema_id``)."""
+
+    value_format: str
+    subject: str
+    version: int
+    schema_id: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": self.value_format, "subject": self.subject, "version": self.version, "id": self.schema_id}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReaderSchema:
+        return cls(str(data["format"]), str(data["subject"]), int(data["version"]), int(data["id"]))
+
+    def __str__(self) -> str:
+        return f"{self.subject} version {self.version} (schema id {self.schema_id})"
+
+
+def value_subject(topics: Sequence[str], subject: str | None) -> str:
+    """The subject a batch's values are read by: ``subject``, or ``<topic>-value`` of its one topic."""
+    if subject:
+        return subject
+    if len(set(topics)) != 1:
+        raise ConfigError(
+            f"{len(set(topics))} topics have no one value subject: name the subject all of them follow "
+            f"({Setting('value_subject')})",
+            setting=Setting("value_subject"),
+        )
+    return f"{topics[0]}-value"
+
+
+def check_schema_choice(value_format: str, subject: str | None, version: int | None) -> None:
+    """A subject or a pinned version is only for a registry format, and a version is a positive number."""
+    if value_format not in REGISTRY_FORMATS and (subject or version is not None):
+        chosen = Setting("value_subject") if subject else Setting("value_schema_version")
+        raise ConfigError(
+            f"{chosen} is only used with a schema registry format ({Setting('value_format')}: "
+            f"{', '.join(REGISTRY_FORMATS)})",
+            setting=Setting("value_format"),
+        )
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
+        raise ConfigError(
+            f"{Setting('value_schema_version')} must be a registered version number (1, 2, ...), got {version!r}",
+            setting=Setting("value_schema_version"),
+        )
+
+
+def planned_reader_schema(extra: Mapping[str, Any]) -> ReaderSchema | None:
+    """The reader schema a plan recorded (from its ``extra``), or ``None``."""
+    found = extra.get(PLAN_KEY)
+    return ReaderSchema.from_dict(found) if found else None
+
+
+def check_plan_decodes_as(batch_id: str, extra: Mapping[str, Any], value_format: str) -> ReaderSchema | None:
+    """The plan's reader schema when the run decodes values with the registry; the plan and the
+    run must agree, or the batch would be written another way than it was planned.
+
+    :raises ConfigError: a registry format for a plan without a reader schema, or the other way round.
+    """
+    recorded = planned_reader_schema(extra)
+    wanted = value_format if value_format in REGISTRY_FORMATS else None
+    if (recorded.value_format if recorded else None) == wanted:
+        return recorded
+    as_planned = f"{recorded.value_format} with {recorded}" if recorded else "without a schema registry format"
+    raise ConfigError(
+        f"batch {batch_id} was planned {as_planned}, but this run asks for {Setting('value_format', value_format)}: "
+        "plan and write with the same value format (or discard the plan: kafka-batch discard)",
+        setting=Setting("value_format"),
+    )
