@@ -18,6 +18,10 @@ in `output_path`, or `iceberg` with `table` (`NAMESPACE.NAME`, in the catalog of
 connection `KAFKA_BATCH_CATALOG_CONN_ID`); `output_path` is used for parquet and delta only,
 `table` for iceberg only.
 
+Values are read as the ingest DAG reads them (`KAFKA_BATCH_VALUE_FORMAT` and, for `avro`, the
+`schema_registry` connection `KAFKA_BATCH_SCHEMA_REGISTRY_CONN_ID`, `KAFKA_BATCH_VALUE_SUBJECT`,
+`KAFKA_BATCH_VALUE_SCHEMA_VERSION`, `KAFKA_BATCH_KEEP_RAW_VALUE`).
+
 Replaying the same range again replaces its batch (same deterministic batch id), never adds.
 Semantic errors (no range, end before start, an end time in the future, unknown topic,
 offsets beyond the end) fail the first task with one line, without retries.
@@ -30,6 +34,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param
 
+from kafka_batch_provider.operators.dag_settings import PLAN_VALUE_SETTINGS, WRITE_VALUE_SETTINGS, value_settings
 from kafka_batch_provider.operators.output import BatchOutput
 from kafka_batch_provider.operators.plan import KafkaReplayPlanOperator
 from kafka_batch_provider.operators.spark import KafkaSparkBatchOperator
@@ -44,6 +49,8 @@ OUTPUT = BatchOutput(
     storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
     catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
 )
+
+VALUES = value_settings()
 
 OFFSETS = {
     "type": ["null", "object"],
@@ -129,12 +136,14 @@ with DAG(
         output=OUTPUT,
         dry_run="{{ params.dry_run }}",
         kafka_config_id=os.environ.get("KAFKA_BATCH_KAFKA_CONN_ID", "kafka_default"),
+        **{name: VALUES[name] for name in PLAN_VALUE_SETTINGS},
     )
     spark_step = {
         "task_id": "spark_write",
         "plan_task_id": "plan_replay",
         "kafka_config_id": os.environ.get("KAFKA_BATCH_KAFKA_CONN_ID", "kafka_default"),
         "output": OUTPUT,
+        **{name: VALUES[name] for name in WRITE_VALUE_SETTINGS},
     }
     if os.environ.get("KAFKA_BATCH_SPARK_CONNECT_CONN_ID"):
         # A Spark Connect server instead of spark-submit: no JVM start per run.

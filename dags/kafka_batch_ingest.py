@@ -35,6 +35,11 @@ RETENTION_RISK, DATA_LOSS; logs WARN).
 | sensor: wait in the triggerer (no worker slot) | - | `KAFKA_BATCH_SENSOR_DEFERRABLE`, else `false` |
 | retries: wait between attempts (s) | - | `KAFKA_BATCH_RETRY_DELAY_SECONDS`, else `120` |
 | health: STOP after no commit for (s) | - | `KAFKA_BATCH_STOP_AFTER_SECONDS`, else `2700` (3 intervals) |
+| values: `bytes`, `string` or `avro` (typed, from a registry) | - | `KAFKA_BATCH_VALUE_FORMAT`, else `bytes` |
+| avro: `schema_registry` connection id | - | `KAFKA_BATCH_SCHEMA_REGISTRY_CONN_ID`, else none |
+| avro: subject | - | `KAFKA_BATCH_VALUE_SUBJECT`, else `<topic>-value` |
+| avro: pinned schema version | - | `KAFKA_BATCH_VALUE_SCHEMA_VERSION`, else the latest at plan time |
+| avro: keep the value's bytes too | - | `KAFKA_BATCH_KEEP_RAW_VALUE`, else `false` |
 
 Runs of type *backfill* (`airflow backfill create --dag-id kafka_batch_ingest ...`) replay
 their data interval (mapped to offsets with `offsets_for_times`) into `<output>_replay` and
@@ -52,7 +57,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
-from kafka_batch_provider.operators.dag_settings import ingest_output, seconds, setting
+from kafka_batch_provider.operators.dag_settings import ingest_output, seconds, setting, value_settings
 from kafka_batch_provider.task_group import kafka_batch_ingest_group
 
 with DAG(
@@ -84,4 +89,5 @@ with DAG(
         deferrable=os.environ.get("KAFKA_BATCH_SENSOR_DEFERRABLE", "false").lower() in ("1", "true", "yes"),
         retry_delay=seconds("KAFKA_BATCH_RETRY_DELAY_SECONDS", 120),
         stop_after=seconds("KAFKA_BATCH_STOP_AFTER_SECONDS", 2700),
+        **value_settings(),
     )

@@ -34,7 +34,18 @@ def get_provider_info() -> dict:
                 "tags": ["apache"],
             }
         ],
-        "hooks": [{"integration-name": "Kafka Batch", "python-modules": ["kafka_batch_provider.hooks.offsets"]}],
+        "hooks": [
+            {
+                "integration-name": "Kafka Batch",
+                "python-modules": ["kafka_batch_provider.hooks.offsets", "kafka_batch_provider.hooks.schema_registry"],
+            }
+        ],
+        "connection-types": [
+            {
+                "hook-class-name": "kafka_batch_provider.hooks.schema_registry.SchemaRegistryHook",
+                "connection-type": "schema_registry",
+            }
+        ],
         "operators": [
             {
                 "integration-name": "Kafka Batch",

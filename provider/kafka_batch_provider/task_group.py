@@ -39,6 +39,10 @@ def kafka_batch_ingest_group(
     reader: str = "python",
     value_format: str = "bytes",
     value_schema: str | None = None,
+    value_subject: str | None = None,
+    value_schema_version: int | None = None,
+    keep_raw_value: bool = False,
+    schema_registry_conn_id: str | None = None,
     target_file_mb: int = DEFAULT_TARGET_FILE_MB,
     spark_conf: Mapping[str, Any] | None = None,
     application: str = DEFAULT_APPLICATION,
@@ -78,6 +82,10 @@ def kafka_batch_ingest_group(
     when ``spark_connect_conn_id`` names a ``spark_connect`` connection, sends the batch to
     that Spark Connect server (no JVM start per batch; ``spark_conf`` and ``application``
     then do not apply: the server has its own settings).
+    ``value_format="avro"`` turns the values' fields into typed columns: the plan pins the reader
+    schema (the latest version of ``value_subject``, default ``<topic>-value``, or
+    ``value_schema_version``) from the ``schema_registry`` connection ``schema_registry_conn_id``;
+    ``keep_raw_value`` keeps the bytes as well.
     Every task retries ``retries`` times: a retried Spark task replays the same plan, and a
     failed run's plan is picked up by the next run. Extra keyword arguments go to every task.
     """
@@ -113,6 +121,10 @@ def kafka_batch_ingest_group(
             replay_output_path=replay_output_path,
             replay_table=replay_table,
             on_group_mismatch=on_group_mismatch,
+            value_format=value_format,
+            value_subject=value_subject,
+            value_schema_version=value_schema_version,
+            schema_registry_conn_id=schema_registry_conn_id,
             **common,
         )
         spark_step = {
@@ -122,6 +134,8 @@ def kafka_batch_ingest_group(
             "reader": reader,
             "value_format": value_format,
             "value_schema": value_schema,
+            "keep_raw_value": keep_raw_value,
+            "schema_registry_conn_id": schema_registry_conn_id,
             "target_file_mb": target_file_mb,
             **common,
         }

@@ -47,6 +47,43 @@ ARGUMENT_CASES = [
         "spark-json-without-schema", "spark", {"value_format": "json"}, "value_format='json' needs value_schema"
     ),
     ArgumentCase("connect-unknown-reader", "spark_connect", {"reader": "scala"}, "unknown reader 'scala'"),
+    ArgumentCase(
+        "plan-avro-without-registry",
+        "plan",
+        {"value_format": "avro"},
+        "value format avro decodes with a schema registry: set schema_registry_conn_id",
+    ),
+    ArgumentCase("plan-unknown-value-format", "plan", {"value_format": "xml"}, "unknown value format 'xml'"),
+    ArgumentCase(
+        "plan-subject-without-registry-format",
+        "plan",
+        {"value_subject": "orders-value"},
+        "value_subject is only used with a schema registry format",
+    ),
+    ArgumentCase(
+        "plan-schema-version-zero",
+        "plan",
+        {"value_format": "avro", "schema_registry_conn_id": "registry", "value_schema_version": 0},
+        "value_schema_version must be a registered version number",
+    ),
+    ArgumentCase(
+        "spark-avro-without-registry",
+        "spark",
+        {"value_format": "avro"},
+        "value format avro decodes with a schema registry: set schema_registry_conn_id",
+    ),
+    ArgumentCase(
+        "connect-jvm-reader-with-avro",
+        "spark_connect",
+        {"value_format": "avro", "reader": "jvm", "schema_registry_conn_id": "registry"},
+        "reader='jvm' cannot decode avro values",
+    ),
+    ArgumentCase(
+        "spark-keep-raw-value-without-registry-format",
+        "spark",
+        {"keep_raw_value": True},
+        "keep_raw_value is only used with a schema registry format",
+    ),
     ArgumentCase("connect-stall-timeout-inf", "spark_connect", {"stall_timeout": float("inf")}, "stall timeout must"),
     ArgumentCase("connect-target-file-mb-zero", "spark_connect", {"target_file_mb": 0}, "target_file_mb must be"),
     ArgumentCase(

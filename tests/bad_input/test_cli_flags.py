@@ -170,6 +170,87 @@ CASES = [
         lambda s: run(s, "--format", "iceberg"),
         "--format=iceberg needs --table=NAMESPACE.NAME",
     ),
+    # -- schema registry formats: refused before anything is planned (no registry needs to answer)
+    Case(
+        "avro-without-registry",
+        lambda s: run(s, "--value-format", "avro"),
+        "value format avro decodes with a schema registry: set --schema-registry-url",
+    ),
+    Case(
+        "avro-plan-without-registry",
+        lambda s: plan(s, "--topic", s.topic, "--value-format", "avro"),
+        "value format avro decodes with a schema registry: set --schema-registry-url",
+    ),
+    Case(
+        "registry-url-with-credentials",
+        lambda s: run(s, "--value-format", "avro", "--schema-registry-url", "http://ingest:pw-123@127.0.0.1:8081"),
+        "the schema registry URL carries credentials",
+    ),
+    Case(
+        "registry-url-not-http",
+        lambda s: run(s, "--value-format", "avro", "--schema-registry-url", "ftp://127.0.0.1:8081"),
+        "is not an http:// or https:// URL",
+    ),
+    Case(
+        "registry-settings-file-missing",
+        lambda s: run(
+            s,
+            "--value-format",
+            "avro",
+            "--schema-registry-url",
+            "http://127.0.0.1:8081",
+            "--schema-registry-config-file",
+            str(s.root / "no-such-registry.json"),
+        ),  # fmt: skip
+        "cannot read schema registry settings file",
+    ),
+    Case(
+        "registry-settings-file-with-url",
+        lambda s: run(
+            s,
+            "--value-format",
+            "avro",
+            "--schema-registry-url",
+            "http://127.0.0.1:8081",
+            "--schema-registry-config-file",
+            s.file("registry.json", '{"url": "http://x:8081"}'),
+        ),  # fmt: skip
+        "the schema registry's URL belongs in --schema-registry-url, not in its settings file",
+    ),
+    Case(
+        "registry-settings-file-without-url",
+        lambda s: run(s, "--value-format", "avro", "--schema-registry-config-file", s.file("registry.json", "{}")),
+        "--schema-registry-url is required with a schema registry settings file",
+    ),
+    Case(
+        "schema-version-zero",
+        lambda s: run(
+            s, "--value-format", "avro", "--schema-registry-url", "http://127.0.0.1:8081", "--value-schema-version", "0"
+        ),  # fmt: skip
+        "argument --value-schema-version: expected a positive integer, got 0",
+    ),
+    Case(
+        "subject-without-registry-format",
+        lambda s: run(s, "--value-subject", "orders-value"),
+        "--value-subject is only used with a schema registry format",
+    ),
+    Case(
+        "jvm-reader-with-avro",
+        lambda s: run(s, "--reader", "jvm", "--value-format", "avro", "--schema-registry-url", "http://127.0.0.1:8081"),
+        "--reader=jvm cannot decode avro values: use --reader=python",
+    ),
+    Case(
+        "keep-raw-value-without-registry-format",
+        lambda s: run(s, "--keep-raw-value"),
+        "--keep-raw-value is only used with a schema registry format",
+    ),
+    Case(
+        "registry-unreachable",
+        lambda s: run(
+            s, "--value-format", "avro", "--schema-registry-url", f"http://127.0.0.1:{free_port()}", "--timeout", "1"
+        ),  # fmt: skip
+        "did not answer the latest version of",
+    ),
     # -- upkeep: what would remove files in flight, or the newest batch's records
     Case("upkeep-retention-under-an-hour", lambda s: upkeep(s, "--retention-hours", "0.5"), "at least 1, got 0.5"),
     Case("upkeep-retention-nan", lambda s: upkeep(s, "--retention-hours", "nan"), "--retention-hours must be"),

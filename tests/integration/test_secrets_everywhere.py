@@ -4,11 +4,13 @@ One module-scoped setup runs the shipped ``kafka_batch_ingest`` DAG with dag.tes
 with the real broker, real Spark (spark-submit, local[2]) and the real S3 server:
 
 * a parquet batch under one S3 prefix, and
-* a Delta batch (``kafka_batch_format=delta``) under another,
+* a Delta batch (``kafka_batch_format=delta``) under another, its values Avro
+  (``KAFKA_BATCH_VALUE_FORMAT=avro``) from an embedded schema registry that asks for basic auth,
 
 with ``sasl.password`` in the Kafka connection (the embedded broker speaks PLAINTEXT and
 librdkafka ignores the password) and the storage secret as the password of an Airflow ``aws``
-connection (the embedded S3 server accepts any secret key, so a unique marker stands in for it).
+connection (the embedded S3 server accepts any secret key, so a unique marker stands in for it),
+and the registry's password in a ``schema_registry`` connection (checked by the registry).
 Meanwhile a thread samples ``/proc/*/cmdline`` every 0.2 s. Each test then searches one kind
 of place for both secrets; :func:`find_secret` does the searching and is itself tested
 against a planted secret, so these tests can fail.
@@ -26,7 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
+from kafka_batch_provider.dev.schema_registry import EmbeddedSchemaRegistry
+from kafka_batch_provider.dev.schema_registry.auth import Credential
+from kafka_batch_provider.testing.producers import Record, create_topics, produce, sample_records
 from tests.dags.test_dags_end_to_end import metadata_db_text, record_spark_submits, run
 
 # One xdist worker runs the module, so its two-DAG-run setup happens once.
@@ -35,7 +39,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("secrets-everywhe
 # Unique per session, so nothing else on the machine (other test runs, fixed test keys) matches.
 KAFKA_SECRET = f"kafka-sasl-password-{uuid.uuid4().hex}"
 STORAGE_SECRET = f"s3-secret-key-{uuid.uuid4().hex}"
-SECRETS = {"the Kafka sasl.password": KAFKA_SECRET, "the S3 secret key": STORAGE_SECRET}
+REGISTRY_SECRET = f"registry-password-{uuid.uuid4().hex}"
+SECRETS = {
+    "the Kafka sasl.password": KAFKA_SECRET,
+    "the S3 secret key": STORAGE_SECRET,
+    "the schema registry password": REGISTRY_SECRET,
+}
 
 Places = Mapping[str, "str | bytes"]
 
@@ -91,6 +100,21 @@ class ProcessTableSampler:
         self._thread.join(timeout=10)
 
 
+ORDER = {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]}
+
+
+def avro_records(url: str, topic: str, count: int) -> list[Record]:
+    """``count`` Avro values in the registry's wire format, registered with the registry's password."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient({"url": url, "basic.auth.user.info": f"ingest:{REGISTRY_SECRET}"})
+    serialize = AvroSerializer(client, json.dumps(ORDER))
+    context = SerializationContext(topic, MessageField.VALUE)
+    return [Record(0, serialize({"id": n}, context)) for n in range(count)]
+
+
 @dataclass
 class SecretsRun:
     """What the two DAG runs left behind, by kind of place: ``{place description: content}``."""
@@ -134,7 +158,13 @@ def secrets_run(request, airflow_db, kafka_bootstrap_servers, s3_server) -> Iter
     parquet_topic, delta_topic = f"secrets-parquet-{suffix}", f"secrets-delta-{suffix}"
     create_topics(kafka_config, {parquet_topic: 1, delta_topic: 1})
     produce(kafka_config, parquet_topic, sample_records(1, 6))
-    produce(kafka_config, delta_topic, sample_records(1, 4))
+    registry = EmbeddedSchemaRegistry(
+        log_path=request.config._tmp_path_factory.mktemp("registry") / "registry.log",
+        credentials=(Credential(user="ingest", password=REGISTRY_SECRET),),
+    )
+    registry.start()
+    request.addfinalizer(registry.stop)
+    produce(kafka_config, delta_topic, avro_records(registry.url, delta_topic, 4))
     parquet_prefix = f"{s3_server.bucket}/secrets-parquet-{suffix}"
     delta_prefix = f"{s3_server.bucket}/secrets-delta-{suffix}"
 
@@ -176,6 +206,15 @@ def secrets_run(request, airflow_db, kafka_bootstrap_servers, s3_server) -> Iter
             env.setenv("AIRFLOW_VAR_KAFKA_BATCH_TOPICS", delta_topic)
             env.setenv("AIRFLOW_VAR_KAFKA_BATCH_GROUP", f"secrets-delta-{suffix}")
             env.setenv("AIRFLOW_VAR_KAFKA_BATCH_FORMAT", "delta")
+            registry_connection = {
+                "conn_type": "schema_registry",
+                "host": registry.url,
+                "login": "ingest",
+                "password": REGISTRY_SECRET,
+            }
+            env.setenv("AIRFLOW_CONN_REGISTRY", json.dumps(registry_connection))
+            env.setenv("KAFKA_BATCH_VALUE_FORMAT", "avro")  # read when the DAG file is parsed
+            env.setenv("KAFKA_BATCH_SCHEMA_REGISTRY_CONN_ID", "registry")
             env.setenv("AIRFLOW_VAR_KAFKA_BATCH_OUTPUT", f"s3://{delta_prefix}")
             states["delta"] = run("kafka_batch_ingest")
 
@@ -217,6 +256,21 @@ def test_both_dag_runs_succeeded_so_the_secrets_were_really_used(secrets_run):
         assert {"KAFKA_BATCH_KAFKA_CONFIG_FILE", "KAFKA_BATCH_STORAGE_OPTIONS_FILE"} <= set(names), (
             f"expected both secrets to travel to Spark in private files named in the environment, got {names}"
         )
+    assert "KAFKA_BATCH_REGISTRY_SETTINGS_FILE" in secrets_run.added_env_names[1], (
+        f"expected the registry's settings in a private file too, got {secrets_run.added_env_names[1]}"
+    )
+
+
+def test_the_delta_run_decoded_its_avro_values_with_the_registrys_password(secrets_run):
+    import io
+
+    import pyarrow.parquet as pq
+
+    files = {place: data for place, data in secrets_run.delta_output.items() if place.endswith(".parquet")}
+    assert files, "expected the Delta batch's data files:\n" + "\n".join(secrets_run.delta_output)
+    for place, data in files.items():
+        names = pq.read_schema(io.BytesIO(data)).names
+        assert "id" in names and "value" not in names, f"expected the Avro field id as a column in {place}: {names}"
 
 
 def test_no_secret_in_the_task_logs(secrets_run):

@@ -44,3 +44,21 @@ def ingest_output() -> BatchOutput:
         storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
         catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
     )
+
+
+def value_settings() -> dict[str, object]:
+    """How the values are read (parse-time environment): the format, and for ``avro`` the
+    schema registry connection, the subject, a pinned version and whether the bytes stay too."""
+    version = os.environ.get("KAFKA_BATCH_VALUE_SCHEMA_VERSION")
+    return {
+        "value_format": os.environ.get("KAFKA_BATCH_VALUE_FORMAT", "bytes"),
+        "value_subject": os.environ.get("KAFKA_BATCH_VALUE_SUBJECT") or None,
+        "value_schema_version": int(version) if version else None,
+        "keep_raw_value": os.environ.get("KAFKA_BATCH_KEEP_RAW_VALUE", "false").lower() in ("1", "true", "yes"),
+        "schema_registry_conn_id": os.environ.get("KAFKA_BATCH_SCHEMA_REGISTRY_CONN_ID") or None,
+    }
+
+
+#: What of :func:`value_settings` the plan task takes, and what the Spark task takes.
+PLAN_VALUE_SETTINGS = ("value_format", "value_subject", "value_schema_version", "schema_registry_conn_id")
+WRITE_VALUE_SETTINGS = ("value_format", "keep_raw_value", "schema_registry_conn_id")

@@ -9,8 +9,10 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from kafka_batch_provider.core.planning import DataLossPolicy, NewPartitionPolicy, PlanPolicy
+from kafka_batch_provider.core.reader_schema import REGISTRY_FORMATS, check_schema_choice
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
 from kafka_batch_provider.core.validation import check_group_id, check_topics, positive_seconds
+from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.output import (
@@ -37,6 +39,43 @@ __all__ = [
 ]
 
 
+class ValueSchemaChoice:
+    """What a plan operator pins for values in a schema registry format (``value_format='avro'``):
+    the reader schema of ``value_subject`` (default ``<topic>-value``) at ``value_schema_version``
+    (default: the latest when the batch is planned), from the ``schema_registry`` connection
+    ``schema_registry_conn_id``. Checked when the DAG is parsed."""
+
+    def keep_value_schema_choice(
+        self,
+        value_format: str,
+        value_subject: str | None,
+        value_schema_version: int | None,
+        schema_registry_conn_id: str | None,
+    ) -> None:
+        from kafka_batch_provider.core.write_options import VALUE_FORMATS
+        from kafka_batch_provider.registry.reader_schema import require_registry
+
+        if value_format not in VALUE_FORMATS:
+            raise ConfigError(f"unknown value format {value_format!r}; choose one of {', '.join(VALUE_FORMATS)}")
+        check_schema_choice(value_format, value_subject, value_schema_version)
+        if value_format in REGISTRY_FORMATS and not schema_registry_conn_id:
+            require_registry(value_format, None)
+        self.value_format = value_format
+        self.value_subject = value_subject
+        self.value_schema_version = value_schema_version
+        self.schema_registry_conn_id = schema_registry_conn_id
+
+    def reader_schema_request(self, wait: float) -> Any:
+        """What pins the batch's reader schema (``None`` for values not in a registry format)."""
+        if self.value_format not in REGISTRY_FORMATS:
+            return None
+        from kafka_batch_provider.hooks.schema_registry import registry_settings
+        from kafka_batch_provider.registry.reader_schema import ReaderSchemaRequest
+
+        settings = registry_settings(self.schema_registry_conn_id)
+        return ReaderSchemaRequest(self.value_format, settings, self.value_subject, self.value_schema_version, wait)
+
+
 def run_type_of(context: Any) -> str:
     """``"scheduled"``, ``"manual"``, ``"backfill"``, ... whatever enum class carries it."""
     run_type = getattr(context.get("dag_run"), "run_type", "")
@@ -47,7 +86,7 @@ def epoch_ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
-class KafkaOffsetPlanOperator(TemplatedOutput, BaseOperator):
+class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BaseOperator):
     """Reconcile the group with the output's offset log, then plan the next batch and persist it.
 
     Exactly as ``kafka-batch plan``: resumes from the output where the group lost its offsets,
@@ -79,6 +118,9 @@ class KafkaOffsetPlanOperator(TemplatedOutput, BaseOperator):
     :param replay_output_path: output of backfill runs (default: ``<output_path>_replay``).
     :param replay_table: the Iceberg table of backfill runs (default: ``<table>_replay``).
     :param kafka_timeout: seconds to wait for any one broker request.
+    :param value_format: the values' format; ``avro`` (with ``schema_registry_conn_id``, a
+        ``schema_registry`` connection) pins the batch's reader schema in its plan: the latest
+        version of ``value_subject`` (default ``<topic>-value``) or ``value_schema_version``.
     """
 
     template_fields: Sequence[str] = (
@@ -107,9 +149,14 @@ class KafkaOffsetPlanOperator(TemplatedOutput, BaseOperator):
         replay_table: str | None = None,
         on_group_mismatch: str = GroupMismatchPolicy.FAIL.value,
         kafka_timeout: float = 30.0,
+        value_format: str = "bytes",
+        value_subject: str | None = None,
+        value_schema_version: int | None = None,
+        schema_registry_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.keep_value_schema_choice(value_format, value_subject, value_schema_version, schema_registry_conn_id)
         self.topics = topics
         self.group_id = group_id
         self.keep_output(output)
@@ -160,6 +207,7 @@ class KafkaOffsetPlanOperator(TemplatedOutput, BaseOperator):
                     start_ms=epoch_ms(start),
                     end_ms=epoch_ms(end),
                     progress=self.log.info,
+                    reader_schema=self.reader_schema_request(self.kafka_timeout),
                 )
             else:
                 outcome = plan_batch(
@@ -171,11 +219,12 @@ class KafkaOffsetPlanOperator(TemplatedOutput, BaseOperator):
                     partitions,
                     progress=self.log.info,
                     on_group_mismatch=self.on_group_mismatch,
+                    reader_schema=self.reader_schema_request(self.kafka_timeout),
                 )
         return plan_xcom(outcome, spec, store)
 
 
-class KafkaReplayPlanOperator(TemplatedOutput, BaseOperator):
+class KafkaReplayPlanOperator(ValueSchemaChoice, TemplatedOutput, BaseOperator):
     """Plan a replay of explicit offsets or a time range (the manual backfill); never commits.
 
     Give either ``start_offsets``/``end_offsets`` (``{partition: offset}``; the partitions
@@ -189,7 +238,8 @@ class KafkaReplayPlanOperator(TemplatedOutput, BaseOperator):
     :param dry_run: plan and validate only; the plan is shown in the log and XCom and the
         Spark task is skipped.
 
-    ``output`` is as for :class:`KafkaOffsetPlanOperator` (the replay writes there).
+    ``output`` is as for :class:`KafkaOffsetPlanOperator` (the replay writes there), and so are
+    ``value_format``, ``value_subject``, ``value_schema_version`` and ``schema_registry_conn_id``.
     """
 
     template_fields: Sequence[str] = (
@@ -219,9 +269,14 @@ class KafkaReplayPlanOperator(TemplatedOutput, BaseOperator):
         whole_topic: bool | str = False,
         dry_run: bool | str = False,
         kafka_timeout: float = 30.0,
+        value_format: str = "bytes",
+        value_subject: str | None = None,
+        value_schema_version: int | None = None,
+        schema_registry_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.keep_value_schema_choice(value_format, value_subject, value_schema_version, schema_registry_conn_id)
         self.topics = topics
         self.keep_output(output)
         self.kafka_config_id = kafka_config_id
@@ -272,6 +327,7 @@ class KafkaReplayPlanOperator(TemplatedOutput, BaseOperator):
                 partitions=as_int_list(self.partitions),
                 dry_run=dry_run,
                 progress=self.log.info,
+                reader_schema=self.reader_schema_request(self.kafka_timeout),
                 **chosen,
             )
         return plan_xcom(outcome, spec, store, dry_run=dry_run)

@@ -13,14 +13,21 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk.exceptions import AirflowException
 
 from kafka_batch_provider.core.file_sizing import DEFAULT_TARGET_FILE_MB
+from kafka_batch_provider.core.reader_schema import check_plan_decodes_as
 from kafka_batch_provider.core.write_options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
+from kafka_batch_provider.hooks.schema_registry import registry_settings
 from kafka_batch_provider.operators.errors import spark_step_error, task_errors
 from kafka_batch_provider.operators.output import BatchOutput, connections_of, open_output
 from kafka_batch_provider.operators.xcom import load_plan, pull_summary
 from kafka_batch_provider.output.formats import open_store
-from kafka_batch_provider.spark.app import CATALOG_PROPERTIES_FILE_ENV, CONFIG_FILE_ENV, STORAGE_OPTIONS_FILE_ENV
+from kafka_batch_provider.spark.app import (
+    CATALOG_PROPERTIES_FILE_ENV,
+    CONFIG_FILE_ENV,
+    REGISTRY_SETTINGS_FILE_ENV,
+    STORAGE_OPTIONS_FILE_ENV,
+)
 from kafka_batch_provider.spark.jvm_start import lean_submit_conf
 from kafka_batch_provider.spark.py_files import needs_py_files, package_zip
 from kafka_batch_provider.spark.submit import (
@@ -83,7 +90,10 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
     :param plan_task_id: task id of the plan operator (inside a task group: ``group.plan``).
     :param kafka_config_id: the ``kafka`` connection the plan used.
     :param reader: ``python`` (default) or ``jvm`` (needs spark-sql-kafka-0-10 on the cluster).
-    :param value_format: ``bytes`` (default), ``string`` or ``json`` (with ``value_schema``).
+    :param value_format: ``bytes`` (default), ``string``, ``json`` (with ``value_schema``) or
+        ``avro`` (typed columns, with the reader schema the plan pinned; needs
+        ``schema_registry_conn_id``, the plan task's ``schema_registry`` connection).
+    :param keep_raw_value: (``avro``) keep the value's bytes beside its typed columns.
     :param target_file_mb: files are rolled at about this size; a small batch writes one file per
         partition-date (default 128).
     :param application: the Spark application file (default: the one installed with this package;
@@ -110,6 +120,8 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         application: str = DEFAULT_APPLICATION,
         name: str = "kafka-batch-ingest",
         output: BatchOutput | None = None,
+        keep_raw_value: bool = False,
+        schema_registry_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(application=application, name=name, **kwargs)
@@ -118,13 +130,16 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         self.batch_output = connections_of(output)
         # Checked here, so a bad option is a DAG import error rather than a failed run.
         self.write_options = WriteOptions(
-            reader, value_format, value_schema, max_offsets_per_task, stall_timeout, target_file_mb
+            reader, value_format, value_schema, max_offsets_per_task, stall_timeout, target_file_mb, keep_raw_value
         )
+        self.schema_registry_conn_id = registry_conn_for(self.write_options, schema_registry_conn_id)
 
     def execute(self, context: Any) -> dict[str, Any]:
         summary, spec, plan = planned_batch(context, self.plan_task_id, self.batch_output)
         with task_errors():
             kafka_config = shippable(KafkaOffsetsHook(self.kafka_config_id).kafka_config)
+            registry = registry_settings(self.schema_registry_conn_id)
+            check_plan_decodes_as(plan.batch_id, plan.extra, self.write_options.value_format)
         self.log.info(
             "batch %s: %d range(s), up to %d offsets", plan.batch_id, len(plan.readable_ranges), plan.planned_offsets
         )
@@ -132,9 +147,10 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
             private_config_file(kafka_config) as config_path,
             private_json_file(spec.storage_options, "kafka-batch-storage-") as storage_path,
             private_json_file(spec.catalog_properties, "kafka-batch-catalog-") as catalog_path,
+            private_json_file(registry.client_config() if registry else {}, "kafka-batch-registry-") as registry_path,
         ):
             self.application_args = application_args(summary["plan_path"], spec, self.write_options)
-            self._hand_over(config_path, storage_path, catalog_path)
+            self._hand_over(config_path, storage_path, catalog_path, registry_path)
             try:
                 super().execute(context)
             except AirflowException as exc:
@@ -151,7 +167,7 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
             return exc
         return spark_step_error(list(getattr(self._hook, "_last_submit_log_lines", [])), process.returncode)
 
-    def _hand_over(self, config_path: str, storage_path: str, catalog_path: str) -> None:
+    def _hand_over(self, config_path: str, storage_path: str, catalog_path: str, registry_path: str) -> None:
         """Secrets in files named by the environment; this package as a zip for a cluster master;
         the lean start-up settings (:mod:`~kafka_batch_provider.spark.jvm_start`); a spark-submit
         found next to this Python when PATH has none."""
@@ -165,7 +181,7 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
             binary_dir = spark_submit_directory(str(connection.get("spark_binary") or "spark-submit"))
         if deploy_mode == "cluster":
             # The driver runs elsewhere: ship the files; they land in the driver's working dir.
-            self.files = ",".join(filter(None, [self.files, config_path, storage_path, catalog_path]))
+            self.files = ",".join(filter(None, [self.files, config_path, storage_path, catalog_path, registry_path]))
             self.application_args += [
                 "--kafka-config-file",
                 Path(config_path).name,
@@ -173,12 +189,15 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
                 Path(storage_path).name,
                 "--catalog-properties-file",
                 Path(catalog_path).name,
+                "--registry-settings-file",
+                Path(registry_path).name,
             ]
         else:
             env = dict(self.env_vars or {})
             env[CONFIG_FILE_ENV] = config_path
             env[STORAGE_OPTIONS_FILE_ENV] = storage_path
             env[CATALOG_PROPERTIES_FILE_ENV] = catalog_path
+            env[REGISTRY_SETTINGS_FILE_ENV] = registry_path
             # A local master's Python workers must use this interpreter (it has the dependencies).
             env.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", sys.executable))
             self.env_vars = env
@@ -188,6 +207,16 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
             # driver's environment) and does not hand to Popen there.
             os.environ["PATH"] = os.pathsep.join(filter(None, [binary_dir, os.environ.get("PATH")]))
         self._hook = None  # rebuilt in execute() with the arguments above
+
+
+def registry_conn_for(options: WriteOptions, conn_id: str | None) -> str | None:
+    """The ``schema_registry`` connection of a registry format (refused without one when the DAG is parsed)."""
+    from kafka_batch_provider.core.reader_schema import REGISTRY_FORMATS
+    from kafka_batch_provider.registry.reader_schema import require_registry
+
+    if options.value_format in REGISTRY_FORMATS and not conn_id:
+        require_registry(options.value_format, None)
+    return conn_id
 
 
 def spark_submit_directory(binary: str) -> str | None:

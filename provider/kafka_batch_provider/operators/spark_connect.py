@@ -10,9 +10,10 @@ from airflow.sdk import BaseOperator
 from kafka_batch_provider.core.file_sizing import DEFAULT_TARGET_FILE_MB
 from kafka_batch_provider.core.write_options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
+from kafka_batch_provider.hooks.schema_registry import registry_settings
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.output import BatchOutput, connections_of
-from kafka_batch_provider.operators.spark import batch_result, planned_batch, shippable
+from kafka_batch_provider.operators.spark import batch_result, planned_batch, registry_conn_for, shippable
 from kafka_batch_provider.output.formats import open_store
 
 
@@ -31,7 +32,8 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
     :param conn_id: the ``spark_connect`` connection (apache-airflow-providers-apache-spark):
         host and port of the server, and optionally a token (``password``) and user.
     :param target_file_mb: files are rolled at about this size; a small batch writes one file per
-        partition-date (default 128). The other write options are the spark-submit operator's.
+        partition-date (default 128). The other write options (``value_format``, ``keep_raw_value``,
+        ``schema_registry_conn_id``, ...) are the spark-submit operator's.
     :param output: the same :class:`~kafka_batch_provider.operators.output.BatchOutput` as the
         plan task's: its connections open the output; the format and location come from the plan.
     """
@@ -52,6 +54,8 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
         stall_timeout: float = DEFAULT_STALL_TIMEOUT,
         target_file_mb: int = DEFAULT_TARGET_FILE_MB,
         output: BatchOutput | None = None,
+        keep_raw_value: bool = False,
+        schema_registry_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -61,8 +65,9 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
         self.batch_output = connections_of(output)
         # Checked here, so a bad option is a DAG import error rather than a failed run.
         self.write_options = WriteOptions(
-            reader, value_format, value_schema, max_offsets_per_task, stall_timeout, target_file_mb
+            reader, value_format, value_schema, max_offsets_per_task, stall_timeout, target_file_mb, keep_raw_value
         )
+        self.schema_registry_conn_id = registry_conn_for(self.write_options, schema_registry_conn_id)
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
@@ -73,6 +78,7 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
         _, spec, plan = planned_batch(context, self.plan_task_id, self.batch_output)
         with task_errors():
             kafka_config = shippable(KafkaOffsetsHook(self.kafka_config_id).kafka_config)
+            registry = registry_settings(self.schema_registry_conn_id)
             remote = SparkConnectHook(self.conn_id).get_connection_url()
             self.log.info(
                 "batch %s: %d range(s), up to %d offsets, through Spark Connect at %s",
@@ -92,6 +98,7 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
                     self.write_options,
                     self.log.info,
                     on_session=self._remember_session,
+                    registry=registry,
                 )
             finally:
                 self._running = None

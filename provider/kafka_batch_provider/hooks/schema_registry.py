@@ -1,0 +1,76 @@
+"""``SchemaRegistryHook``: the schema registry of ``--value-format avro`` from an Airflow connection.
+
+A connection of type ``schema_registry`` (declared in the provider info, with its form):
+
+* host -> the registry's URL (``https://registry.example.com`` or just the host name; the
+  schema field, ``http`` by default, is the scheme then), port -> its port;
+* login and password -> basic auth (``basic.auth.user.info``: Confluent Cloud's API key and secret);
+* extra -> any other setting of confluent-kafka's ``SchemaRegistryClient``: ``bearer.auth.*``
+  (a static token or OAuth client credentials), ``ssl.ca.location``,
+  ``ssl.certificate.location``, ``ssl.key.location``.
+
+The settings hold secrets: they reach the Spark tasks in a private file (spark-submit) or inside
+the pickled function (Spark Connect), never XCom, logs, plans or argv.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import BaseHook
+
+from kafka_batch_provider.errors import ConfigError
+from kafka_batch_provider.registry.settings import RegistrySettings, settings_from_connection
+
+
+class SchemaRegistryHook(BaseHook):
+    """:param schema_registry_conn_id: a ``schema_registry`` connection."""
+
+    conn_name_attr = "schema_registry_conn_id"
+    default_conn_name = "schema_registry_default"
+    conn_type = "schema_registry"
+    hook_name = "Schema Registry (Confluent-compatible)"
+
+    def __init__(self, schema_registry_conn_id: str = default_conn_name) -> None:
+        super().__init__()
+        self.schema_registry_conn_id = schema_registry_conn_id
+
+    def settings(self) -> RegistrySettings:
+        """The registry's URL and client settings (credentials included)."""
+        connection = self.get_connection(self.schema_registry_conn_id)
+        if not connection.host:
+            raise ConfigError(
+                f"schema registry connection {self.schema_registry_conn_id!r} has no host: set the registry's URL"
+            )
+        try:
+            return settings_from_connection(connection)
+        except ConfigError as exc:
+            raise ConfigError(f"schema registry connection {self.schema_registry_conn_id!r}: {exc}") from None
+
+    def get_conn(self) -> Any:
+        from kafka_batch_provider.registry.client import SchemaRegistry
+
+        return SchemaRegistry(self.settings())
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """The connection form: what the fields mean for a schema registry."""
+        return {
+            "hidden_fields": [],
+            "relabeling": {
+                "host": "Registry URL or host",
+                "schema": "Scheme (http or https, when the host has none)",
+                "login": "User (basic auth; Confluent Cloud: API key)",
+                "password": "Password (basic auth; Confluent Cloud: API secret)",
+            },
+            "placeholders": {
+                "host": "https://registry.example.com",
+                "port": "8081",
+                "extra": '{"ssl.ca.location": "/etc/ssl/registry-ca.pem"}',
+            },
+        }
+
+
+def registry_settings(conn_id: str | None) -> RegistrySettings | None:
+    """The settings of the connection ``conn_id`` (``None`` without one)."""
+    return SchemaRegistryHook(conn_id).settings() if conn_id else None
