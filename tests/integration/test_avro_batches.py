@@ -16,6 +16,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from kafka_batch_provider.core.offsets import TopicPartition
 from kafka_batch_provider.core.planning import PlanPolicy
 from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.dev.schema_registry import EmbeddedSchemaRegistry
@@ -251,3 +252,36 @@ def test_the_command_line_reads_avro_through_an_authenticated_registry_and_keeps
                 assert SECRET.encode() not in path.read_bytes(), f"the registry password is in {path}"
         ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
         assert SECRET not in ps, "the registry password is in the process table"
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_version_that_changes_a_fields_type_is_refused_naming_subject_versions_and_field(
+    spark, kafka_config, new_topic, group_id, schema_registry, tmp_path, fmt
+):
+    topic = new_topic(partitions=1)
+    subject = f"{topic}-value"
+    registry = RegistrySettings(schema_registry)
+    client = SchemaRegistryClient({"url": schema_registry})
+    produce_avro(kafka_config, schema_registry, topic, V1, [order(1)], partitions=1)
+    if fmt == "delta":
+        output = TableOutput(str(tmp_path / "orders"))
+    else:
+        catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}
+        output = TableOutput("", format="iceberg", table="lake.orders", catalog=catalog)
+    ingest(spark, kafka_config, output.store(), group_id, topic, registry)
+    # A registry whose subject checks nothing (NONE) lets a producer turn id into a string.
+    client.set_compatibility(subject, "NONE")
+    retyped = {**V1, "fields": [{"name": "id", "type": "string"}, *V1["fields"][1:]]}
+    serialize = AvroSerializer(client, json.dumps(retyped))
+    value = serialize({**order(2), "id": "two"}, SerializationContext(topic, MessageField.VALUE))
+    produce(kafka_config, topic, [Record(0, value)])
+    store = output.store()
+    before = store.log.tail()
+    with pytest.raises(SchemaError) as caught:
+        ingest(spark, kafka_config, store, group_id, topic, registry)
+    message = str(caught.value)
+    expected = f"{subject} version 2 makes field id string, but the table holds it as int64 (written with version 1)"
+    assert expected in message and "\n" not in message, message
+    assert output.store().log.tail() == before, "the refused batch changed the table's log"
+    committed = KafkaOffsets(kafka_config).committed_offsets(group_id, [TopicPartition(topic, 0)])
+    assert list(committed.values()) == [1], f"the group moved past the refused batch: {committed}"

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kafka_batch_provider.core.settings import Setting
-from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
+from kafka_batch_provider.errors import ColumnTypeError, ConfigError, ManifestError, StorageError
 from kafka_batch_provider.output.location import Location
 
 #: Where the Spark tasks write the tables' files, relative to the table's location.
@@ -342,11 +342,14 @@ def new_columns(
             added += new_columns(theirs[1], ours[1], where, f"{path}.")
         elif theirs is not None or ours is not None or _plain(known[field.name].type) != _plain(field.type):
             table_type, file_type = _plain(known[field.name].type), _plain(field.type)
-            raise ConfigError(
+            raise ColumnTypeError(
                 f"{where}: column {path} is {table_type} in the table but {file_type} in this batch: a table's "
                 "column keeps its type; write to a new table, or decode the value as before "
                 f"({Setting('value_format')}, {Setting('value_schema')})",
-                setting=Setting("value_schema"),
+                where,
+                path,
+                str(table_type),
+                str(file_type),
             )
     return added
 

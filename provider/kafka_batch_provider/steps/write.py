@@ -29,8 +29,10 @@ import pyarrow.parquet as pq
 from kafka_batch_provider.core.manifest import build_manifest
 from kafka_batch_provider.core.plan import OffsetPlan
 from kafka_batch_provider.core.reader_schema import check_plan_decodes_as, planned_reader_schema
+from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.core.write_check import TaskReports, check_write
 from kafka_batch_provider.core.write_options import WriteOptions
+from kafka_batch_provider.errors import ColumnTypeError, SchemaError
 from kafka_batch_provider.fail_points import fail_point
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.output.store import BatchStore, utc_now
@@ -189,7 +191,26 @@ def publish_staged(
         timings=timings,
     )
     fail_point("before-log-entry")
-    return store.commit_entry(plan, manifest)
+    try:
+        return store.commit_entry(plan, manifest)
+    except ColumnTypeError as exc:
+        raise in_schema_words(exc, plan, store.previous_entry(plan)) from None
+
+
+def in_schema_words(exc: ColumnTypeError, plan: OffsetPlan, previous: Mapping[str, Any] | None) -> Exception:
+    """A column whose type a batch in a registry format would change, refused in the schemas' words:
+    the subject, the version this batch reads with, the one the table was last written with, the field."""
+    pinned = planned_reader_schema(plan.extra)
+    if pinned is None:
+        return exc
+    before = ((previous or {}).get("options") or {}).get("reader_schema") or {}
+    written_with = f"version {before['version']}" if before.get("subject") == pinned.subject else "an earlier batch"
+    return SchemaError(
+        f"{exc.where}: {pinned.subject} version {pinned.version} makes field {exc.column} {exc.batch_type}, but the "
+        f"table holds it as {exc.table_type} (written with {written_with}): a table's column keeps its type, so "
+        f"batch {plan.batch_id} was not written and the group did not move; register a version that keeps the "
+        f"type, pin an earlier one ({Setting('value_schema_version')}), or write to a new table"
+    )
 
 
 def reader_schema_options(plan: OffsetPlan, options: WriteOptions) -> dict[str, Any]:
