@@ -7,6 +7,7 @@ pins the reader schema, the Spark tasks decode, the table gains the columns a ne
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -285,3 +286,17 @@ def test_a_version_that_changes_a_fields_type_is_refused_naming_subject_versions
     assert output.store().log.tail() == before, "the refused batch changed the table's log"
     committed = KafkaOffsets(kafka_config).committed_offsets(group_id, [TopicPartition(topic, 0)])
     assert list(committed.values()) == [1], f"the group moved past the refused batch: {committed}"
+
+
+def test_a_field_delta_cannot_hold_is_refused_before_anything_is_read(
+    spark, kafka_config, new_topic, group_id, schema_registry, tmp_path
+):
+    topic = new_topic(partitions=1)
+    with_time = {**V1, "fields": [*V1["fields"], {"name": "at", "type": {"type": "int", "logicalType": "time-millis"}}]}
+    produce_avro(kafka_config, schema_registry, topic, with_time, [{**order(1), "at": dt.time(8, 30)}], partitions=1)
+    output = TableOutput(str(tmp_path / "orders"))
+    with pytest.raises(ConfigError) as caught:
+        ingest(spark, kafka_config, output.store(), group_id, topic, RegistrySettings(schema_registry))
+    expected = "column at would be time64[us], which Delta tables cannot hold"
+    assert expected in str(caught.value), str(caught.value)
+    assert output.read() is None, "a refused batch created the Delta table"

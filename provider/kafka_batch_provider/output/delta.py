@@ -35,7 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from kafka_batch_provider.errors import ManifestError, StorageError
+from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
 from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.output.sink import DELTA
 from kafka_batch_provider.output.tables import (
@@ -44,6 +44,7 @@ from kafka_batch_provider.output.tables import (
     TableFiles,
     attempt_of,
     files_schema,
+    leaf_types,
     manifest_text,
     new_columns,
     one_line,
@@ -398,6 +399,16 @@ class DeltaSink(TableFiles):
 
     def table_schema(self, files: pa.Schema) -> pa.Schema:
         return files.append(pa.field(DATE_COLUMN, pa.date32())) if self.partition_by else files
+
+    def check_columns(self, schema: pa.Schema) -> None:
+        """Delta has no time-of-day type and no column of nulls only: refused before anything is read."""
+        for path, kind in leaf_types(schema):
+            if pa.types.is_time(kind) or pa.types.is_null(kind):
+                raise ConfigError(
+                    f"Delta table {self.name}: column {path} would be {kind}, which Delta tables cannot hold "
+                    "(no time-of-day type, no null-only column); write this topic to Parquet or Iceberg, or "
+                    "change the field's type"
+                )
 
     def adopt_partitioning(self, table: Any) -> None:
         """Follow the existing table's partitioning; refuse a different explicit ``--partition-by``."""

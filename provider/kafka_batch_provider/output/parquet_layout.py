@@ -24,6 +24,8 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
+
 from kafka_batch_provider.core.manifest import data_dir_name, entry_files
 from kafka_batch_provider.errors import ManifestError, StorageError, WriteCheckError
 from kafka_batch_provider.output.location import Location
@@ -129,6 +131,9 @@ class ParquetLayout:
 
     def drop_saved_manifest(self, manifest: dict[str, Any]) -> None:
         """Nothing to do: this layout's manifests exist only as log entries."""
+
+    def check_columns(self, schema: pa.Schema) -> None:
+        """Parquet takes every column type the decoders make."""
 
     def published_files(self, batch_id: str) -> dict[str, int]:
         return self.data.file_sizes(data_dir_name(batch_id))

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+import pyarrow as pa
+
 from kafka_batch_provider.output.location import Location
 
 PARQUET, DELTA, ICEBERG = "parquet", "delta", "iceberg"
@@ -45,3 +47,4 @@ class Sink(Protocol):
     def check_published(self, entry: dict[str, Any]) -> None: ...
     def clean_staging(self, batch_id: str, keep: str | None = None) -> None: ...
     def drop_saved_manifest(self, manifest: dict[str, Any]) -> None: ...
+    def check_columns(self, schema: pa.Schema) -> None: ...

@@ -18,6 +18,8 @@ import os
 from datetime import datetime, timezone
 from typing import Any
 
+import pyarrow as pa
+
 from kafka_batch_provider.core.manifest import build_manifest
 from kafka_batch_provider.core.plan import OffsetPlan
 from kafka_batch_provider.errors import CommitConflictError, ConfigError, LogConflictError, ManifestError
@@ -195,6 +197,10 @@ class BatchStore:
 
     def seal(self, staging: str, names: list[str]) -> str:
         return self.sink.seal(staging, names)
+
+    def check_columns(self, schema: pa.Schema) -> None:
+        """The batch's columns, checked against what the output's format can hold (before reading)."""
+        self.sink.check_columns(schema)
 
     def publish(self, entry: dict[str, Any]) -> None:
         self.sink.publish(entry)

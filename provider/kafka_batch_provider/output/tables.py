@@ -179,6 +179,9 @@ class TableFiles:
         """Forget an attempt that lost its entry: its saved manifest can never be the committed one."""
         self.data.delete([saved_name(manifest)])
 
+    def check_columns(self, schema: pa.Schema) -> None:
+        """Refuse, before anything is read, columns of a type the table format has not (none by default)."""
+
     def saved_manifest(self, seq: int, batch_id: str, attempt: str) -> dict[str, Any]:
         name = saved_name({"seq": seq, "batch_id": batch_id, "attempt": attempt})
         try:
@@ -318,6 +321,16 @@ def _nested(kind: pa.DataType) -> tuple[str, list[pa.Field]] | None:
     if pa.types.is_large_list_view(kind) or pa.types.is_fixed_size_list(kind):
         return "list", [pa.field("element", kind.value_type)]
     return None
+
+
+def leaf_types(fields: list[pa.Field] | pa.Schema, prefix: str = "") -> list[tuple[str, pa.DataType]]:
+    """Every leaf column with its path (``a.b``, ``a.element.b``, ``a.value``), as :func:`new_columns` names them."""
+    found = []
+    for field in fields:
+        path = f"{prefix}{field.name}"
+        nested = _nested(field.type)
+        found += leaf_types(nested[1], f"{path}.") if nested else [(path, field.type)]
+    return found
 
 
 def new_columns(

@@ -106,6 +106,8 @@ def stage_batch(
     """
     decoding = value_decoding(plan, options, registry)  # the registry is asked before anything is staged
     decoded_schema = decoding.output_schema(KAFKA_ARROW_SCHEMA) if decoding is not None else None
+    if decoded_schema is not None:
+        store.check_columns(decoded_schema)  # a type the table format has not: refused before reading
     staging = store.new_staging(plan.batch_id)
     data = store.data
     # An existing table's partitioning, not the run's flags, decides how files are split.
