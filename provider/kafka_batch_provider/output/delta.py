@@ -402,6 +402,7 @@ class DeltaSink(TableFiles):
 
     def check_columns(self, schema: pa.Schema) -> None:
         """Delta has no time-of-day type and no column of nulls only: refused before anything is read."""
+        TableFiles.check_columns(self, schema)  # the decimals both table formats refuse
         for path, kind in leaf_types(schema):
             if pa.types.is_time(kind) or pa.types.is_null(kind):
                 raise ConfigError(

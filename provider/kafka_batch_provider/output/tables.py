@@ -180,7 +180,14 @@ class TableFiles:
         self.data.delete([saved_name(manifest)])
 
     def check_columns(self, schema: pa.Schema) -> None:
-        """Refuse, before anything is read, columns of a type the table format has not (none by default)."""
+        """Refuse, before anything is read, columns of a type the table format has not: Delta and
+        Iceberg decimals have at most 38 digits."""
+        for path, kind in leaf_types(schema):
+            if pa.types.is_decimal(kind) and kind.precision > 38:
+                raise ConfigError(
+                    f"{self.name}: column {path} would be {kind}, but table decimals have at most 38 digits; "
+                    "write this topic to Parquet, or narrow the field's precision"
+                )
 
     def saved_manifest(self, seq: int, batch_id: str, attempt: str) -> dict[str, Any]:
         name = saved_name({"seq": seq, "batch_id": batch_id, "attempt": attempt})
