@@ -215,7 +215,7 @@ CASES = [
             "--schema-registry-config-file",
             s.file("registry.json", '{"url": "http://x:8081"}'),
         ),  # fmt: skip
-        "the schema registry's URL belongs in --schema-registry-url, not in its settings file",
+        "the schema registry's URL belongs in --schema-registry-url (a connection: its host), not among",
     ),
     Case(
         "registry-settings-file-without-url",

@@ -300,3 +300,37 @@ def test_a_field_delta_cannot_hold_is_refused_before_anything_is_read(
     expected = "column at would be time64[us], which Delta tables cannot hold"
     assert expected in str(caught.value), str(caught.value)
     assert output.read() is None, "a refused batch created the Delta table"
+
+
+def test_a_field_named_value_takes_its_own_type_in_a_new_iceberg_table(
+    spark, kafka_config, new_topic, group_id, schema_registry, tmp_path
+):
+    topic = new_topic(partitions=1)
+    reading = {"type": "record", "name": "Reading", "fields": [{"name": "id", "type": "long"},
+                                                                {"name": "value", "type": "double"}]}  # fmt: skip
+    produce_avro(kafka_config, schema_registry, topic, reading, [{"id": 1, "value": 2.5}], partitions=1)
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}
+    output = TableOutput("", format="iceberg", table="lake.readings", catalog=catalog)
+    ingest(spark, kafka_config, output.store(), group_id, topic, RegistrySettings(schema_registry))
+    rows = output.read(["id", "value"]).to_pylist()
+    assert rows == [{"id": 1, "value": 2.5}], f"expected the field value as a double, found {rows}"
+
+
+def test_a_pending_plan_is_not_replaced_by_a_plan_in_another_value_format(
+    kafka_config, new_topic, group_id, schema_registry, tmp_path
+):
+    topic = new_topic(partitions=1)
+    produce_avro(kafka_config, schema_registry, topic, V1, [order(1)], partitions=1)
+    store = Output(str(tmp_path / "lake")).store()
+    kafka = KafkaOffsets(kafka_config, timeout=10)
+    request = ReaderSchemaRequest("avro", RegistrySettings(schema_registry))
+    pending = plan_batch(kafka, store, group_id, [topic], PlanPolicy(), reader_schema=request)
+    plan_file = pending.plan_path
+    before = open(plan_file, "rb").read()  # a local output: the plan is a local file
+    with pytest.raises(ConfigError, match=f"pending batch {pending.plan.batch_id} was planned as avro, this run plans "
+                       "without one: finish it with the value format it was planned with"):  # fmt: skip
+        plan_batch(kafka, store, group_id, [topic], PlanPolicy())
+    after = open(plan_file, "rb").read()
+    assert after == before, "the refused plan step rewrote the pending plan"
+    again = plan_batch(kafka, store, group_id, [topic], PlanPolicy(), reader_schema=request)
+    assert again.reused and again.plan.batch_id == pending.plan.batch_id, "the same format reuses the plan"

@@ -52,3 +52,35 @@ def test_a_plan_and_its_run_must_decode_alike():
 def test_a_reader_schema_survives_the_plan_file():
     assert ReaderSchema.from_dict(PINNED.to_dict()) == PINNED
     assert PINNED.to_dict() == {"format": "avro", "subject": "orders-value", "version": 3, "id": 17}
+
+
+@pytest.mark.parametrize(
+    "damaged", [{"format": "avro"}, {**PINNED.to_dict(), "id": "x"}, "avro", {**PINNED.to_dict(), "format": "xml"}]
+)
+def test_a_damaged_reader_schema_in_a_plan_is_one_line_naming_the_way_out(damaged):
+    with pytest.raises(ConfigError) as caught:
+        check_plan_decodes_as("b-1", {PLAN_KEY: damaged}, "avro")
+    assert "the plan's reader schema is damaged" in str(caught.value) and "kafka-batch discard" in str(caught.value)
+
+
+def test_a_value_field_named_like_a_column_it_stands_beside_is_refused_in_any_letter_case():
+    import json
+
+    from kafka_batch_provider.spark.kafka_reader import KAFKA_ARROW_SCHEMA
+    from kafka_batch_provider.spark.value_decoding import ValueDecoding
+
+    def decoding(*names: str, keep: bool = False) -> ValueDecoding:
+        fields = [{"name": n, "type": "long"} for n in names]
+        return ValueDecoding(json.dumps({"type": "record", "name": "R", "fields": fields}), {}, keep_raw_value=keep)
+
+    assert decoding("id", "value").output_schema(KAFKA_ARROW_SCHEMA).names[-2:] == ["id", "value"]
+    cases = [
+        (decoding("Topic"), (), "field 'Topic' has the name of the column 'topic'"),
+        (decoding("value", keep=True), (), "field 'value' has the name of the column 'value'"),
+        (decoding("date"), ("_receipt", "date"), "field 'date' has the name of the column 'date'"),
+        (decoding("Id", "id"), (), "field 'id' has the name of the column 'Id'"),
+    ]
+    for found, reserved, expected in cases:
+        with pytest.raises(ConfigError) as caught:
+            found.output_schema(KAFKA_ARROW_SCHEMA, reserved)
+        assert expected in str(caught.value), str(caught.value)

@@ -26,7 +26,9 @@ from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.fail_points import fail_point
 
 
-def plan_step(args: argparse.Namespace, kafka: Any, store: Any):
+def plan_step(args: argparse.Namespace, kafka: Any, store: Any, reader_schema: Any):
+    """:param reader_schema: from :func:`reader_schema_request`, made before the output was opened
+    (opening may create an Iceberg table: a refused run must not)."""
     from kafka_batch_provider.steps.plan import plan_batch
 
     return plan_batch(
@@ -38,12 +40,13 @@ def plan_step(args: argparse.Namespace, kafka: Any, store: Any):
         args.partition,
         progress,
         GroupMismatchPolicy(args.on_group_mismatch),
-        reader_schema_request(args),
+        reader_schema,
     )
 
 
 def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
-    outcome = plan_step(args, offsets_client(args), store_from(args))
+    request = reader_schema_request(args)
+    outcome = plan_step(args, offsets_client(args), store_from(args), request)
     return {
         **outcome.plan.summary(),
         "records": outcome.plan.planned_offsets,
@@ -126,11 +129,12 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     from kafka_batch_provider.steps.commit import commit_batch
 
     options = write_options(args)
+    request = reader_schema_request(args)
     kafka = offsets_client(args)
     spec = output_spec_from(args)
     store = open_store(spec)
     clock = time.perf_counter()
-    outcome = plan_step(args, kafka, store)
+    outcome = plan_step(args, kafka, store, request)
     plan = outcome.plan
     timings = {"plan_seconds": round(time.perf_counter() - clock, 3)}
     result: dict[str, Any] = {
@@ -173,6 +177,7 @@ def cmd_replay(args: argparse.Namespace) -> dict[str, Any]:
 
     chosen = replay_range_from(args)
     options = write_options(args)
+    request = reader_schema_request(args)
     kafka = offsets_client(args)
     spec = output_spec_from(args)
     # A dry run creates no Iceberg table: replaying into a new one is planned for real only.
@@ -184,7 +189,7 @@ def cmd_replay(args: argparse.Namespace) -> dict[str, Any]:
         partitions=args.partition,
         dry_run=args.dry_run,
         progress=progress,
-        reader_schema=reader_schema_request(args),
+        reader_schema=request,
         **chosen,
     )
     plan = outcome.plan

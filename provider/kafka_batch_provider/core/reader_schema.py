@@ -40,7 +40,17 @@ class ReaderSchema:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReaderSchema:
-        return cls(str(data["format"]), str(data["subject"]), int(data["version"]), int(data["id"]))
+        """:raises ConfigError: a damaged record (a plan file edited by hand)."""
+        try:
+            found = cls(str(data["format"]), str(data["subject"]), int(data["version"]), int(data["id"]))
+        except (KeyError, TypeError, ValueError):
+            found = None
+        if found is None or found.value_format not in REGISTRY_FORMATS:
+            raise ConfigError(
+                f"the plan's reader schema is damaged ({dict(data) if isinstance(data, Mapping) else data!r}): "
+                "discard the plan (kafka-batch discard --plan ...)"
+            )
+        return found
 
     def __str__(self) -> str:
         return f"{self.subject} version {self.version} (schema id {self.schema_id})"
@@ -78,7 +88,9 @@ def check_schema_choice(value_format: str, subject: str | None, version: int | N
 def planned_reader_schema(extra: Mapping[str, Any]) -> ReaderSchema | None:
     """The reader schema a plan recorded (from its ``extra``), or ``None``."""
     found = extra.get(PLAN_KEY)
-    return ReaderSchema.from_dict(found) if found else None
+    if found is None:
+        return None
+    return ReaderSchema.from_dict(found if isinstance(found, Mapping) else {})
 
 
 def check_plan_decodes_as(batch_id: str, extra: Mapping[str, Any], value_format: str) -> ReaderSchema | None:

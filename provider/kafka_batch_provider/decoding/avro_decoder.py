@@ -169,6 +169,8 @@ def converter(avro: Any, named: dict[str, Any], seen: frozenset[str] = frozenset
         return converter(kind, named, seen)
     if avro.get("logicalType") == "uuid" and kind == "string":
         return str
+    if (avro.get("logicalType"), kind) in MILLIS:
+        return millis_to_micros
     if kind in ("record", "error"):
         inner_seen = seen | {str(avro.get("name", ""))}
         fields = [(f["name"], converter(f["type"], named, inner_seen)) for f in avro["fields"]]
@@ -182,6 +184,16 @@ def converter(avro: Any, named: dict[str, Any], seen: frozenset[str] = frozenset
         value = converter(avro["values"], named, seen)
         return None if value is None else (lambda v: {k: None if x is None else value(x) for k, x in v.items()})
     return None
+
+
+#: Logical types in milliseconds, whose columns are in microseconds (avro_types.LOGICAL).
+MILLIS = {("timestamp-millis", "long"), ("local-timestamp-millis", "long"), ("time-millis", "int")}
+
+
+def millis_to_micros(value: Any) -> Any:
+    """fastavro converts what it reads, but fills a field added since the writer's schema with
+    its default as the bare number of milliseconds: in a microsecond column that is 1000x too early."""
+    return value * 1000 if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 #: The Python types fastavro reads each family of union branch as (avro_types.FAMILIES).

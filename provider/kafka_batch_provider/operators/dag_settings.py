@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
+from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.operators.output import BatchOutput
 
 
@@ -49,11 +50,13 @@ def ingest_output() -> BatchOutput:
 def value_settings() -> dict[str, object]:
     """How the values are read (parse-time environment): the format, and for ``avro`` the
     schema registry connection, the subject, a pinned version and whether the bytes stay too."""
-    version = os.environ.get("KAFKA_BATCH_VALUE_SCHEMA_VERSION")
+    version = os.environ.get("KAFKA_BATCH_VALUE_SCHEMA_VERSION") or None
+    if version is not None and not version.strip().isdigit():
+        raise ConfigError(f"KAFKA_BATCH_VALUE_SCHEMA_VERSION must be a version number, got {version!r}")
     return {
         "value_format": os.environ.get("KAFKA_BATCH_VALUE_FORMAT", "bytes"),
         "value_subject": os.environ.get("KAFKA_BATCH_VALUE_SUBJECT") or None,
-        "value_schema_version": int(version) if version else None,
+        "value_schema_version": int(version) if version is not None else None,
         "keep_raw_value": os.environ.get("KAFKA_BATCH_KEEP_RAW_VALUE", "false").lower() in ("1", "true", "yes"),
         "schema_registry_conn_id": os.environ.get("KAFKA_BATCH_SCHEMA_REGISTRY_CONN_ID") or None,
     }

@@ -195,6 +195,7 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BaseOperator):
             kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
             topics, partitions = check_topics(as_list(self.topics)), as_int_list(self.partitions)
             check_group_id(self.group_id)
+            request = self.reader_schema_request(self.kafka_timeout)  # before an Iceberg table may be created
             spec, store = open_output(self.output_of_run(context), create=True)
             if run_type_of(context) == BACKFILL_RUN_TYPE:
                 start, end = context["data_interval_start"], context["data_interval_end"]
@@ -207,7 +208,7 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BaseOperator):
                     start_ms=epoch_ms(start),
                     end_ms=epoch_ms(end),
                     progress=self.log.info,
-                    reader_schema=self.reader_schema_request(self.kafka_timeout),
+                    reader_schema=request,
                 )
             else:
                 outcome = plan_batch(
@@ -219,7 +220,7 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BaseOperator):
                     partitions,
                     progress=self.log.info,
                     on_group_mismatch=self.on_group_mismatch,
-                    reader_schema=self.reader_schema_request(self.kafka_timeout),
+                    reader_schema=request,
                 )
         return plan_xcom(outcome, spec, store)
 
@@ -319,6 +320,7 @@ class KafkaReplayPlanOperator(ValueSchemaChoice, TemplatedOutput, BaseOperator):
             chosen = self.replay_range()
             kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
             # A dry run creates no Iceberg table: replaying into a new one is planned for real only.
+            request = self.reader_schema_request(self.kafka_timeout)  # before an Iceberg table may be created
             spec, store = open_output(self.batch_output, create=not dry_run)
             outcome = plan_replay_batch(
                 kafka,
@@ -327,7 +329,7 @@ class KafkaReplayPlanOperator(ValueSchemaChoice, TemplatedOutput, BaseOperator):
                 partitions=as_int_list(self.partitions),
                 dry_run=dry_run,
                 progress=self.log.info,
-                reader_schema=self.reader_schema_request(self.kafka_timeout),
+                reader_schema=request,
                 **chosen,
             )
         return plan_xcom(outcome, spec, store, dry_run=dry_run)

@@ -138,7 +138,7 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         summary, spec, plan = planned_batch(context, self.plan_task_id, self.batch_output)
         with task_errors():
             kafka_config = shippable(KafkaOffsetsHook(self.kafka_config_id).kafka_config)
-            registry = registry_settings(self.schema_registry_conn_id)
+            registry = registry_settings(registry_conn_for(self.write_options, self.schema_registry_conn_id))
             check_plan_decodes_as(plan.batch_id, plan.extra, self.write_options.value_format)
         self.log.info(
             "batch %s: %d range(s), up to %d offsets", plan.batch_id, len(plan.readable_ranges), plan.planned_offsets
@@ -210,11 +210,14 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
 
 
 def registry_conn_for(options: WriteOptions, conn_id: str | None) -> str | None:
-    """The ``schema_registry`` connection of a registry format (refused without one when the DAG is parsed)."""
+    """The ``schema_registry`` connection of a registry format (refused without one when the DAG is
+    parsed); ``None`` for the other formats, whose tasks never open it."""
     from kafka_batch_provider.core.reader_schema import REGISTRY_FORMATS
     from kafka_batch_provider.registry.reader_schema import require_registry
 
-    if options.value_format in REGISTRY_FORMATS and not conn_id:
+    if options.value_format not in REGISTRY_FORMATS:
+        return None
+    if not conn_id:
         require_registry(options.value_format, None)
     return conn_id
 

@@ -78,7 +78,7 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
         _, spec, plan = planned_batch(context, self.plan_task_id, self.batch_output)
         with task_errors():
             kafka_config = shippable(KafkaOffsetsHook(self.kafka_config_id).kafka_config)
-            registry = registry_settings(self.schema_registry_conn_id)
+            registry = registry_settings(registry_conn_for(self.write_options, self.schema_registry_conn_id))
             remote = SparkConnectHook(self.conn_id).get_connection_url()
             self.log.info(
                 "batch %s: %d range(s), up to %d offsets, through Spark Connect at %s",

@@ -29,6 +29,8 @@ from collections.abc import Iterator, Mapping
 from itertools import islice
 from typing import Any
 
+import pyarrow as pa
+
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError, ManifestError, StorageError
 from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.output.sink import ICEBERG
@@ -40,6 +42,7 @@ from kafka_batch_provider.output.tables import (
     files_schema,
     new_columns,
     one_line,
+    same_type,
 )
 
 #: In a batch's snapshot summary and (for the newest batch) the table's properties.
@@ -295,16 +298,22 @@ class IcebergSink(TableFiles):
         """Add the columns (nested ones too) the batch's files bring; ``True`` if it did.
 
         The table is created with the Kafka columns before its first batch is read: that batch
-        decides its columns (typed values without ``--keep-raw-value`` have no ``value``)."""
+        decides its columns (typed values without ``--keep-raw-value`` have no ``value``, and a
+        value field named ``value`` takes its own type)."""
         schema = files_schema(self.data, manifest)
         current = table.schema().as_arrow()
-        unused = [n for n in current.names if n not in schema.names] if table.current_snapshot() is None else []
+        unused = []
+        if table.current_snapshot() is None:
+            unused = [f.name for f in current if f.name not in schema.names or not same_type(f, schema.field(f.name))]
+            current = pa.schema([f for f in current if f.name not in unused])
         if not new_columns(current, schema, self.name) and not unused:
             return False
         with without_retries(table).update_schema() as update:
-            for name in unused:
-                update.delete_column(name)
-            update.union_by_name(schema)
+            if unused:  # first, in a commit of its own: a column cannot be dropped and added at once
+                for name in unused:
+                    update.delete_column(name)
+            else:
+                update.union_by_name(schema)
         return True
 
     def _commit(self, table: Any, manifest: Mapping[str, Any]) -> None:

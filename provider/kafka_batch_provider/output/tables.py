@@ -340,6 +340,15 @@ def leaf_types(fields: list[pa.Field] | pa.Schema, prefix: str = "") -> list[tup
     return found
 
 
+def same_type(ours: pa.Field, theirs: pa.Field) -> bool:
+    """Whether two columns of one name have the same type, as :func:`new_columns` compares them."""
+    try:
+        new_columns([ours], [theirs], "")
+    except ColumnTypeError:
+        return False
+    return True
+
+
 def new_columns(
     table: list[pa.Field] | pa.Schema, files: list[pa.Field] | pa.Schema, where: str, prefix: str = ""
 ) -> list[str]:

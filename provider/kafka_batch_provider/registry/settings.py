@@ -31,7 +31,8 @@ class RegistrySettings:
         check_url(self.url)
         if "url" in self.config:
             raise ConfigError(
-                f"the schema registry's URL belongs in {Setting('schema_registry_url')}, not in its settings file",
+                f"the schema registry's URL belongs in {Setting('schema_registry_url')} (a connection: its host), "
+                "not among the client's settings",
                 setting=Setting("schema_registry_url"),
             )
 

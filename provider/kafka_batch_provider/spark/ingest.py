@@ -105,7 +105,8 @@ def stage_batch(
     :param registry: the schema registry of values in a registry format (``--value-format avro``).
     """
     decoding = value_decoding(plan, options, registry)  # the registry is asked before anything is staged
-    decoded_schema = decoding.output_schema(KAFKA_ARROW_SCHEMA) if decoding is not None else None
+    reserved = (RECEIPT_COLUMN, *(["date"] if store.partition_by else []))  # the tables' partition column
+    decoded_schema = decoding.output_schema(KAFKA_ARROW_SCHEMA, reserved) if decoding is not None else None
     if decoded_schema is not None:
         store.check_columns(decoded_schema)  # a type the table format has not: refused before reading
     staging = store.new_staging(plan.batch_id)

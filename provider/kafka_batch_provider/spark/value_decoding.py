@@ -44,10 +44,12 @@ class ValueDecoding:
     #: the texts of the schemas the reader schema references (imported first)
     reader_references: tuple[str, ...] = ()
 
-    def output_schema(self, kafka_schema: pa.Schema) -> pa.Schema:
+    def output_schema(self, kafka_schema: pa.Schema, reserved: tuple[str, ...] = ()) -> pa.Schema:
         """The columns the tasks write: the Kafka columns kept, then the value's fields.
 
-        :raises ConfigError: a field of the value is named like a Kafka column it would stand beside.
+        :param reserved: other columns the batch has on its way (the receipts, a table's ``date``).
+        :raises ConfigError: a field of the value is named like a column it would stand beside,
+            or like another field, in any letter case (Spark and Delta do not tell case apart).
         """
         import json
 
@@ -55,12 +57,15 @@ class ValueDecoding:
 
         values = arrow_schema(json.loads(self.reader_schema), [json.loads(r) for r in self.reader_references])
         kept = [f for f in kafka_schema if f.name in KAFKA_COLUMNS or (self.keep_raw_value and f.name == "value")]
-        clash = sorted({f.name for f in kept} & set(values.names))
-        if clash:
-            raise ConfigError(
-                f"the value's field {clash[0]!r} has the name of a Kafka column the table keeps beside the value's "
-                "fields: rename the field in the schema (a new version), or read the values as bytes"
-            )
+        taken = {name.lower(): name for name in [*(f.name for f in kept), *reserved]}
+        for name in values.names:
+            if name.lower() in taken:
+                raise ConfigError(
+                    f"the value's field {name!r} has the name of the column {taken[name.lower()]!r} it would stand "
+                    "beside (letter case does not tell columns apart): rename the field in the schema (a new "
+                    "version), or read the values as bytes"
+                )
+            taken[name.lower()] = name
         return pa.schema([*kept, *values])
 
     def decoder(self) -> Any:

@@ -105,9 +105,9 @@ def plan_batch(
             checkpoints=decision.checkpoints,
             accepted_gaps=decision.gaps,
         )
-        reusable = next(
-            (p for p in pending if same_start(p, fresh, topics, partitions) and same_format(p, reader_schema)), None
-        )
+        starting_alike = [p for p in pending if same_start(p, fresh, topics, partitions)]
+        refuse_another_format(starting_alike, reader_schema)
+        reusable = next(iter(starting_alike), None)
         if reusable is not None:
             check_readable(kafka, store, reusable)
         return decision, fresh, reusable
@@ -139,8 +139,8 @@ def plan_batch(
         return PlanOutcome(reusable, True, repaired, store.plan_uri(reusable), notes)
     for other in pending:
         progress(
-            f"pending batch {other.batch_id} no longer starts where the group and the output stand "
-            "(or was planned in another value format); it is left unpublished and a new plan takes its place"
+            f"pending batch {other.batch_id} no longer starts where the group and the output stand; "
+            "it is left unpublished and a new plan takes its place"
         )
     if not fresh.ranges:
         progress(f"group {group_id}: no new data on {', '.join(topics)}")
@@ -163,9 +163,27 @@ class ReaderSchemaPin(Protocol):
 
 
 def same_format(pending: OffsetPlan, reader_schema: ReaderSchemaPin | None) -> bool:
-    """A pending plan decodes as this run asks: both without a registry format, or both in the same one."""
+    """A pending plan decodes as this run asks: both without a registry format, or both in the same
+    one (a plan with nothing to read decodes nothing, so any format goes)."""
     recorded = planned_reader_schema(pending.extra)
-    return (recorded.value_format if recorded else None) == (reader_schema.value_format if reader_schema else None)
+    wanted = reader_schema.value_format if reader_schema else None
+    return not pending.has_data or (recorded.value_format if recorded else None) == wanted
+
+
+def refuse_another_format(pending: Sequence[OffsetPlan], reader_schema: ReaderSchemaPin | None) -> None:
+    """A pending plan for the same ranges, planned in another value format, would be replaced by a
+    plan of the same batch id: its retry (or an attempt still running) would write the batch the
+    other way. Refused before anything changes."""
+    for plan in pending:
+        if not same_format(plan, reader_schema):
+            recorded = planned_reader_schema(plan.extra)
+            planned = f"as {recorded.value_format}" if recorded else "without a schema registry format"
+            wanted = f"as {reader_schema.value_format}" if reader_schema else "without one"
+            raise ConfigError(
+                f"pending batch {plan.batch_id} was planned {planned}, this run plans {wanted}: finish it with "
+                f"the value format it was planned with, or discard it first (kafka-batch discard --plan ...)",
+                setting=Setting("value_format"),
+            )
 
 
 def with_reader_schema(

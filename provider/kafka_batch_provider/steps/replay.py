@@ -28,8 +28,8 @@ from kafka_batch_provider.steps.plan import (
     PlanOutcome,
     ReaderSchemaPin,
     drop_stale_plans,
+    refuse_another_format,
     refuse_foreign_output,
-    same_format,
     with_reader_schema,
 )
 
@@ -216,16 +216,14 @@ def plan_replay_batch(
             store.publish(done)  # finishes its publish if a crash cut it short
         progress(f"replay of {described} is already in {store.root} as batch {done['batch_id']}: nothing to do")
         return PlanOutcome(replace(plan, ranges=()), notes=[f"already replayed as batch {done['batch_id']}"])
-    again = next(
-        (
-            p
-            for p in pending
-            if (p.seq, p.previous, p.topic_ids) == (plan.seq, plan.previous, plan.topic_ids)
-            and same_ranges(p.readable_ranges, plan.readable_ranges)
-            and same_format(p, reader_schema)
-        ),
-        None,
-    )
+    alike = [
+        p
+        for p in pending
+        if (p.seq, p.previous, p.topic_ids) == (plan.seq, plan.previous, plan.topic_ids)
+        and same_ranges(p.readable_ranges, plan.readable_ranges)
+    ]
+    refuse_another_format(alike, reader_schema)  # the same batch id, decoded another way: refused
+    again = next(iter(alike), None)
     recreated = " (it read the topic before it was deleted and recreated: another topic id)"
     others = (
         [(b, r, "", "") for b, r, _ in logged]

@@ -262,3 +262,24 @@ def test_a_decimal_wider_than_its_column_blames_its_record_not_the_batch(registr
     found = decoder(registry, narrow).decode(pa.array(values, pa.binary()))
     assert sorted(found.problems) == [1], f"expected only the wide value refused, found {found.problems}"
     assert found.columns.column("d").to_pylist() == [Decimal("12.34"), None]
+
+
+def test_defaults_of_millisecond_fields_added_since_are_read_as_milliseconds(registry):
+    writer = {"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]}
+    added = [
+        ("t", {"type": "long", "logicalType": "timestamp-millis"}, 1_700_000_000_123),
+        ("lt", {"type": "long", "logicalType": "local-timestamp-millis"}, 1_700_000_000_123),
+        ("tm", {"type": "int", "logicalType": "time-millis"}, 3_723_004),
+        ("tu", {"type": "long", "logicalType": "timestamp-micros"}, 1_700_000_000_123_456),
+    ]
+    reader = {**writer, "fields": [*writer["fields"], *({"name": n, "type": t, "default": d} for n, t, d in added)]}
+    old = serialize(registry, writer, "t-defaults", {"a": 1})
+    row = decoder(registry, reader).decode(pa.array([old], pa.binary())).columns.to_pylist()[0]
+    expected = {
+        "a": 1,
+        "t": dt.datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=UTC),
+        "lt": dt.datetime(2023, 11, 14, 22, 13, 20, 123000),
+        "tm": dt.time(1, 2, 3, 4000),
+        "tu": dt.datetime(2023, 11, 14, 22, 13, 20, 123456, tzinfo=UTC),
+    }
+    assert row == expected, f"expected {expected}, found {row}"
