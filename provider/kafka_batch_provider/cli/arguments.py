@@ -245,8 +245,11 @@ def registry_from(args: argparse.Namespace):
     return settings_from(args.schema_registry_url, args.schema_registry_config_file)
 
 
-def reader_schema_request(args: argparse.Namespace):
-    """What pins a registry format's reader schema when planning (``None`` for the other formats)."""
+def reader_schema_request(args: argparse.Namespace, registry: Any):
+    """What pins a registry format's reader schema when planning (``None`` for the other formats).
+
+    :param registry: :func:`registry_from` ``args``, read once per command.
+    """
     from kafka_batch_provider.core.reader_schema import REGISTRY_FORMATS, check_schema_choice
     from kafka_batch_provider.registry.reader_schema import ReaderSchemaRequest
 
@@ -254,7 +257,7 @@ def reader_schema_request(args: argparse.Namespace):
         check_schema_choice(args.value_format, args.value_subject, args.value_schema_version)
         return None
     return ReaderSchemaRequest(
-        args.value_format, registry_from(args), args.value_subject, args.value_schema_version, wait=args.timeout
+        args.value_format, registry, args.value_subject, args.value_schema_version, wait=args.timeout
     )
 
 
@@ -356,7 +359,9 @@ def check_spark_target(args: argparse.Namespace) -> None:
 
 
 def write_options(args: argparse.Namespace):
-    """The Spark-side flags, checked before anything is planned or read (a refused run leaves no plan)."""
+    """The Spark-side flags, checked before anything is planned or read (a refused run leaves no plan),
+    and the schema registry's settings (:func:`registry_from`, read once per command), which a
+    registry format needs."""
     from kafka_batch_provider.core.reader_schema import REGISTRY_FORMATS
     from kafka_batch_provider.core.write_options import WriteOptions
     from kafka_batch_provider.registry.reader_schema import require_registry
@@ -367,7 +372,7 @@ def write_options(args: argparse.Namespace):
     registry = registry_from(args)
     if options.value_format in REGISTRY_FORMATS:
         require_registry(options.value_format, registry)
-    return options
+    return options, registry
 
 
 def plan_output(args: argparse.Namespace) -> str | None:

@@ -45,7 +45,7 @@ def plan_step(args: argparse.Namespace, kafka: Any, store: Any, reader_schema: A
 
 
 def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
-    request = reader_schema_request(args)
+    request = reader_schema_request(args, registry_from(args))
     outcome = plan_step(args, offsets_client(args), store_from(args), request)
     return {
         **outcome.plan.summary(),
@@ -57,7 +57,9 @@ def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def submit_write(args: argparse.Namespace, options: Any, plan_path: str, spec: Any, kafka: Any) -> dict[str, Any]:
+def submit_write(
+    args: argparse.Namespace, options: Any, plan_path: str, spec: Any, kafka: Any, registry: Any
+) -> dict[str, Any]:
     """The Spark step: through a Spark Connect server (``--spark-remote``) or with spark-submit.
 
     ``spec`` is the output as the flags named it: the same value reaches the Spark application
@@ -66,12 +68,11 @@ def submit_write(args: argparse.Namespace, options: Any, plan_path: str, spec: A
     from kafka_batch_provider.spark.submit import application_args, run_submit, submit_command
 
     if args.spark_remote:
-        return connect_write(args, options, plan_path, spec, kafka)
+        return connect_write(args, options, plan_path, spec, kafka, registry)
     master = args.spark_master or "local[*]"
     app_args = application_args(plan_path, spec, options)
     command = submit_command(app_args, master, spark_conf_from(args))
     progress(f"spark-submit --master {master} ({args.reader} reader, {spec.format} output)")
-    registry = registry_from(args)
     return run_submit(
         command,
         kafka.kafka_config,
@@ -82,7 +83,9 @@ def submit_write(args: argparse.Namespace, options: Any, plan_path: str, spec: A
     )
 
 
-def connect_write(args: argparse.Namespace, options: Any, plan_path: str, spec: Any, kafka: Any) -> dict[str, Any]:
+def connect_write(
+    args: argparse.Namespace, options: Any, plan_path: str, spec: Any, kafka: Any, registry: Any
+) -> dict[str, Any]:
     from kafka_batch_provider.output.formats import open_store
     from kafka_batch_provider.output.store import load_plan_file
     from kafka_batch_provider.spark.connect import remote_address, write_through_connect
@@ -91,20 +94,20 @@ def connect_write(args: argparse.Namespace, options: Any, plan_path: str, spec: 
     plan = load_plan_file(plan_path, store.location.storage_options)
     progress(f"Spark Connect at {remote_address(args.spark_remote)} ({args.reader} reader, {spec.format} output)")
     entry = write_through_connect(
-        args.spark_remote, plan, store, kafka.kafka_config, options, progress, registry=registry_from(args)
+        args.spark_remote, plan, store, kafka.kafka_config, options, progress, registry=registry
     )
     return {"batch_id": plan.batch_id, "seq": entry["seq"], "rows": entry["rows"], "timings": entry.get("timings", {})}
 
 
 def cmd_write(args: argparse.Namespace) -> dict[str, Any]:
-    options = write_options(args)
+    options, registry = write_options(args)
     plan, spec, store = load_plan_and_output(args)
     kafka = offsets_client(args)
     if not plan.has_data:
         progress(f"batch {plan.batch_id} has nothing to read: Spark is not started; the commit step records it")
         return {"batch_id": plan.batch_id, "seq": plan.seq, "records": 0, "location": None, "skipped": True}
     plan_path = args.plan if "://" in args.plan else os.path.abspath(args.plan)
-    submit_write(args, options, plan_path, spec, kafka)
+    submit_write(args, options, plan_path, spec, kafka, registry)
     entry = store.entry_of(plan) or {}
     return {
         "batch_id": plan.batch_id,
@@ -128,8 +131,8 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     from kafka_batch_provider.output.formats import open_store
     from kafka_batch_provider.steps.commit import commit_batch
 
-    options = write_options(args)
-    request = reader_schema_request(args)
+    options, registry = write_options(args)
+    request = reader_schema_request(args, registry)
     kafka = offsets_client(args)
     spec = output_spec_from(args)
     store = open_store(spec)
@@ -149,7 +152,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     fail_point("after-plan")
     if plan.has_data:
         clock = time.perf_counter()
-        written = submit_write(args, options, outcome.plan_path, spec, kafka)
+        written = submit_write(args, options, outcome.plan_path, spec, kafka, registry)
         timings["spark_seconds"] = round(time.perf_counter() - clock, 3)  # spark-submit or Spark Connect
         timings.update(written.get("timings", {}))
     else:
@@ -176,8 +179,8 @@ def cmd_replay(args: argparse.Namespace) -> dict[str, Any]:
     from kafka_batch_provider.steps.replay import plan_replay_batch
 
     chosen = replay_range_from(args)
-    options = write_options(args)
-    request = reader_schema_request(args)
+    options, registry = write_options(args)
+    request = reader_schema_request(args, registry)
     kafka = offsets_client(args)
     spec = output_spec_from(args)
     # A dry run creates no Iceberg table: replaying into a new one is planned for real only.
@@ -204,7 +207,7 @@ def cmd_replay(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.dry_run or not plan.has_data:
         return {**result, "planned_offsets": plan.planned_offsets}
-    submit_write(args, options, outcome.plan_path, spec, kafka)
+    submit_write(args, options, outcome.plan_path, spec, kafka, registry)
     entry = store.entry_of(plan) or {}
     return {**result, "records": entry.get("rows", 0), "location": store.data_uri(entry)}
 

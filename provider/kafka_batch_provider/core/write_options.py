@@ -23,6 +23,12 @@ DEFAULT_MAX_OFFSETS_PER_TASK = 250_000
 DEFAULT_STALL_TIMEOUT = 120.0
 
 
+def check_value_format(value_format: str) -> None:
+    """One of :data:`VALUE_FORMATS` (the plan operators check theirs before any write option exists)."""
+    if value_format not in VALUE_FORMATS:
+        raise ConfigError(f"unknown value format {value_format!r}; choose one of {', '.join(VALUE_FORMATS)}")
+
+
 @dataclass(frozen=True)
 class WriteOptions:
     """:param reader: ``python`` (the confluent-kafka data source) or ``jvm`` (Spark's Kafka source).
@@ -51,8 +57,7 @@ class WriteOptions:
     def __post_init__(self) -> None:
         if self.reader not in READERS:
             raise ConfigError(f"unknown reader {self.reader!r}; choose one of {', '.join(READERS)}")
-        if self.value_format not in VALUE_FORMATS:
-            raise ConfigError(f"unknown value format {self.value_format!r}; choose one of {', '.join(VALUE_FORMATS)}")
+        check_value_format(self.value_format)
         if self.value_format == "json" and not self.value_schema:
             json_values, schema = Setting("value_format", "json"), Setting("value_schema")
             raise ConfigError(

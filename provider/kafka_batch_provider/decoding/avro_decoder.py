@@ -66,8 +66,9 @@ class AvroDecoder:
         self._writer_schema = writer_schema
         self._writers: dict[int, Any] = {}
         self._unknown: dict[int, str] = {}  # ids whose records cannot be read: why (asked once)
-        # Per column, how fastavro's value becomes what pyarrow takes (None: as it is).
-        self._converters = {f["name"]: converter(f["type"], named) for f in self.reader["fields"]}
+        # Per column that needs it, how fastavro's value becomes what pyarrow takes (the rest are as they are).
+        found = {f["name"]: converter(f["type"], named) for f in self.reader["fields"]}
+        self._converters = {name: convert for name, convert in found.items() if convert is not None}
 
     def writer(self, schema_id: int) -> Any:
         """The parsed writer schema of an id, fetched and parsed once (a decoder lives as long as its task).
@@ -112,7 +113,7 @@ class AvroDecoder:
     def converted(self, record: dict[str, Any]) -> dict[str, Any]:
         converted = dict(record)
         for name, convert in self._converters.items():
-            if convert is not None and converted.get(name) is not None:
+            if converted.get(name) is not None:
                 converted[name] = convert(converted[name])
         return converted
 

@@ -71,6 +71,19 @@ class SchemaRegistryHook(BaseHook):
         }
 
 
+def registry_conn_for(value_format: str, conn_id: str | None) -> str | None:
+    """The ``schema_registry`` connection a task of ``value_format`` uses: refused without one for a
+    registry format (when the DAG is parsed), ``None`` for the other formats, which never open it."""
+    from kafka_batch_provider.core.reader_schema import REGISTRY_FORMATS
+    from kafka_batch_provider.registry.reader_schema import require_registry
+
+    if value_format not in REGISTRY_FORMATS:
+        return None
+    if not conn_id:
+        require_registry(value_format, None)
+    return conn_id
+
+
 def registry_settings(conn_id: str | None) -> RegistrySettings | None:
     """The settings of the connection ``conn_id`` (``None`` without one)."""
     return SchemaRegistryHook(conn_id).settings() if conn_id else None

@@ -9,10 +9,9 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from kafka_batch_provider.core.planning import DataLossPolicy, NewPartitionPolicy, PlanPolicy
-from kafka_batch_provider.core.reader_schema import REGISTRY_FORMATS, check_schema_choice
+from kafka_batch_provider.core.reader_schema import check_schema_choice
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
 from kafka_batch_provider.core.validation import check_group_id, check_topics, positive_seconds
-from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.output import (
@@ -52,22 +51,19 @@ class ValueSchemaChoice:
         value_schema_version: int | None,
         schema_registry_conn_id: str | None,
     ) -> None:
-        from kafka_batch_provider.core.write_options import VALUE_FORMATS
-        from kafka_batch_provider.registry.reader_schema import require_registry
+        from kafka_batch_provider.core.write_options import check_value_format
+        from kafka_batch_provider.hooks.schema_registry import registry_conn_for
 
-        if value_format not in VALUE_FORMATS:
-            raise ConfigError(f"unknown value format {value_format!r}; choose one of {', '.join(VALUE_FORMATS)}")
+        check_value_format(value_format)
         check_schema_choice(value_format, value_subject, value_schema_version)
-        if value_format in REGISTRY_FORMATS and not schema_registry_conn_id:
-            require_registry(value_format, None)
         self.value_format = value_format
         self.value_subject = value_subject
         self.value_schema_version = value_schema_version
-        self.schema_registry_conn_id = schema_registry_conn_id
+        self.schema_registry_conn_id = registry_conn_for(value_format, schema_registry_conn_id)
 
     def reader_schema_request(self, wait: float) -> Any:
         """What pins the batch's reader schema (``None`` for values not in a registry format)."""
-        if self.value_format not in REGISTRY_FORMATS:
+        if self.schema_registry_conn_id is None:  # only a registry format keeps one
             return None
         from kafka_batch_provider.hooks.schema_registry import registry_settings
         from kafka_batch_provider.registry.reader_schema import ReaderSchemaRequest

@@ -17,7 +17,7 @@ from kafka_batch_provider.core.reader_schema import check_plan_decodes_as
 from kafka_batch_provider.core.write_options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
-from kafka_batch_provider.hooks.schema_registry import registry_settings
+from kafka_batch_provider.hooks.schema_registry import registry_conn_for, registry_settings
 from kafka_batch_provider.operators.errors import spark_step_error, task_errors
 from kafka_batch_provider.operators.output import BatchOutput, connections_of, open_output
 from kafka_batch_provider.operators.xcom import load_plan, pull_summary
@@ -132,13 +132,13 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         self.write_options = WriteOptions(
             reader, value_format, value_schema, max_offsets_per_task, stall_timeout, target_file_mb, keep_raw_value
         )
-        self.schema_registry_conn_id = registry_conn_for(self.write_options, schema_registry_conn_id)
+        self.schema_registry_conn_id = registry_conn_for(value_format, schema_registry_conn_id)
 
     def execute(self, context: Any) -> dict[str, Any]:
         summary, spec, plan = planned_batch(context, self.plan_task_id, self.batch_output)
         with task_errors():
             kafka_config = shippable(KafkaOffsetsHook(self.kafka_config_id).kafka_config)
-            registry = registry_settings(registry_conn_for(self.write_options, self.schema_registry_conn_id))
+            registry = registry_settings(self.schema_registry_conn_id)
             check_plan_decodes_as(plan.batch_id, plan.extra, self.write_options.value_format)
         self.log.info(
             "batch %s: %d range(s), up to %d offsets", plan.batch_id, len(plan.readable_ranges), plan.planned_offsets
@@ -207,19 +207,6 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
             # driver's environment) and does not hand to Popen there.
             os.environ["PATH"] = os.pathsep.join(filter(None, [binary_dir, os.environ.get("PATH")]))
         self._hook = None  # rebuilt in execute() with the arguments above
-
-
-def registry_conn_for(options: WriteOptions, conn_id: str | None) -> str | None:
-    """The ``schema_registry`` connection of a registry format (refused without one when the DAG is
-    parsed); ``None`` for the other formats, whose tasks never open it."""
-    from kafka_batch_provider.core.reader_schema import REGISTRY_FORMATS
-    from kafka_batch_provider.registry.reader_schema import require_registry
-
-    if options.value_format not in REGISTRY_FORMATS:
-        return None
-    if not conn_id:
-        require_registry(options.value_format, None)
-    return conn_id
 
 
 def spark_submit_directory(binary: str) -> str | None:

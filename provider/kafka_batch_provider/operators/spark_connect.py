@@ -10,10 +10,10 @@ from airflow.sdk import BaseOperator
 from kafka_batch_provider.core.file_sizing import DEFAULT_TARGET_FILE_MB
 from kafka_batch_provider.core.write_options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
-from kafka_batch_provider.hooks.schema_registry import registry_settings
+from kafka_batch_provider.hooks.schema_registry import registry_conn_for, registry_settings
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.output import BatchOutput, connections_of
-from kafka_batch_provider.operators.spark import batch_result, planned_batch, registry_conn_for, shippable
+from kafka_batch_provider.operators.spark import batch_result, planned_batch, shippable
 from kafka_batch_provider.output.formats import open_store
 
 
@@ -67,7 +67,7 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
         self.write_options = WriteOptions(
             reader, value_format, value_schema, max_offsets_per_task, stall_timeout, target_file_mb, keep_raw_value
         )
-        self.schema_registry_conn_id = registry_conn_for(self.write_options, schema_registry_conn_id)
+        self.schema_registry_conn_id = registry_conn_for(value_format, schema_registry_conn_id)
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
@@ -78,7 +78,7 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
         _, spec, plan = planned_batch(context, self.plan_task_id, self.batch_output)
         with task_errors():
             kafka_config = shippable(KafkaOffsetsHook(self.kafka_config_id).kafka_config)
-            registry = registry_settings(registry_conn_for(self.write_options, self.schema_registry_conn_id))
+            registry = registry_settings(self.schema_registry_conn_id)
             remote = SparkConnectHook(self.conn_id).get_connection_url()
             self.log.info(
                 "batch %s: %d range(s), up to %d offsets, through Spark Connect at %s",

@@ -40,6 +40,12 @@ class RegistrySettings:
         """The configuration of confluent-kafka's ``SchemaRegistryClient`` (with the secrets)."""
         return {**self.config, "url": self.url}
 
+    @classmethod
+    def from_client_config(cls, config: Mapping[str, Any]) -> RegistrySettings:
+        """The settings back from :meth:`client_config` (as they travel to the Spark tasks)."""
+        rest = {k: v for k, v in config.items() if k != "url"}
+        return cls(str(config.get("url") or ""), rest)
+
     @property
     def shown_url(self) -> str:
         return ",".join(without_userinfo(u) for u in self.url.split(","))

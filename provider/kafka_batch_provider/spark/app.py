@@ -30,7 +30,7 @@ from kafka_batch_provider.kafka.config import SECRET_KEY_PATTERN, check_config, 
 from kafka_batch_provider.output.formats import OutputSpec, add_partition_by_argument, open_store, output_of_plan
 from kafka_batch_provider.output.location import read_storage_options_file
 from kafka_batch_provider.output.store import load_plan_file
-from kafka_batch_provider.registry.settings import RegistrySettings, settings_from
+from kafka_batch_provider.registry.settings import RegistrySettings
 from kafka_batch_provider.settings_file import read_settings_file
 from kafka_batch_provider.spark.error_lines import (
     ERROR_CLASS_PREFIX,
@@ -77,10 +77,7 @@ def load_registry_settings(path: str | None) -> RegistrySettings | None:
     """The registry's settings from the private file (``None`` without one, or an empty one)."""
     path = path or os.environ.get(REGISTRY_SETTINGS_FILE_ENV)
     config = read_settings_file(path, "schema registry settings") if path else {}
-    if not config:
-        return None
-    url = config.pop("url", None)
-    return settings_from(str(url) if url else None, extra=config)
+    return RegistrySettings.from_client_config(config) if config else None
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -73,8 +73,7 @@ class ValueDecoding:
         from kafka_batch_provider.registry.client import SchemaRegistry
         from kafka_batch_provider.registry.settings import RegistrySettings
 
-        config = dict(self.registry_config)
-        registry = SchemaRegistry(RegistrySettings(config.pop("url"), config), wait=self.wait)
+        registry = SchemaRegistry(RegistrySettings.from_client_config(self.registry_config), wait=self.wait)
         return AvroDecoder(self.reader_schema, registry.writer_schema, self.reader_references)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
