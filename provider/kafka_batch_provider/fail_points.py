@@ -24,6 +24,7 @@ ENV = "KAFKA_BATCH_FAIL_POINT"
 POINTS = (
     "after-log-tail",  # the plan step first read the output log's newest entry; it reads the group next
     "after-plan",  # the plan file is saved; Spark has not started
+    "writing-dead-letters",  # a Spark task wrote a part of its dead letters (its worker dies here)
     "before-log-entry",  # the files are staged and checked; the storage commit (log entry) is next
     "after-log-entry",  # the batch is in the output; the Kafka commit is next
     "compaction-before-record",  # upkeep staged a compaction's files; its record (the commit point) is next

@@ -43,6 +43,8 @@ def kafka_batch_ingest_group(
     value_schema_version: int | None = None,
     keep_raw_value: bool = False,
     schema_registry_conn_id: str | None = None,
+    on_bad_record: str = "fail",
+    dead_letter_share: float = 0.01,
     target_file_mb: int = DEFAULT_TARGET_FILE_MB,
     spark_conf: Mapping[str, Any] | None = None,
     application: str = DEFAULT_APPLICATION,
@@ -85,7 +87,9 @@ def kafka_batch_ingest_group(
     ``value_format="avro"`` turns the values' fields into typed columns: the plan pins the reader
     schema (the latest version of ``value_subject``, default ``<topic>-value``, or
     ``value_schema_version``) from the ``schema_registry`` connection ``schema_registry_conn_id``;
-    ``keep_raw_value`` keeps the bytes as well.
+    ``keep_raw_value`` keeps the bytes as well; ``on_bad_record="dead-letter"`` sets records that
+    cannot be decoded aside as the batch's dead letters (the health check says DEAD_LETTERS when
+    more than ``dead_letter_share`` of a partition's records in the newest batch were).
     Every task retries ``retries`` times: a retried Spark task replays the same plan, and a
     failed run's plan is picked up by the next run. Extra keyword arguments go to every task.
     """
@@ -136,6 +140,7 @@ def kafka_batch_ingest_group(
             "value_schema": value_schema,
             "keep_raw_value": keep_raw_value,
             "schema_registry_conn_id": schema_registry_conn_id,
+            "on_bad_record": on_bad_record,
             "target_file_mb": target_file_mb,
             **common,
         }
@@ -166,6 +171,7 @@ def kafka_batch_ingest_group(
                     kafka_config_id=kafka_config_id,
                     window=health_window,
                     stop_after=stop_after,
+                    dead_letter_share=dead_letter_share,
                     **common,
                 )
             )

@@ -11,6 +11,7 @@ import pytest
 
 from tests.bad_input.scene import scene  # noqa: F401 - the shared fixture
 from tests.bad_input.tally import MATRIX, Verdict
+from tests.support.schema_registry_fixture import schema_registry  # noqa: F401 - the embedded schema registry
 
 
 @pytest.fixture

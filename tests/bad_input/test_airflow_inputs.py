@@ -84,6 +84,19 @@ ARGUMENT_CASES = [
         {"keep_raw_value": True},
         "keep_raw_value is only used with a schema registry format",
     ),
+    ArgumentCase(
+        "spark-dead-letters-without-registry-format",
+        "spark",
+        {"on_bad_record": "dead-letter"},
+        "on_bad_record='dead-letter' is only used with a schema registry format",
+    ),
+    ArgumentCase(
+        "connect-unknown-on-bad-record",
+        "spark_connect",
+        {"value_format": "avro", "schema_registry_conn_id": "registry", "on_bad_record": "skip"},
+        "unknown on_bad_record 'skip'; choose one of fail, dead-letter",
+    ),
+    ArgumentCase("health-dead-letter-share-above-one", "health", {"dead_letter_share": 1.5}, "must be a fraction"),
     ArgumentCase("connect-stall-timeout-inf", "spark_connect", {"stall_timeout": float("inf")}, "stall timeout must"),
     ArgumentCase("connect-target-file-mb-zero", "spark_connect", {"target_file_mb": 0}, "target_file_mb must be"),
     ArgumentCase(
@@ -144,6 +157,10 @@ def build(kind: str, kwargs: dict[str, Any]):
             from kafka_batch_provider.operators.upkeep import KafkaBatchUpkeepOperator
 
             return KafkaBatchUpkeepOperator(task_id="upkeep", **kwargs)
+        if kind == "health":
+            from kafka_batch_provider.operators.health import KafkaLagHealthOperator
+
+            return KafkaLagHealthOperator(task_id="health", group_id="g", topics=["t"], **kwargs)
         if kind == "commit":
             return KafkaOffsetCommitOperator(task_id="commit", plan_task_id="plan", **kwargs)
         if kind == "spark_connect":

@@ -245,6 +245,13 @@ CASES = [
         "--keep-raw-value is only used with a schema registry format",
     ),
     Case(
+        "dead-letters-without-registry-format",
+        lambda s: run(s, "--on-bad-record", "dead-letter"),
+        "--on-bad-record=dead-letter is only used with a schema registry format",
+    ),
+    Case("on-bad-record-unknown", lambda s: run(s, "--on-bad-record", "skip"), "invalid choice: 'skip'"),
+    Case("lag-dead-letter-share-zero", lambda s: lag(s, "--dead-letter-share", "0"), "must be a fraction in (0, 1]"),
+    Case(
         "registry-unreachable",
         lambda s: run(
             s, "--value-format", "avro", "--schema-registry-url", f"http://127.0.0.1:{free_port()}", "--timeout", "1"

@@ -20,7 +20,13 @@ from kafka_batch_provider.dev.schema_registry import EmbeddedSchemaRegistry
 from kafka_batch_provider.errors import EXIT_TRANSIENT
 from kafka_batch_provider.testing.producers import Record, produce
 from tests.faults.conftest import back_up_afterwards
-from tests.faults.harness import expect_exactly_once, expect_nothing_new_visible, run_cli, run_through_outage
+from tests.faults.harness import (
+    expect_exactly_once,
+    expect_nothing_new_visible,
+    run_cli,
+    run_through_outage,
+    through_spark_submit,
+)
 from tests.faults.harness import scenario_args as kafka_args
 from tests.integration.helpers import group_offsets, offsets_of
 from tests.support.fault_proxy import FaultProxy
@@ -98,3 +104,47 @@ def test_a_version_registered_mid_batch_is_not_used_by_the_retry_of_that_batch(
     assert following["records"] == 10, following
     assert "unit:string" in lake.output().store().log.tail()["schema"], "the next batch reads with version 2"
     expect_exactly_once(outcome, lake, offsets_of(topic, {0: 15, 1: 15}))
+
+
+def test_a_worker_killed_while_writing_dead_letters_then_a_retry_sets_each_aside_once(
+    outcome, lake, registry, kafka_config, new_topic, group_id, spark_connect_remote
+):
+    url = f"http://127.0.0.1:{registry.port}"
+    topic = new_topic(partitions=2)
+    serialize = AvroSerializer(SchemaRegistryClient({"url": url}), json.dumps(V1))
+    good = serialize({"id": 0}, SerializationContext(topic, MessageField.VALUE))
+    # Every third record of each partition cannot be decoded (a magic byte no serializer writes).
+    records = [Record(n % 2, b"\x07" + good[1:] if (n // 2) % 3 == 2 else good) for n in range(120)]
+    produce(kafka_config, topic, records)
+    bad = {(topic, n % 2, n // 2) for n in range(120) if (n // 2) % 3 == 2}
+    args = avro_args(lake, kafka_config, topic, group_id, spark_connect_remote, url, "--on-bad-record", "dead-letter")
+    submit_args = through_spark_submit(args, spark_connect_remote)  # the fail point reaches its Python workers
+
+    crashed = run_cli(submit_args, lake.env(), fail_point="writing-dead-letters:kill")
+    line = crashed.error_line()
+    assert crashed.process.returncode not in (0, None), f"the killed worker must fail the run: {crashed.stderr[-800:]}"
+    assert "Python worker died" in line, f"the line must say a worker died: {line} ({crashed.stderr[-3000:]})"
+    expect_nothing_new_visible(lake, Counter())
+    assert dead_letter_keys(lake) == Counter(), "a failed attempt's dead letters became visible"
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: None, 1: None}, "the group moved"
+
+    retried = run_cli(args, lake.env()).result()
+    assert retried["reused"] and (retried["records"], retried["dead_letters"]) == (80, 40), retried
+    letters = dead_letter_keys(lake)
+    outcome.lost += len(bad - set(letters))
+    outcome.duplicated += sum(n - 1 for n in letters.values() if n > 1)
+    assert set(letters) == bad and max(letters.values()) == 1, f"each dead letter once: {sorted(letters.items())[:5]}"
+    expect_exactly_once(outcome, lake, offsets_of(topic, {0: 60, 1: 60}) - bad)
+    assert lake.staged_names() == [], "the killed attempt's files were not cleaned up"
+
+
+def dead_letter_keys(lake) -> Counter:
+    """How often each (topic, partition, offset) is visible among the output's published dead letters."""
+    import pyarrow.dataset as ds
+
+    store = lake.store()
+    root = store.data.path(store.sink.dead_letter_root)
+    if not store.data.exists(store.sink.dead_letter_root):
+        return Counter()
+    table = ds.dataset(root, format="parquet", filesystem=store.data.fs).to_table(["topic", "partition", "offset"])
+    return Counter(zip(*(table.column(name).to_pylist() for name in ("topic", "partition", "offset"))))

@@ -15,6 +15,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from kafka_batch_provider.decoding.dead_letters import DEAD_LETTER_SCHEMA
 from kafka_batch_provider.dev.local_servers import free_port
 from kafka_batch_provider.dev.schema_registry import EmbeddedSchemaRegistry
 from kafka_batch_provider.dev.schema_registry.auth import Credential
@@ -87,6 +88,31 @@ def test_an_undecodable_record_fails_the_batch_naming_topic_partition_and_offset
     assert f"{topic}[0] offset 1:" in message and "magic byte 0x07" in message, message
     assert "and 1 more record(s)" in message and "on_bad_record='dead-letter'" in message, message
     assert "\n" not in message
+
+
+def test_dead_letter_mode_sets_undecodable_records_aside_whole_and_keeps_the_rest(schema_registry):
+    topic = f"dead-{time.time_ns()}"
+    good = produce_values(schema_registry, topic, V1, [{"id": 1, "item": "pen"}])[0]
+    unknown_id = b"\x00" + (987654).to_bytes(4, "big") + good[5:]
+    reader = SchemaRegistry(RegistrySettings(schema_registry)).latest(f"{topic}-value")
+    decoding = ValueDecoding(reader.text, {"url": schema_registry}, on_bad_record="dead-letter")
+    values = [good, b"\x07garbage", good[:6], unknown_id, None]
+    out = list(decoding(iter([kafka_batch(topic, values)])))
+    assert [type(o).__name__ for o in out] == ["DeadLetterBatch", "RecordBatch"], f"found {out}"
+    dead, data = out[0].rows, out[1]
+    assert data.column("offset").to_pylist() == [0, 4], "the data keeps the good record and the tombstone"
+    assert data.column("id").to_pylist() == [1, None]
+    assert dead.schema == DEAD_LETTER_SCHEMA, f"expected {DEAD_LETTER_SCHEMA}, found {dead.schema}"
+    letters = dead.select(["offset", "value", "schema_id"]).to_pylist()
+    expected = [
+        {"offset": 1, "value": b"\x07garbage", "schema_id": None},
+        {"offset": 2, "value": good[:6], "schema_id": int.from_bytes(good[1:5], "big")},
+        {"offset": 3, "value": unknown_id, "schema_id": 987654},
+    ]
+    assert letters == expected, f"expected {expected}, found {letters}"
+    errors = dead.column("error").to_pylist()
+    assert "magic byte 0x07" in errors[0] and "schema id 987654" in errors[2], errors
+    assert all(e and "\n" not in e for e in errors), errors
 
 
 def test_unknown_subjects_versions_and_ids_are_schema_errors(schema_registry):

@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--check",
         action="store_true",
         help="exit non-zero unless every status is OK: "
-        "10 WARN, 11 STALL, 12 STOP, 13 REWIND, 14 RETENTION_RISK, 15 DATA_LOSS",
+        "10 WARN, 11 STALL, 12 STOP, 13 REWIND, 14 RETENTION_RISK, 15 DATA_LOSS, 16 DEAD_LETTERS",
     )
     p.add_argument("--window", type=positive_int, default=5, help="batches the trend statuses look at (default 5)")
     p.add_argument(
@@ -126,6 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--retention-risk", type=fraction, default=0.8, help="fraction of retention.ms that is at risk (default 0.8)"
+    )
+    p.add_argument(
+        "--dead-letter-share",
+        type=fraction,
+        default=0.01,
+        help="DEAD_LETTERS when more of a partition's records in the newest batch were dead letters (default 0.01)",
     )
     p.set_defaults(func=cmd_lag)
 

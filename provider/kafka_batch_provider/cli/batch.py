@@ -21,6 +21,7 @@ from kafka_batch_provider.cli.arguments import (
     write_options,
 )
 from kafka_batch_provider.cli.console import progress
+from kafka_batch_provider.core.manifest import dead_letter_count
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.fail_points import fail_point
@@ -113,6 +114,7 @@ def cmd_write(args: argparse.Namespace) -> dict[str, Any]:
         "batch_id": plan.batch_id,
         "seq": plan.seq,
         "records": entry.get("rows", 0),
+        "dead_letters": dead_letter_count(entry),
         "location": store.data_uri(entry),
         "skipped": False,
     }
@@ -165,6 +167,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         **result,
         "records": entry.get("rows", 0),
+        "dead_letters": dead_letter_count(entry),
         "committed": committed,
         "skipped": False,
         "location": store.data_uri(entry),
@@ -209,7 +212,12 @@ def cmd_replay(args: argparse.Namespace) -> dict[str, Any]:
         return {**result, "planned_offsets": plan.planned_offsets}
     submit_write(args, options, outcome.plan_path, spec, kafka, registry)
     entry = store.entry_of(plan) or {}
-    return {**result, "records": entry.get("rows", 0), "location": store.data_uri(entry)}
+    return {
+        **result,
+        "records": entry.get("rows", 0),
+        "dead_letters": dead_letter_count(entry),
+        "location": store.data_uri(entry),
+    }
 
 
 def cmd_discard(args: argparse.Namespace) -> dict[str, Any]:

@@ -50,6 +50,7 @@ def cmd_lag(args: argparse.Namespace) -> dict[str, Any]:
         window=args.window,
         stop_after=timedelta(seconds=args.stop_after) if args.stop_after else None,
         retention_risk=args.retention_risk,
+        dead_letter_share=args.dead_letter_share,
     )
     now = datetime.now(timezone.utc)
     store = store_from(args, create=False) if args.output or args.table else None
@@ -84,6 +85,7 @@ def batch_rows(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "batch_id": e["batch_id"],
                 "committed_at": moment,
                 "rows": e["rows"],
+                "dead_letters": int((e.get("dead_letters") or {}).get("rows", 0)),
                 "end_offsets": {f"{r['topic']}:{r['partition']}": r["end"] for r in e["ranges"]},
             }
         )
@@ -91,21 +93,24 @@ def batch_rows(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def format_batch_table(rows: list[dict[str, Any]]) -> str:
-    table = [("seq", "batch id", "committed at", "rows", "end offsets")]
+    table = [("seq", "batch id", "committed at", "rows", "dead letters", "end offsets")]
     table += [
         (
             str(r["seq"]),
             r["batch_id"],
             str(r["committed_at"] or "-"),
             f"{r['rows']:,}",
+            f"{r['dead_letters']:,}",
             " ".join(f"{k}={v}" for k, v in sorted(r["end_offsets"].items())) or "-",
         )
         for r in rows
     ]
-    widths = [max(len(row[i]) for row in table) for i in range(4)]
+    numbers = (3, 4)  # right-aligned
+    widths = [max(len(row[i]) for row in table) for i in range(5)]
     return "\n".join(
         "  ".join(
-            [*(cell.rjust(w) if i == 3 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))), row[4]]
+            [*(cell.rjust(w) if i in numbers else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths)))]
+            + [row[5]]
         )
         for row in table
     )

@@ -16,6 +16,9 @@ Statuses, most severe first (a partition gets the first that applies):
 * STOP            lag > 0 and no batch has committed for longer than ``stop_after``.
 * STALL           lag > 0 and the committed offset did not move across the window's batches,
                   though each of them had records to read there.
+* DEAD_LETTERS    the newest batch set more than ``dead_letter_share`` of the partition's
+                  records aside as dead letters (``--on-bad-record dead-letter``): a producer
+                  writes what cannot be decoded.
 * WARN            lag grew at every step across the window (ingestion falls behind).
 * OK              none of the above.
 """
@@ -33,6 +36,7 @@ from kafka_batch_provider.core.offsets import PartitionOffsets, TopicPartition
 class LagStatus(str, Enum):
     OK = "OK"
     WARN = "WARN"
+    DEAD_LETTERS = "DEAD_LETTERS"
     STALL = "STALL"
     STOP = "STOP"
     REWIND = "REWIND"
@@ -46,19 +50,30 @@ class LagStatus(str, Enum):
     @property
     def exit_code(self) -> int:
         """``kafka-batch lag --check`` exits with this: 0 OK, 10 WARN, 11 STALL, 12 STOP,
-        13 REWIND, 14 RETENTION_RISK, 15 DATA_LOSS."""
-        return 0 if self is LagStatus.OK else 9 + self.severity
+        13 REWIND, 14 RETENTION_RISK, 15 DATA_LOSS, 16 DEAD_LETTERS (added later, so out of order)."""
+        return _EXIT_CODES[self]
 
 
 _SEVERITY = [
     LagStatus.OK,
     LagStatus.WARN,
+    LagStatus.DEAD_LETTERS,
     LagStatus.STALL,
     LagStatus.STOP,
     LagStatus.REWIND,
     LagStatus.RETENTION_RISK,
     LagStatus.DATA_LOSS,
 ]
+_EXIT_CODES = {
+    LagStatus.OK: 0,
+    LagStatus.WARN: 10,
+    LagStatus.STALL: 11,
+    LagStatus.STOP: 12,
+    LagStatus.REWIND: 13,
+    LagStatus.RETENTION_RISK: 14,
+    LagStatus.DATA_LOSS: 15,
+    LagStatus.DEAD_LETTERS: 16,
+}
 
 
 @dataclass(frozen=True)
@@ -86,12 +101,14 @@ class BatchPoint:
     :param committed: the group's committed offsets right after the batch, every partition
         the plan's snapshot saw (``None``: never committed).
     :param lag_at_plan: lag of every partition when the batch was planned.
+    :param dead_letters: ``(dead letters, rows)`` of the partitions where the batch set records aside.
     """
 
     batch_id: str
     committed_at: datetime
     committed: Mapping[TopicPartition, int | None]
     lag_at_plan: Mapping[TopicPartition, int]
+    dead_letters: Mapping[TopicPartition, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -101,11 +118,14 @@ class HealthPolicy:
         times the schedule interval); ``None`` disables STOP.
     :param retention_risk: fraction of ``retention.ms`` the oldest unconsumed record may
         reach before RETENTION_RISK.
+    :param dead_letter_share: fraction of a partition's records in the newest batch that may be
+        dead letters before DEAD_LETTERS.
     """
 
     window: int = 5
     stop_after: timedelta | None = None
     retention_risk: float = 0.8
+    dead_letter_share: float = 0.01
 
 
 @dataclass(frozen=True)
@@ -232,6 +252,13 @@ def judge_partition(
         return result(
             LagStatus.STALL,
             f"lag {lag} and the committed offset {state.committed} has not moved across the last {len(window)} batches",
+        )
+    dead, rows = window[-1].dead_letters.get(tp, (0, 0)) if window else (0, 0)
+    if dead and dead / (dead + rows) > policy.dead_letter_share:
+        return result(
+            LagStatus.DEAD_LETTERS,
+            f"batch {window[-1].batch_id} set {dead} of {dead + rows} records aside as dead letters "
+            f"({dead / (dead + rows):.1%}, limit {policy.dead_letter_share:.1%}): they could not be decoded",
         )
     lags = [p.lag_at_plan[tp] for p in window if tp in p.lag_at_plan] + [lag]
     if len(lags) >= 3 and all(b > a for a, b in zip(lags, lags[1:])):

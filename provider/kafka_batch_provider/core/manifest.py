@@ -58,6 +58,7 @@ def build_manifest(
     written_at: str = "",
     options: Mapping[str, Any] | None = None,
     timings: Mapping[str, float] | None = None,
+    dead_letters: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The log entry of ``plan``.
 
@@ -67,6 +68,9 @@ def build_manifest(
     :param files: ``{"name", "bytes", "rows"}`` of each data file (names inside the batch's folder).
     :param staging: where the files wait until they are published (relative to the output).
     :param location: where the files are read once published (default ``batch_id=<id>``).
+    :param dead_letters: (``--on-bad-record dead-letter``) the batch's dead-letter ``files``
+        (``{"name", "bytes", "rows"}``), where they are ``staging`` and their ``location`` once
+        published; each partition's count is the ``dead_letters`` of its stats.
     """
     stats = {(s["topic"], int(s["partition"])): s for s in partition_stats}
     unplanned = sorted(set(stats) - {(r.topic, r.partition) for r in plan.readable_ranges})
@@ -83,6 +87,7 @@ def build_manifest(
                 "max_offset": s.get("max_offset"),
                 "min_timestamp": s.get("min_timestamp"),
                 "max_timestamp": s.get("max_timestamp"),
+                **({"dead_letters": int(s.get("dead_letters", 0))} if dead_letters is not None else {}),
             }
         )
     offsets, topic_ids = offsets_after(previous, plan)
@@ -107,6 +112,14 @@ def build_manifest(
         "options": dict(options or {}),
         "timings": dict(timings or {}),
     }
+    if dead_letters is not None:
+        letter_files = sorted(dead_letters.get("files", []), key=lambda f: f["name"])
+        manifest["dead_letters"] = {
+            "rows": sum(r["dead_letters"] for r in ranges),
+            "files": letter_files,
+            "staging": dead_letters.get("staging") if letter_files else None,
+            "location": dead_letters.get("location") if letter_files else None,
+        }
     verify_manifest(plan, manifest)
     return manifest
 
@@ -142,8 +155,11 @@ def verify_manifest(plan: OffsetPlan, manifest: Mapping[str, Any]) -> None:
                 f"{where}: manifest range [{m['start']}, {m['end']}) differs from plan [{start}, {end})"
             )
         rows = int(m["rows"])
-        if rows > end - start:
-            raise ManifestError(f"{where}: {rows} rows written for {end - start} planned offsets (duplicates?)")
+        if rows + int(m.get("dead_letters", 0)) > end - start:
+            raise ManifestError(
+                f"{where}: {rows} rows and {m.get('dead_letters', 0)} dead letters written for {end - start} "
+                "planned offsets (duplicates?)"
+            )
         if rows and not (start <= int(m["min_offset"]) and int(m["max_offset"]) < end):
             raise ManifestError(
                 f"{where}: written offsets [{m['min_offset']}, {m['max_offset']}] fall outside [{start}, {end})"
@@ -151,6 +167,11 @@ def verify_manifest(plan: OffsetPlan, manifest: Mapping[str, Any]) -> None:
     total = sum(int(m["rows"]) for m in written.values())
     if total != int(manifest.get("rows", -1)) or total != sum(int(f["rows"]) for f in manifest.get("files", [])):
         raise ManifestError(f"batch {bid}: the manifest's row counts (ranges, total, files) do not agree")
+    letters = manifest.get("dead_letters")
+    if letters is not None:
+        counted = sum(int(m.get("dead_letters", 0)) for m in written.values())
+        if not counted == int(letters["rows"]) == sum(int(f["rows"]) for f in letters["files"]):
+            raise ManifestError(f"batch {bid}: the manifest's dead-letter counts (ranges, total, files) do not agree")
 
 
 def log_position(entry: Mapping[str, Any], kafka_commit_recorded: bool) -> LogPosition:
@@ -173,6 +194,25 @@ def log_position(entry: Mapping[str, Any], kafka_commit_recorded: bool) -> LogPo
 def entry_files(entry: Mapping[str, Any]) -> dict[str, int]:
     """``{name: bytes}`` of the entry's data files (names inside the batch's folder)."""
     return {f["name"]: int(f["bytes"]) for f in entry.get("files", [])}
+
+
+def dead_letter_files(entry: Mapping[str, Any]) -> dict[str, int]:
+    """``{name: bytes}`` of the entry's dead-letter files (names inside their folder)."""
+    return {f["name"]: int(f["bytes"]) for f in (entry.get("dead_letters") or {}).get("files", [])}
+
+
+def dead_letter_count(entry: Mapping[str, Any]) -> int:
+    """How many of the batch's records are dead letters (0 for batches written without them)."""
+    return int((entry.get("dead_letters") or {}).get("rows", 0))
+
+
+def dead_letters_by_partition(entry: Mapping[str, Any]) -> dict[str, list[int]]:
+    """``{"topic:partition": [dead letters, rows]}`` of the partitions where the batch has dead letters."""
+    return {
+        TopicPartition(r["topic"], int(r["partition"])).key: [int(r["dead_letters"]), int(r["rows"])]
+        for r in entry.get("ranges", [])
+        if r.get("dead_letters")
+    }
 
 
 def plan_of_entry(entry: Mapping[str, Any]) -> OffsetPlan:

@@ -11,6 +11,10 @@ raises :class:`~kafka_batch_provider.errors.WriteCheckError` and nothing is publ
 * a partition's written rows differ from its read rows, or its offsets do not match;
 * rows of an unplanned partition, or offsets outside the planned range.
 
+Dead letters (records whose value could not be decoded) are checked like the data: their files
+against what the driver finds, their offsets against the plan, and per partition the rows
+written plus the dead letters must equal the rows read.
+
 Receipts come from the ``python`` reader. Spark's JVM Kafka source gives none: then rows are
 counted where they were written, and everything but the read-side comparison still holds.
 """
@@ -32,6 +36,9 @@ class TaskReports:
     files: list[dict[str, Any]] = field(default_factory=list)
     written: list[dict[str, Any]] = field(default_factory=list)
     receipts: list[dict[str, Any]] = field(default_factory=list)
+    #: the dead letters' files, and their rows and bounds per Kafka partition (like ``files``, ``written``)
+    dead_letter_files: list[dict[str, Any]] = field(default_factory=list)
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def merge(cls, reports: Iterable[Mapping[str, Any]]) -> TaskReports:
@@ -40,6 +47,8 @@ class TaskReports:
             merged.files.extend(report.get("files", []))
             merged.written.extend(report.get("written", []))
             merged.receipts.extend(report.get("receipts", []))
+            merged.dead_letter_files.extend(report.get("dead_letter_files", []))
+            merged.dead_letters.extend(report.get("dead_letters", []))
         return merged
 
 
@@ -49,6 +58,8 @@ def check_write(
     found_sizes: Mapping[str, int],
     footer_rows: Mapping[str, int | None],
     counted_at_source: bool,
+    dead_letter_sizes: Mapping[str, int] | None = None,
+    dead_letter_footer_rows: Mapping[str, int | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Check what the tasks wrote against what they read and what the driver sees.
 
@@ -56,52 +67,79 @@ def check_write(
     :param footer_rows: ``{file name: rows}`` from the footers of the files the driver found
         (``None``: the file vanished or is not readable Parquet).
     :param counted_at_source: the reader sent receipts (the ``python`` reader).
+    :param dead_letter_sizes: ``{file name: bytes}`` of the staged dead letters, as the driver lists them.
+    :param dead_letter_footer_rows: ``{file name: rows}`` from their footers.
     :returns: per Kafka partition: ``topic``, ``partition``, ``rows``, min/max offset and
-        timestamp (epoch microseconds), for the manifest.
+        timestamp (epoch microseconds) of the rows written, and its ``dead_letters``, for the manifest.
     """
     bid = plan.batch_id
     check_files(bid, reports.files, found_sizes, footer_rows)
-    written = merge_written(reports.written)
+    check_files(bid, reports.dead_letter_files, dead_letter_sizes or {}, dead_letter_footer_rows or {}, "dead-letter ")
+    written = check_rows(plan, reports.files, reports.written, "rows")
+    dead = check_rows(plan, reports.dead_letter_files, reports.dead_letters, "dead letters")
+    if counted_at_source:
+        check_receipts(plan, reports.receipts, merge_written([*reports.written, *reports.dead_letters]))
+    stats = {key: {**s, "dead_letters": 0} for key, s in written.items()}
+    for key, d in dead.items():
+        s = stats.setdefault(key, {"topic": key[0], "partition": key[1], "rows": 0, "min_offset": None,
+                                   "max_offset": None, "min_timestamp": None, "max_timestamp": None})  # fmt: skip
+        s["dead_letters"] = d["rows"]
+    return sorted(stats.values(), key=lambda s: (s["topic"], s["partition"]))
+
+
+def check_rows(
+    plan: OffsetPlan, files: list[dict[str, Any]], reported: list[dict[str, Any]], what: str
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """The reported rows per partition, once they lie in the planned ranges and add up to the files' rows."""
+    bid = plan.batch_id
+    merged = merge_written(reported)
     planned = {(r.topic, r.partition): r for r in plan.readable_ranges}
-    unplanned = sorted(set(written) - set(planned))
+    unplanned = sorted(set(merged) - set(planned))
     if unplanned:
-        raise WriteCheckError(f"batch {bid}: the tasks wrote rows of unplanned partitions {unplanned}")
-    for key, stats in written.items():
+        raise WriteCheckError(f"batch {bid}: the tasks wrote {what} of unplanned partitions {unplanned}")
+    for key, stats in merged.items():
         r = planned[key]
         if not (r.start <= stats["min_offset"] and stats["max_offset"] < r.end):
             raise WriteCheckError(
-                f"batch {bid} {r.tp}: written offsets [{stats['min_offset']}, {stats['max_offset']}] "
+                f"batch {bid} {r.tp}: written offsets [{stats['min_offset']}, {stats['max_offset']}] of {what} "
                 f"fall outside the planned [{r.start}, {r.end})"
             )
-    rows_in_files = sum(f["rows"] for f in reports.files)
-    rows_reported = sum(s["rows"] for s in written.values())
+    rows_in_files = sum(f["rows"] for f in files)
+    rows_reported = sum(s["rows"] for s in merged.values())
     if rows_in_files != rows_reported:
-        raise WriteCheckError(f"batch {bid}: the tasks' files hold {rows_in_files} rows, they reported {rows_reported}")
-    if counted_at_source:
-        check_receipts(plan, reports.receipts, written)
-    return sorted(written.values(), key=lambda s: (s["topic"], s["partition"]))
+        raise WriteCheckError(
+            f"batch {bid}: the tasks' files hold {rows_in_files} {what}, they reported {rows_reported}"
+        )
+    return merged
 
 
 def check_files(
-    bid: str, files: list[dict[str, Any]], found_sizes: Mapping[str, int], footer_rows: Mapping[str, int | None]
+    bid: str,
+    files: list[dict[str, Any]],
+    found_sizes: Mapping[str, int],
+    footer_rows: Mapping[str, int | None],
+    kind: str = "",
 ) -> None:
+    """:param kind: how messages name the files (``"dead-letter "``; data files: nothing)."""
     missing = [f["name"] for f in files if f["name"] not in found_sizes]
     if missing:
         raise WriteCheckError(
-            f"batch {bid}: the driver cannot find {len(missing)} of the {len(files)} file(s) the Spark tasks wrote "
+            f"batch {bid}: the driver cannot find {len(missing)} of the {len(files)} {kind}file(s) the Spark tasks "
+            "wrote "
             f"(e.g. {missing[0]}); do the executors and the driver see the same output? (a local path on a "
             "cluster is not shared: use an object store or a shared filesystem)"
         )
     for f in files:
         if found_sizes[f["name"]] != f["bytes"]:
             raise WriteCheckError(
-                f"batch {bid}: file {f['name']} has {found_sizes[f['name']]} bytes, the task wrote {f['bytes']}"
+                f"batch {bid}: {kind}file {f['name']} has {found_sizes[f['name']]} bytes, the task wrote {f['bytes']}"
             )
         if footer_rows.get(f["name"]) is None:
-            raise WriteCheckError(f"batch {bid}: file {f['name']} vanished or is not a readable Parquet file")
+            raise WriteCheckError(f"batch {bid}: {kind}file {f['name']} vanished or is not a readable Parquet file")
         if footer_rows.get(f["name"]) != f["rows"]:
             raise WriteCheckError(
-                f"batch {bid}: file {f['name']} holds {footer_rows.get(f['name'])} rows, the task wrote {f['rows']}"
+                f"batch {bid}: {kind}file {f['name']} holds {footer_rows.get(f['name'])} rows, "
+                f"the task wrote {f['rows']}"
             )
 
 
@@ -146,7 +184,8 @@ def check_receipts(
         w = written.get(key, {"rows": 0, "min_offset": None, "max_offset": None})
         if int(w["rows"]) != rows_read:
             raise WriteCheckError(
-                f"batch {bid} {r.tp}: {rows_read} rows were read but {w['rows']} written; nothing is published"
+                f"batch {bid} {r.tp}: {rows_read} rows were read but {w['rows']} written (as rows or dead letters); "
+                "nothing is published"
             )
         firsts = [s["first_offset"] for s in slices if s["first_offset"] is not None]
         lasts = [s["last_offset"] for s in slices if s["last_offset"] is not None]

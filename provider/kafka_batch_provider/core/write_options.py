@@ -21,6 +21,8 @@ READERS = ("python", "jvm")
 VALUE_FORMATS = ("bytes", "string", "json", *REGISTRY_FORMATS)
 DEFAULT_MAX_OFFSETS_PER_TASK = 250_000
 DEFAULT_STALL_TIMEOUT = 120.0
+#: What a record whose value cannot be decoded does to its batch (registry formats).
+ON_BAD_RECORD = ("fail", "dead-letter")
 
 
 def check_value_format(value_format: str) -> None:
@@ -42,6 +44,9 @@ class WriteOptions:
         grouped into as few writing tasks as its expected size needs
         (:mod:`kafka_batch_provider.core.file_sizing`).
     :param keep_raw_value: (registry formats) keep the ``value`` bytes beside the typed columns.
+    :param on_bad_record: (registry formats) ``fail``: a value that cannot be decoded fails the batch
+        in one line; ``dead-letter``: such records are written whole to the batch's dead letters,
+        logged and published with the batch (:mod:`kafka_batch_provider.decoding.dead_letters`).
 
     How a table is partitioned belongs to the output (:class:`~kafka_batch_provider.output.formats.OutputSpec`).
     """
@@ -53,6 +58,7 @@ class WriteOptions:
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
     target_file_mb: int = DEFAULT_TARGET_FILE_MB
     keep_raw_value: bool = False
+    on_bad_record: str = "fail"
 
     def __post_init__(self) -> None:
         if self.reader not in READERS:
@@ -78,6 +84,17 @@ class WriteOptions:
                 f"({Setting('value_format')}: {', '.join(REGISTRY_FORMATS)}); the other formats always keep value",
                 setting=Setting("keep_raw_value"),
             )
+        if self.on_bad_record not in ON_BAD_RECORD:
+            raise ConfigError(
+                f"unknown {Setting('on_bad_record')} {self.on_bad_record!r}; choose one of {', '.join(ON_BAD_RECORD)}",
+                setting=Setting("on_bad_record"),
+            )
+        if self.on_bad_record != "fail" and self.value_format not in REGISTRY_FORMATS:
+            raise ConfigError(
+                f"{Setting('on_bad_record', self.on_bad_record)} is only used with a schema registry format "
+                f"({Setting('value_format')}: {', '.join(REGISTRY_FORMATS)}): the other formats decode every record",
+                setting=Setting("on_bad_record"),
+            )
         if self.max_offsets_per_task < 1:
             raise ConfigError(f"max offsets per task must be positive, got {self.max_offsets_per_task}")
         if not math.isfinite(self.stall_timeout) or self.stall_timeout <= 0:
@@ -99,6 +116,13 @@ class WriteOptions:
         parser.add_argument("--value-schema", help="DDL schema of the JSON values, for --value-format json")
         parser.add_argument(
             "--keep-raw-value", action="store_true", help="avro: keep the value's bytes beside its typed columns"
+        )
+        parser.add_argument(
+            "--on-bad-record",
+            choices=ON_BAD_RECORD,
+            default="fail",
+            help="avro: a value that cannot be decoded fails the batch (fail, default) or is written whole to "
+            "the batch's dead letters (dead-letter)",
         )
         parser.add_argument(
             "--max-offsets-per-task",
@@ -130,6 +154,7 @@ class WriteOptions:
             args.stall_timeout,
             args.target_file_mb,
             args.keep_raw_value,
+            args.on_bad_record,
         )
 
     def to_args(self) -> list[str]:
@@ -139,6 +164,7 @@ class WriteOptions:
             args += ["--value-schema", self.value_schema]
         args += ["--max-offsets-per-task", str(self.max_offsets_per_task), "--stall-timeout", str(self.stall_timeout)]
         args += ["--target-file-mb", str(self.target_file_mb)]
+        args += ["--on-bad-record", self.on_bad_record]
         return args + (["--keep-raw-value"] if self.keep_raw_value else [])
 
     @property

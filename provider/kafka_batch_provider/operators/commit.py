@@ -63,4 +63,6 @@ class KafkaOffsetCommitOperator(BaseOperator):
             kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
             committed = commit_batch(kafka, store, plan, progress=self.log.info)
         record = store.commit_record(plan.seq, plan.batch_id) or {}
-        return {"batch_id": plan.batch_id, "committed": committed, "rows": record.get("rows", 0)}
+        dead_letters = sum(dead for dead, _ in record.get("dead_letters", {}).values())
+        return {"batch_id": plan.batch_id, "committed": committed, "rows": record.get("rows", 0),
+                "dead_letters": dead_letters}  # fmt: skip

@@ -49,7 +49,8 @@ def ingest_output() -> BatchOutput:
 
 def value_settings() -> dict[str, object]:
     """How the values are read (parse-time environment): the format, and for ``avro`` the
-    schema registry connection, the subject, a pinned version and whether the bytes stay too."""
+    schema registry connection, the subject, a pinned version, whether the bytes stay too and what
+    an undecodable record does (``KAFKA_BATCH_ON_BAD_RECORD``: ``fail`` or ``dead-letter``)."""
     version = os.environ.get("KAFKA_BATCH_VALUE_SCHEMA_VERSION") or None
     if version is not None and not version.strip().isdigit():
         raise ConfigError(f"KAFKA_BATCH_VALUE_SCHEMA_VERSION must be a version number, got {version!r}")
@@ -59,9 +60,10 @@ def value_settings() -> dict[str, object]:
         "value_schema_version": int(version) if version is not None else None,
         "keep_raw_value": os.environ.get("KAFKA_BATCH_KEEP_RAW_VALUE", "false").lower() in ("1", "true", "yes"),
         "schema_registry_conn_id": os.environ.get("KAFKA_BATCH_SCHEMA_REGISTRY_CONN_ID") or None,
+        "on_bad_record": os.environ.get("KAFKA_BATCH_ON_BAD_RECORD") or "fail",
     }
 
 
 #: What of :func:`value_settings` the plan task takes, and what the Spark task takes.
 PLAN_VALUE_SETTINGS = ("value_format", "value_subject", "value_schema_version", "schema_registry_conn_id")
-WRITE_VALUE_SETTINGS = ("value_format", "keep_raw_value", "schema_registry_conn_id")
+WRITE_VALUE_SETTINGS = ("value_format", "keep_raw_value", "schema_registry_conn_id", "on_bad_record")

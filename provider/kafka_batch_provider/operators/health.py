@@ -10,7 +10,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from kafka_batch_provider.core.lag_health import HealthPolicy, LagStatus
-from kafka_batch_provider.core.validation import positive_seconds
+from kafka_batch_provider.core.validation import fraction, positive_seconds
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.output import (
@@ -39,6 +39,8 @@ class KafkaLagHealthOperator(TemplatedOutput, BaseOperator):
         the trend statuses; without it only DATA_LOSS and RETENTION_RISK are judged.
     :param stop_after: STOP when lag > 0 and nothing was committed for this long (e.g. three
         schedule intervals); ``None`` disables STOP.
+    :param dead_letter_share: DEAD_LETTERS when more than this fraction of a partition's records in
+        the newest batch were set aside as dead letters.
     :param fail_on: statuses that fail the task (default: all but OK and WARN).
     """
 
@@ -55,6 +57,7 @@ class KafkaLagHealthOperator(TemplatedOutput, BaseOperator):
         window: int = 5,
         stop_after: timedelta | None = None,
         retention_risk: float = 0.8,
+        dead_letter_share: float = 0.01,
         fail_on: Iterable[LagStatus | str] = DEFAULT_FAIL_ON,
         kafka_timeout: float = 30.0,
         trigger_rule: str = "none_failed",
@@ -67,7 +70,10 @@ class KafkaLagHealthOperator(TemplatedOutput, BaseOperator):
         self.kafka_config_id = kafka_config_id
         if self.batch_output.given:  # the output is optional here
             self.batch_output.check()
-        self.policy = HealthPolicy(window=window, stop_after=stop_after, retention_risk=retention_risk)
+        fraction("dead_letter_share", dead_letter_share)
+        self.policy = HealthPolicy(
+            window=window, stop_after=stop_after, retention_risk=retention_risk, dead_letter_share=dead_letter_share
+        )
         self.fail_on = frozenset(LagStatus(s) for s in fail_on)
         self.kafka_timeout = positive_seconds("kafka_timeout", kafka_timeout)
 

@@ -72,7 +72,15 @@ def batch_result(spec: Any, plan: Any) -> dict[str, Any]:
     if entry is None:
         raise KafkaBatchError(f"batch {plan.batch_id}: Spark finished but the output log has no entry {plan.seq}")
     # The data's location (a table's, not its _kafka_batch/ control folder's).
-    return {"batch_id": plan.batch_id, "seq": plan.seq, "rows": entry["rows"], "location": store.data_uri(entry)}
+    from kafka_batch_provider.core.manifest import dead_letter_count
+
+    return {
+        "batch_id": plan.batch_id,
+        "seq": plan.seq,
+        "rows": entry["rows"],
+        "dead_letters": dead_letter_count(entry),
+        "location": store.data_uri(entry),
+    }
 
 
 class KafkaSparkBatchOperator(SparkSubmitOperator):
@@ -94,6 +102,9 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         ``avro`` (typed columns, with the reader schema the plan pinned; needs
         ``schema_registry_conn_id``, the plan task's ``schema_registry`` connection).
     :param keep_raw_value: (``avro``) keep the value's bytes beside its typed columns.
+    :param on_bad_record: (``avro``) ``fail`` (default): a value that cannot be decoded fails the
+        batch in one line; ``dead-letter``: such records are written whole to the batch's dead
+        letters, committed with it (their count is in the pushed XCom, ``dead_letters``).
     :param target_file_mb: files are rolled at about this size; a small batch writes one file per
         partition-date (default 128).
     :param application: the Spark application file (default: the one installed with this package;
@@ -122,6 +133,7 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         output: BatchOutput | None = None,
         keep_raw_value: bool = False,
         schema_registry_conn_id: str | None = None,
+        on_bad_record: str = "fail",
         **kwargs: Any,
     ) -> None:
         super().__init__(application=application, name=name, **kwargs)
@@ -130,7 +142,14 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         self.batch_output = connections_of(output)
         # Checked here, so a bad option is a DAG import error rather than a failed run.
         self.write_options = WriteOptions(
-            reader, value_format, value_schema, max_offsets_per_task, stall_timeout, target_file_mb, keep_raw_value
+            reader,
+            value_format,
+            value_schema,
+            max_offsets_per_task,
+            stall_timeout,
+            target_file_mb,
+            keep_raw_value,
+            on_bad_record,
         )
         self.schema_registry_conn_id = registry_conn_for(value_format, schema_registry_conn_id)
 

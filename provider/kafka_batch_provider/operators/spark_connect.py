@@ -32,7 +32,7 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
     :param conn_id: the ``spark_connect`` connection (apache-airflow-providers-apache-spark):
         host and port of the server, and optionally a token (``password``) and user.
     :param target_file_mb: files are rolled at about this size; a small batch writes one file per
-        partition-date (default 128). The other write options (``value_format``, ``keep_raw_value``,
+        partition-date (default 128). The other write options (``value_format``, ``keep_raw_value``, ``on_bad_record``,
         ``schema_registry_conn_id``, ...) are the spark-submit operator's.
     :param output: the same :class:`~kafka_batch_provider.operators.output.BatchOutput` as the
         plan task's: its connections open the output; the format and location come from the plan.
@@ -56,6 +56,7 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
         output: BatchOutput | None = None,
         keep_raw_value: bool = False,
         schema_registry_conn_id: str | None = None,
+        on_bad_record: str = "fail",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -65,7 +66,14 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
         self.batch_output = connections_of(output)
         # Checked here, so a bad option is a DAG import error rather than a failed run.
         self.write_options = WriteOptions(
-            reader, value_format, value_schema, max_offsets_per_task, stall_timeout, target_file_mb, keep_raw_value
+            reader,
+            value_format,
+            value_schema,
+            max_offsets_per_task,
+            stall_timeout,
+            target_file_mb,
+            keep_raw_value,
+            on_bad_record,
         )
         self.schema_registry_conn_id = registry_conn_for(value_format, schema_registry_conn_id)
 

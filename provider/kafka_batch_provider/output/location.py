@@ -339,6 +339,19 @@ class Location:
 
         self._io(f"move files into {target}", move)
 
+    def move_into(self, source: str, target: str, names: Iterable[str]) -> None:
+        """Local only: move ``names`` from folder ``source`` into folder ``target`` (created when
+        missing, kept when there), each with one atomic rename, durably."""
+
+        def move() -> None:
+            Path(self.path(target)).mkdir(parents=True, exist_ok=True)
+            for name in names:
+                os.rename(self.path(source, name), self.path(target, name))
+            fsync_dir(self.path(target))
+            fsync_dir(Path(self.path(target)).parent)
+
+        self._io(f"move files into {target}", move)
+
     # -- helpers ---------------------------------------------------------------------------
 
     def _write_local_temp(self, target: Path, data: bytes) -> Path:

@@ -6,6 +6,7 @@ Layout (every name starting with ``_`` is invisible to Parquet readers)::
       batch_id=<id>/part-*.parquet     published data, one folder per batch
       _log/<seq>.json                  the offset log: one manifest per batch, the commit point
       _staging/<id>.<attempt>/         what the Spark tasks wrote, until it is published
+      _dead_letters/batch_id=<id>/     the batch's dead letters, once published
 
 A batch becomes part of the output when its log entry is created (exclusively, see
 :mod:`kafka_batch_provider.output.offset_log`). Publishing its files follows the entry and is
@@ -28,6 +29,7 @@ import pyarrow as pa
 
 from kafka_batch_provider.core.manifest import data_dir_name, entry_files
 from kafka_batch_provider.errors import ManifestError, StorageError, WriteCheckError
+from kafka_batch_provider.output.dead_letter_files import staged_dead_letters
 from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.output.offset_log import OffsetLog
 from kafka_batch_provider.output.sink import PARQUET
@@ -44,6 +46,7 @@ class ParquetLayout:
     """
 
     format = PARQUET
+    dead_letter_root = "_dead_letters"
 
     def __init__(self, location: Location) -> None:
         from kafka_batch_provider.output.parquet_compaction import Compactions
@@ -155,6 +158,8 @@ class ParquetLayout:
         sealed = f"{staging}.sealed"
         try:
             self.data.move_files(staging, sealed, names)
+            if self.data.exists(staged_dead_letters(staging)):  # they go with the batch (publish takes theirs)
+                self.data.rename_folder(staged_dead_letters(staging), staged_dead_letters(sealed))
         except FileNotFoundError as exc:
             raise WriteCheckError(f"a file of {staging} vanished before it was published ({exc.filename})") from None
         try:

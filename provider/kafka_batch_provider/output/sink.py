@@ -12,7 +12,9 @@ creating a manifest file, a Delta commit or an Iceberg snapshot:
   ``data``; ``seal`` fixes which files belong to the batch, ``publish`` makes a logged
   batch's files readable (idempotent: it also finishes a publish cut short) and
   ``check_published`` proves they are in place before the Kafka commit;
-  ``drop_saved_manifest`` forgets an attempt that lost its entry to another attempt.
+  ``drop_saved_manifest`` forgets an attempt that lost its entry to another attempt;
+* the **dead letters** are published by the store, into ``dead_letter_root``
+  (:mod:`kafka_batch_provider.output.dead_letter_files`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class Sink(Protocol):
     format: str
     #: where the Spark tasks write the batch's files
     data: Location
+    #: where the batches' dead letters are published, relative to ``data``
+    dead_letter_root: str
 
     def entry(self, seq: int) -> dict[str, Any] | None: ...
     def tail_seq(self) -> int: ...

@@ -23,6 +23,11 @@ import pyarrow as pa
 from kafka_batch_provider.core.manifest import build_manifest
 from kafka_batch_provider.core.plan import OffsetPlan
 from kafka_batch_provider.errors import CommitConflictError, ConfigError, LogConflictError, ManifestError
+from kafka_batch_provider.output.dead_letter_files import (
+    check_dead_letters_published,
+    dead_letter_folder,
+    publish_dead_letters,
+)
 from kafka_batch_provider.output.location import Location, json_bytes
 from kafka_batch_provider.output.parquet_layout import ParquetLayout
 from kafka_batch_provider.output.sink import Sink
@@ -202,10 +207,17 @@ class BatchStore:
         """The batch's columns, checked against what the output's format can hold (before reading)."""
         self.sink.check_columns(schema)
 
+    def dead_letter_location(self, batch_id: str) -> str:
+        """Where a batch's dead letters are published, relative to the data's location."""
+        return dead_letter_folder(self.sink.dead_letter_root, batch_id)
+
     def publish(self, entry: dict[str, Any]) -> None:
+        # Dead letters first: publishing the Parquet layout's data removes its staging folder.
+        publish_dead_letters(self.data, entry)
         self.sink.publish(entry)
 
     def check_published(self, entry: dict[str, Any]) -> None:
+        check_dead_letters_published(self.data, entry)
         self.sink.check_published(entry)
 
     def remove_unpublished(self, plan: OffsetPlan) -> None:
@@ -228,7 +240,10 @@ class BatchStore:
 
     # -- Kafka commit records ----------------------------------------------------------------
 
-    def record_commit(self, plan: OffsetPlan, committed: dict[str, int], rows: int) -> None:
+    def record_commit(
+        self, plan: OffsetPlan, committed: dict[str, int], rows: int, dead_letters: dict[str, list[int]] | None = None
+    ) -> None:
+        """:param dead_letters: ``{"topic:partition": [dead letters, rows]}`` where the batch has any."""
         self.location.put_atomic(
             numbered_name(COMMITS, plan.seq, plan.batch_id),
             json_bytes(
@@ -239,6 +254,7 @@ class BatchStore:
                     "committed": committed,
                     "previous": {r.tp.key: r.expected_committed for r in plan.ranges},
                     "rows": rows,
+                    **({"dead_letters": dead_letters} if dead_letters else {}),
                     "committed_at": utc_now(),
                 }
             ),

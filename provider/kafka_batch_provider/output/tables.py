@@ -37,6 +37,8 @@ CONTROL = "_kafka_batch"
 MANIFEST_KEY = "kafka_batch.manifest"
 #: Saved manifests, one per planned batch that reached its table commit (winners and losers).
 BATCHES = f"{CONTROL}/_batches"
+#: The batches' published dead letters (Delta's vacuum skips ``_`` folders; no table names them).
+DEAD_LETTERS = f"{CONTROL}/_dead_letters"
 
 #: Spark's Kafka source schema, as Arrow (what the Spark tasks hand to pyarrow).
 KAFKA_SCHEMA = pa.schema(
@@ -67,6 +69,7 @@ class TableFiles:
 
     data: Location
     name: str
+    dead_letter_root = DEAD_LETTERS
     #: how messages name the table
     label: str
     _by_seq: dict[int, dict[str, Any]]

@@ -38,6 +38,11 @@ def missing_package(text: str) -> bool:
     return bool(_MISSING_PACKAGE.search(text))
 
 
+def python_worker_died(text: str) -> bool:
+    """A Spark task's Python process ended without a Python error (SIGKILL, the OOM killer, a crash)."""
+    return "Python worker exited unexpectedly" in text or "PYTHON_WORKER_EXITED_UNEXPECTEDLY" in text
+
+
 def jvm_connector_missing(text: str) -> bool:
     return "KAFKA_DATA_SOURCE_NOT_ENABLED" in text or "Failed to find data source: kafka" in text
 
@@ -78,6 +83,11 @@ def spark_error_line(exc: BaseException) -> str:
             "the jvm reader needs Spark's Kafka connector (spark-sql-kafka-0-10) on the cluster, "
             "e.g. spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>; "
             f"or use {Setting('reader', 'python')}"
+        )
+    if python_worker_died(text):
+        return (
+            "a Spark task's Python worker died (killed, or out of memory: see the executor's log); nothing of "
+            "the batch was published, and a retry writes it again"
         )
     if "StatusCode.UNAVAILABLE" in text or "RETRIES_EXCEEDED" in text:
         return "the Spark Connect server stopped answering (gRPC UNAVAILABLE): it went away or cannot be reached"

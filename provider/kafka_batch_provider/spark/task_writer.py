@@ -6,7 +6,9 @@ in the batch's staging folder, on any
 filesystem fsspec reaches (so a cluster needs no Hadoop connector for S3, GCS or Azure), and
 yields one JSON report: the file, its rows and bytes, per Kafka partition the rows and offset
 and timestamp bounds it wrote, and the reader's receipts (what the reading task read, see
-:mod:`kafka_batch_provider.spark.slice_reader`). ``collect()`` brings the reports of the successful
+:mod:`kafka_batch_provider.spark.slice_reader`). Dead letters (records whose value could not be
+decoded, :mod:`kafka_batch_provider.decoding.dead_letters`) go to files of their own in the
+staging folder's ``_dead_letters/``, reported beside the data files. ``collect()`` brings the reports of the successful
 task attempts to the driver, which checks them before anything is published
 (:mod:`kafka_batch_provider.core.write_check`). Files of failed attempts are never reported and
 never published.
@@ -25,6 +27,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kafka_batch_provider.decoding.dead_letters import DeadLetterBatch
+from kafka_batch_provider.fail_points import fail_point
+from kafka_batch_provider.output.dead_letter_files import staged_dead_letters
 from kafka_batch_provider.output.parquet_files import DEFAULT_TARGET_BYTES, PartFiles
 
 #: The column carrying the reader's receipts (one row per read slice; null on record rows).
@@ -72,8 +77,17 @@ class TaskWriter:
             target_bytes=self.target_bytes,
         )
         written = WrittenStats()
+        dead_letters = PartFiles(
+            location, staged_dead_letters(self.staging), files.stem, self.compression, target_bytes=self.target_bytes
+        )
+        dead = WrittenStats()
         try:
             for batch in batches:
+                if isinstance(batch, DeadLetterBatch):
+                    dead_letters.write(None, batch.rows)
+                    dead.add(batch.rows)
+                    fail_point("writing-dead-letters")
+                    continue
                 batch, batch_receipts = split_receipts(batch)
                 receipts.extend(batch_receipts)
                 if batch.num_rows == 0:
@@ -84,18 +98,23 @@ class TaskWriter:
         except BaseException:
             # The attempt failed: its files are never reported, so never published. Close them
             # without writing what waits, and let the original error decide the retry.
-            with contextlib.suppress(Exception):
-                files.close(finish=False)
+            for part_files in (files, dead_letters):
+                with contextlib.suppress(Exception):
+                    part_files.close(finish=False)
             raise
         else:
             files.close()
+            dead_letters.close()
         finally:
             release_memory()
-        if files.files and location.is_local:
-            fsync_dir(location.path(self.staging))
+        for part_files in (files, dead_letters):
+            if part_files.files and location.is_local:
+                fsync_dir(location.path(part_files.staging))
         report = {
             "files": files.report(),
             "written": written.to_list(),
+            "dead_letter_files": dead_letters.report(),
+            "dead_letters": dead.to_list(),
             "receipts": receipts,
             "version": __version__,  # the driver refuses reports of another version
         }

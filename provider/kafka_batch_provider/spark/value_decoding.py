@@ -9,7 +9,9 @@ the Kafka columns (``key``, ``topic``, ``partition``, ``offset``, ``timestamp``,
 fields as typed columns. Receipt rows pass through untouched.
 
 A record that cannot be decoded fails the batch in one line naming topic, partition, offset
-and why (``--on-bad-record fail``, the default).
+and why (``--on-bad-record fail``, the default), or leaves the data for the batch's dead letters
+(``--on-bad-record dead-letter``: :mod:`kafka_batch_provider.decoding.dead_letters`), which the
+task writer writes to files of their own.
 
 :func:`value_decoding` is the driver's half: the plan's reader schema, fetched once by its id,
 checked (an Avro record whose fields do not take the Kafka columns' names) and handed to the tasks.
@@ -21,10 +23,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from kafka_batch_provider.core.reader_schema import check_plan_decodes_as
 from kafka_batch_provider.core.settings import Setting
+from kafka_batch_provider.decoding.dead_letters import DeadLetterBatch, dead_letters_of
 from kafka_batch_provider.errors import ConfigError, SchemaError
 
 #: The Kafka columns that stay beside the value's fields.
@@ -43,6 +47,11 @@ class ValueDecoding:
     wait: float = 120.0
     #: the texts of the schemas the reader schema references (imported first)
     reader_references: tuple[str, ...] = ()
+    #: ``fail`` or ``dead-letter`` (:data:`~kafka_batch_provider.core.write_options.ON_BAD_RECORD`)
+    on_bad_record: str = "fail"
+    #: how the refusal names the dead-letter setting, in the caller's words (worded on the driver:
+    #: a Spark worker does not know whether a flag or a keyword argument set it)
+    dead_letter_setting: str = "on_bad_record='dead-letter'"
 
     def output_schema(self, kafka_schema: pa.Schema, reserved: tuple[str, ...] = ()) -> pa.Schema:
         """The columns the tasks write: the Kafka columns kept, then the value's fields.
@@ -76,20 +85,24 @@ class ValueDecoding:
         registry = SchemaRegistry(RegistrySettings.from_client_config(self.registry_config), wait=self.wait)
         return AvroDecoder(self.reader_schema, registry.writer_schema, self.reader_references)
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch | DeadLetterBatch]:
+        """The decoded batches, and with ``dead-letter`` the records that could not be decoded."""
         decoder = self.decoder()
         for batch in batches:
-            yield self.decoded(batch, decoder)
+            found = decoder.decode(batch.column("value"))
+            if found.problems and self.on_bad_record == "dead-letter":
+                yield dead_letters_of(batch, found.problems, found.schema_ids)
+            yield self.decoded(batch, found)
 
-    def decoded(self, batch: pa.RecordBatch, decoder: Any) -> pa.RecordBatch:
-        found = decoder.decode(batch.column("value"))
-        if found.problems:
+    def decoded(self, batch: pa.RecordBatch, found: Any) -> pa.RecordBatch:
+        """The batch's Kafka columns and its values' columns (without the rows that are dead letters)."""
+        if found.problems and self.on_bad_record != "dead-letter":
             row = min(found.problems)
             raise SchemaError(
                 f"{batch.column('topic')[row].as_py()}[{batch.column('partition')[row].as_py()}] offset "
                 f"{batch.column('offset')[row].as_py()}: the value cannot be decoded ({found.problems[row]})"
                 f"{more(len(found.problems))}; nothing was written: fix the producer, or set such records "
-                f"aside with {Setting('on_bad_record', 'dead-letter')}"
+                f"aside with {self.dead_letter_setting}"
             )
         kept = {*KAFKA_COLUMNS, *(["value"] if self.keep_raw_value else [])}
         names = [n for n in batch.schema.names if n in kept]  # in the reader's order
@@ -98,7 +111,12 @@ class ValueDecoding:
         fields = (
             [batch.schema.field(n) for n in names] + list(found.columns.schema) + [batch.schema.field(n) for n in extra]
         )
-        return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields))
+        decoded = pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields))
+        if found.problems:
+            keep = np.ones(batch.num_rows, dtype=bool)
+            keep[list(found.problems)] = False
+            decoded = decoded.filter(pa.array(keep))
+        return decoded
 
 
 def more(count: int) -> str:
@@ -121,5 +139,11 @@ def value_decoding(plan: Any, options: Any, settings: Any) -> ValueDecoding | No
     settings = require_registry(options.value_format, settings)
     text, references = fetch_reader_schema(SchemaRegistry(settings, wait=options.stall_timeout), pinned)
     return ValueDecoding(
-        text, settings.client_config(), options.keep_raw_value, options.stall_timeout, tuple(references)
+        text,
+        settings.client_config(),
+        options.keep_raw_value,
+        options.stall_timeout,
+        tuple(references),
+        options.on_bad_record,
+        str(Setting("on_bad_record", "dead-letter")),
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from kafka_batch_provider.core.manifest import verify_manifest
+from kafka_batch_provider.core.manifest import dead_letter_count, dead_letters_by_partition, verify_manifest
 from kafka_batch_provider.core.plan import OffsetPlan
 from kafka_batch_provider.errors import CommitConflictError, ConfigError, ManifestError
 from kafka_batch_provider.kafka.client import KafkaOffsets
@@ -57,9 +57,11 @@ def commit_batch(
     check_same_topics(kafka, plan)
     committed = kafka.commit(plan.group_id, plan.expected_committed(), plan.end_offsets(), metadata=plan.batch_id)
     result = {tp.key: offset for tp, offset in committed.items()}
-    store.record_commit(plan, result, int(entry["rows"]))
+    store.record_commit(plan, result, int(entry["rows"]), dead_letters_by_partition(entry))
+    letters = dead_letter_count(entry)
     progress(
-        f"batch {plan.batch_id}: committed {len(result)} partition(s) of group {plan.group_id} ({entry['rows']} rows)"
+        f"batch {plan.batch_id}: committed {len(result)} partition(s) of group {plan.group_id} ({entry['rows']} rows"
+        f"{f', {letters} dead letters' if letters else ''})"
     )
     return result
 

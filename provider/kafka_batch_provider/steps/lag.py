@@ -80,6 +80,10 @@ def batch_history(store: BatchStore, group_id: str, last: int | None = None) -> 
                 committed_at=datetime.fromisoformat(record["committed_at"]),
                 committed=committed,
                 lag_at_plan=lag_at_plan,
+                dead_letters={
+                    TopicPartition.from_key(k): (int(dead), int(rows))
+                    for k, (dead, rows) in record.get("dead_letters", {}).items()
+                },
             )
         )
     return points

@@ -35,6 +35,7 @@ from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.errors import ColumnTypeError, SchemaError
 from kafka_batch_provider.fail_points import fail_point
 from kafka_batch_provider.kafka.client import KafkaOffsets
+from kafka_batch_provider.output.dead_letter_files import staged_dead_letters
 from kafka_batch_provider.output.store import BatchStore, utc_now
 from kafka_batch_provider.steps.guards import check_group_unmoved, check_same_topics
 
@@ -138,10 +139,14 @@ def read_check_publish(
             "this attempt's files were dropped"
         )
         return entry
+    letters = entry.get("dead_letters") or {}
+    aside = ""
+    if letters.get("rows"):
+        aside = f"; {letters['rows']} dead letter(s) to {store.data.uri_of(letters['location'])}"
     progress(
         f"batch {bid}: wrote {entry['rows']} rows in {len(entry['files'])} file(s) to "
         f"{store.data_uri(entry) or store.root} "
-        f"(output log entry {plan.seq}, {store.format})"
+        f"(output log entry {plan.seq}, {store.format}){aside}"
     )
     return entry
 
@@ -163,9 +168,14 @@ def publish_staged(
     found = data.file_sizes(staged.staging)
     reported = {f["name"] for f in staged.reports.files}
     footers = {name: footer_rows(store, f"{staged.staging}/{name}") for name in sorted(reported & set(found))}
-    stats = check_write(plan, staged.reports, found, footers, staged.counted_at_source)
+    letters = staged_dead_letters(staged.staging)
+    letters_found = data.file_sizes(letters) if options.on_bad_record == "dead-letter" else {}
+    letters_reported = {f["name"] for f in staged.reports.dead_letter_files}
+    letters_footers = {name: footer_rows(store, f"{letters}/{name}") for name in letters_reported & set(letters_found)}
+    stats = check_write(plan, staged.reports, found, footers, staged.counted_at_source, letters_found, letters_footers)
     # Files of task attempts that failed or were superseded are never part of the batch.
     data.delete(f"{staged.staging}/{name}" for name in sorted(set(found) - reported))
+    data.delete(f"{letters}/{name}" for name in sorted(set(letters_found) - letters_reported))
     staging = store.seal(staged.staging, sorted(reported))
     for s in stats:
         s["min_timestamp"], s["max_timestamp"] = (
@@ -186,9 +196,19 @@ def publish_staged(
             "value_format": options.value_format,
             "value_schema": options.value_schema,
             **reader_schema_options(plan, options),
+            **({"on_bad_record": options.on_bad_record} if options.on_bad_record != "fail" else {}),
             "partition_by": store.partition_by,
         },
         timings=timings,
+        dead_letters=(
+            {
+                "files": staged.reports.dead_letter_files,
+                "staging": staged_dead_letters(staging),
+                "location": store.dead_letter_location(plan.batch_id),
+            }
+            if options.on_bad_record == "dead-letter"
+            else None
+        ),
     )
     fail_point("before-log-entry")
     try:

@@ -85,6 +85,21 @@ def test_most_severe_status_wins_and_the_group_takes_its_worst_partition():
     assert report.status is LagStatus.DATA_LOSS and report.total_lag == 50
 
 
+def test_a_newest_batch_with_too_many_dead_letters_is_dead_letters_and_older_ones_do_not_count():
+    def with_letters(minutes_ago, dead, rows):
+        return BatchPoint(f"b-{minutes_ago}", NOW - timedelta(minutes=minutes_ago), {TP: 10}, {TP: 5},
+                          {TP: (dead, rows)})  # fmt: skip
+
+    found = evaluate("g", [lag(10, 0, 10)], [with_letters(5, 2, 98)], HealthPolicy(), NOW).partitions[0]
+    assert found.status is LagStatus.DEAD_LETTERS, f"expected DEAD_LETTERS, found {found.status}: {found.reason}"
+    assert "set 2 of 100 records aside" in found.reason and "2.0%" in found.reason, found.reason
+    assert status(lag(10, 0, 10), [with_letters(5, 1, 199)]) is LagStatus.OK, "0.5% is below the 1% limit"
+    assert status(lag(10, 0, 10), [with_letters(9, 5, 5), with_letters(5, 0, 10)]) is LagStatus.OK, "an older batch"
+    loose = HealthPolicy(dead_letter_share=0.5)
+    assert status(lag(10, 0, 10), [with_letters(5, 2, 98)], loose) is LagStatus.OK
+    assert LagStatus.DEAD_LETTERS.exit_code == 16 and LagStatus.STALL.exit_code == 11, "the older codes stay"
+
+
 def test_exit_codes_are_distinct_per_status():
     codes = {s: s.exit_code for s in LagStatus}
     assert codes[LagStatus.OK] == 0 and len(set(codes.values())) == len(codes)

@@ -8,6 +8,8 @@ import pytest
 
 from kafka_batch_provider.core.manifest import (
     build_manifest,
+    dead_letter_count,
+    dead_letters_by_partition,
     log_position,
     offsets_after,
     plan_of_entry,
@@ -81,7 +83,7 @@ def test_replay_entries_hold_no_position():
 def test_fewer_rows_than_offsets_is_fine_more_is_not():
     plan = make_plan()
     manifest_for(plan, stats(rows0=7))  # transaction markers, compaction
-    with pytest.raises(ManifestError, match=r"11 rows written for 10 planned offsets"):
+    with pytest.raises(ManifestError, match=r"11 rows and 0 dead letters written for 10 planned offsets"):
         manifest_for(plan, stats(rows0=11))
 
 
@@ -134,3 +136,25 @@ def test_the_plan_of_an_entry_is_the_plan_it_was_written_for():
     rebuilt = plan_of_entry(manifest_for(plan, stats(), {"seq": 2, "batch_id": "b-prev", "offsets": {}}))
     assert rebuilt.ranges == plan.ranges and rebuilt.seq == 3 and rebuilt.previous == "b-prev"
     assert plan_batch_id(rebuilt) == plan.batch_id
+
+
+def test_dead_letters_are_counted_per_partition_and_must_add_up():
+    plan = make_plan()
+    partition_stats = [{**s, "dead_letters": d} for s, d in zip(stats(rows0=8), (2, 0))]
+    letters = {
+        "files": [{"name": "part-0.parquet", "bytes": 40, "rows": 2}],
+        "staging": "_staging/x/_dead_letters",
+        "location": "_dead_letters/batch_id=b",
+    }
+    rows = sum(s["rows"] for s in partition_stats)
+    files = [{"name": "part-0.parquet", "bytes": 100, "rows": rows}]
+    manifest = build_manifest(plan, None, partition_stats, files, staging="_staging/x", dead_letters=letters)
+    assert manifest["dead_letters"]["rows"] == 2 and [r["dead_letters"] for r in manifest["ranges"]] == [2, 0]
+    assert dead_letter_count(manifest) == 2 and dead_letters_by_partition(manifest) == {"t:0": [2, 8]}
+    too_many = {**letters, "files": [{"name": "part-0.parquet", "bytes": 40, "rows": 3}]}
+    with pytest.raises(ManifestError, match="dead-letter counts .* do not agree"):
+        build_manifest(plan, None, partition_stats, files, staging="_staging/x", dead_letters=too_many)
+    over = [{**partition_stats[0], "dead_letters": 3}, partition_stats[1]]
+    with pytest.raises(ManifestError, match="8 rows and 3 dead letters written for 10 planned offsets"):
+        build_manifest(plan, None, over, files, staging="_staging/x", dead_letters=too_many)
+    assert dead_letter_count(manifest_for(plan, stats())) == 0 and "dead_letters" not in manifest_for(plan, stats())

@@ -43,11 +43,53 @@ def good_reports():
     ]
 
 
-def check(reports, found=None, footers=None, counted=True):
+def check(reports, found=None, footers=None, counted=True, letters_found=None):
     merged = TaskReports.merge(reports)
     found = {f["name"]: f["bytes"] for f in merged.files} if found is None else found
     footers = {f["name"]: f["rows"] for f in merged.files} if footers is None else footers
-    return check_write(PLAN, merged, found, footers, counted)
+    letters = {f["name"]: f["bytes"] for f in merged.dead_letter_files} if letters_found is None else letters_found
+    letter_rows = {f["name"]: f["rows"] for f in merged.dead_letter_files}
+    return check_write(PLAN, merged, found, footers, counted, letters, letter_rows)
+
+
+def with_dead_letters(offsets):
+    """The good reports, with ``offsets`` of the second task's range written as dead letters instead of rows."""
+    reports = good_reports()
+    second = reports[1]
+    kept = [o for o in range(6, 10) if o not in offsets]
+    second["written"] = [{"topic": "t", "partition": 0, "rows": len(kept), "min_offset": min(kept),
+                          "max_offset": max(kept)}] if kept else []  # fmt: skip
+    second["files"] = [{"name": "b.parquet", "bytes": 100, "rows": len(kept)}] if kept else []
+    second["dead_letters"] = [{"topic": "t", "partition": 0, "rows": len(offsets), "min_offset": min(offsets),
+                               "max_offset": max(offsets)}]  # fmt: skip
+    second["dead_letter_files"] = [{"name": "b.parquet", "bytes": 50, "rows": len(offsets)}]
+    return reports
+
+
+def test_dead_letters_count_with_the_rows_written_against_the_rows_read():
+    stats = check(with_dead_letters([6, 9]))
+    assert [(s["rows"], s["dead_letters"]) for s in stats] == [(7, 2)], f"expected 7 rows and 2 dead letters: {stats}"
+    assert (stats[0]["min_offset"], stats[0]["max_offset"]) == (0, 8), "the data's bounds are the rows' own"
+    only_dead = check(with_dead_letters([6, 7, 8, 9]))
+    assert [(s["rows"], s["dead_letters"]) for s in only_dead] == [(5, 4)], only_dead
+
+
+def test_dead_letters_that_do_not_add_up_are_refused():
+    reports = with_dead_letters([6, 9])
+    reports[1]["dead_letters"][0]["rows"] = 1  # one reported, two in the file
+    with pytest.raises(WriteCheckError, match="files hold 2 dead letters, they reported 1"):
+        check(reports)
+    reports = with_dead_letters([6, 9])
+    reports[1]["dead_letter_files"][0]["rows"] = 1
+    reports[1]["dead_letters"][0]["rows"] = 1
+    with pytest.raises(WriteCheckError, match="9 rows were read but 8 written"):
+        check(reports)
+    with pytest.raises(WriteCheckError, match="cannot find 1 of the 1 dead-letter file"):
+        check(with_dead_letters([6, 9]), letters_found={})
+    reports = with_dead_letters([6, 9])
+    reports[1]["dead_letters"][0]["max_offset"] = 10
+    with pytest.raises(WriteCheckError, match=r"of dead letters fall outside the planned \[0, 10\)"):
+        check(reports)
 
 
 def test_matching_reports_give_per_partition_stats():
@@ -60,6 +102,7 @@ def test_matching_reports_give_per_partition_stats():
             "max_offset": 9,
             "min_timestamp": None,
             "max_timestamp": None,
+            "dead_letters": 0,
         }
     ]
 
