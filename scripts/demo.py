@@ -16,7 +16,11 @@
 7. ingest the same topics into a Delta Lake table on the local disk (`kafka-batch run --format
    delta`, its own group), read it back with deltalake and DuckDB, list its batches
    (`kafka-batch table`), then keep it up (`kafka-batch upkeep`: its files before and after),
-8. print a summary: batches, ranges, rows, lag before and after, lag health, where the data is,
+8. an Avro topic through the embedded schema registry into a second Delta table
+   (`--value-format avro --on-bad-record dead-letter`): typed columns, a field a new schema
+   version adds mid-stream becoming a column, and three corrupt records set aside as dead
+   letters, all read back by DuckDB,
+9. print a summary: batches, ranges, rows, lag before and after, lag health, where the data is,
    and copy-paste snippets that query the Delta table.
 
 Airflow uses the project-local AIRFLOW_HOME (.airflow, SQLite); its full task logs go to
@@ -52,6 +56,7 @@ from pyarrow.fs import FSSpecHandler, PyFileSystem  # noqa: E402
 
 from kafka_batch_provider.dev.broker import EmbeddedBroker  # noqa: E402
 from kafka_batch_provider.dev.s3 import EmbeddedS3, S3Endpoint  # noqa: E402
+from kafka_batch_provider.dev.schema_registry import EmbeddedSchemaRegistry  # noqa: E402
 from kafka_batch_provider.dev.spark_connect import SparkConnectServer  # noqa: E402
 from kafka_batch_provider.kafka.client import KafkaOffsets  # noqa: E402
 from kafka_batch_provider.output.store import BatchStore  # noqa: E402
@@ -132,10 +137,12 @@ def main() -> int:
             say(f"Spark Connect server at {spark_remote}")
         else:
             say("Spark: spark-submit per batch (local[*]), as KAFKA_BATCH_DEMO_SPARK=submit asks")
-        return run_demo(bootstrap, s3, started, spark_remote)
+        registry = stack.enter_context(EmbeddedSchemaRegistry(log_path=WORK / "schema-registry.log"))
+        say(f"embedded schema registry (Confluent's REST API) on {registry.url}")
+        return run_demo(bootstrap, s3, started, spark_remote, registry.url)
 
 
-def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str | None) -> int:
+def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str | None, registry_url: str) -> int:
     config = {"bootstrap.servers": bootstrap}
     suffix = time.strftime("%H%M%S")
     topics = {f"demo.orders.{suffix}": 3, f"demo.payments.{suffix}": 2}
@@ -232,6 +239,7 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str |
         log_name="kafka-batch-delta-upkeep",
     )  # fmt: skip
     upkept_rows, upkept_once, _ = read_delta(delta_path)
+    avro = avro_demo(config, registry_url, spark_remote, suffix)
 
     filesystem = PyFileSystem(FSSpecHandler(store.location.fs))
     table = ds.dataset(store.location.root, filesystem=filesystem, format="parquet", partitioning="hive").to_table(
@@ -285,7 +293,19 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str |
     say(f"  query it (copy-paste; {BIN}/python and kafka-batch):")
     for snippet in delta_snippets(delta_path):
         say(f"    {snippet}")
-    path = f"a Spark Connect server at {spark_remote} for all 5 batches" if spark_remote else "spark-submit per batch"
+    say(
+        f"  Avro (schema registry) -> Delta table {avro['path']}: batch 1 {avro['rows'][0]:,} rows + "
+        f"{avro['dead_letters'][0]} dead letters read with version 1, batch 2 {avro['rows'][1]:,} rows with version 2"
+    )
+    say(f"    columns (DuckDB DESCRIBE): {avro['columns']}")
+    say(
+        f"    DuckDB delta_scan: {avro['duckdb_rows']:,} rows, {avro['with_humidity']:,} with the humidity version 2 "
+        f"added (the first batch's rows read it as null)"
+    )
+    say(f"    dead letters (DuckDB read_parquet('{avro['dead_letter_glob']}')):")
+    for partition, offset, error in avro["letters"]:
+        say(f"      [{partition}] offset {offset}: {error}")
+    path = f"a Spark Connect server at {spark_remote} for all 7 batches" if spark_remote else "spark-submit per batch"
     say(f"  Spark: {path}")
     say(f"  Airflow task logs: {WORK}/airflow-*.log; done in {time.perf_counter() - started:.0f}s")
     ok = (
@@ -303,8 +323,82 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str |
         and upkept_once
         and upkept["files_after"] <= upkept["files_before"]
         and [b["rows"] for b in listed["batches"]] == [26_000]
+        and avro["rows"] == [300, 200]
+        and avro["dead_letters"] == [3, 0]
+        and avro["duckdb_rows"] == 500
+        and avro["with_humidity"] == 200
+        and len(avro["letters"]) == 3
     )
     return 0 if ok else 1
+
+
+READING_V1 = {
+    "type": "record",
+    "name": "Reading",
+    "namespace": "demo",
+    "fields": [
+        {"name": "sensor", "type": "string"},
+        {"name": "celsius", "type": "double"},
+        {"name": "taken", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    ],
+}
+# Version 2 adds an optional field: a new column of the table from the batch that reads with it.
+READING_V2 = {**READING_V1, "fields": [*READING_V1["fields"], {"name": "humidity", "type": ["null", "double"],
+                                                               "default": None}]}  # fmt: skip
+
+
+def avro_demo(config: dict, registry_url: str, spark_remote: str | None, suffix: str) -> dict:
+    """An Avro topic into a Delta table in two batches: version 1 and three corrupt records
+    (dead letters), then version 2's new field; read back by DuckDB."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from kafka_batch_provider.testing.producers import Record
+
+    topic, path = f"demo.readings.{suffix}", WORK / "delta" / "readings"
+    create_topics(config, {topic: 2})
+    context = SerializationContext(topic, MessageField.VALUE)
+    now = int(time.time() * 1000)
+
+    def readings(schema: dict, ids: range, **more) -> list[Record]:
+        serialize = AvroSerializer(SchemaRegistryClient({"url": registry_url}), json.dumps(schema))
+        values = [{"sensor": f"s-{n % 7}", "celsius": 18 + n % 10 / 4, "taken": now + n, **more} for n in ids]
+        return [Record(n % 2, serialize(v, context), f"s-{n % 7}".encode()) for n, v in zip(ids, values)]
+
+    first = readings(READING_V1, range(300))
+    good = first[0].value
+    corrupt = [b"\x07" + good[1:], good[:3], b"\x00" + (987654).to_bytes(4, "big") + good[5:]]
+    produce(config, topic, [*first, *(Record(n % 2, value) for n, value in enumerate(corrupt))])
+    args = [
+        "run", "--bootstrap-servers", config["bootstrap.servers"], "--topic", topic, "--group", f"demo-avro-{suffix}",
+        "--format", "delta", "--output", str(path), "--value-format", "avro", "--schema-registry-url", registry_url,
+        "--on-bad-record", "dead-letter", *(["--spark-remote", spark_remote] if spark_remote else []),
+    ]  # fmt: skip
+    say(f"avro: {topic} (version 1 and 3 corrupt records) -> kafka-batch run --format delta --value-format avro "
+        "--on-bad-record dead-letter ...")  # fmt: skip
+    _, one = kafka_batch(*args, log_name="kafka-batch-avro-run1")
+    produce(config, topic, readings(READING_V2, range(300, 500), humidity=0.4))
+    say("avro: the producer moves to version 2 (adds humidity): kafka-batch run again ...")
+    _, two = kafka_batch(*args, log_name="kafka-batch-avro-run2")
+    con = duckdb_connection()
+    scan = f"delta_scan('{path.as_uri()}')"
+    described = con.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()
+    columns = ", ".join(f"{name} {kind.lower()}" for name, kind, *_ in described)
+    rows, with_humidity = con.execute(f"SELECT count(*), count(humidity) FROM {scan}").fetchone()
+    glob = str(path / "_kafka_batch" / "_dead_letters" / "*" / "*.parquet")
+    query = f'SELECT partition, "offset", error FROM read_parquet(\'{glob}\') ORDER BY partition, "offset"'
+    letters = con.execute(query).fetchall()
+    return {
+        "path": path,
+        "rows": [one["records"], two["records"]],
+        "dead_letters": [one["dead_letters"], two["dead_letters"]],
+        "columns": columns,
+        "duckdb_rows": rows,
+        "with_humidity": with_humidity,
+        "dead_letter_glob": glob,
+        "letters": letters,
+    }
 
 
 def read_delta(path: Path) -> tuple[int, bool, int]:

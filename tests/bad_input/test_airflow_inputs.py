@@ -96,7 +96,7 @@ ARGUMENT_CASES = [
         {"value_format": "avro", "schema_registry_conn_id": "registry", "on_bad_record": "skip"},
         "unknown on_bad_record 'skip'; choose one of fail, dead-letter",
     ),
-    ArgumentCase("health-dead-letter-share-above-one", "health", {"dead_letter_share": 1.5}, "must be a fraction"),
+    ArgumentCase("health-dead-letter-share-above-one", "health", {"dead_letter_share": 1.5}, "must be a share in"),
     ArgumentCase("connect-stall-timeout-inf", "spark_connect", {"stall_timeout": float("inf")}, "stall timeout must"),
     ArgumentCase("connect-target-file-mb-zero", "spark_connect", {"target_file_mb": 0}, "target_file_mb must be"),
     ArgumentCase(

@@ -250,7 +250,7 @@ CASES = [
         "--on-bad-record=dead-letter is only used with a schema registry format",
     ),
     Case("on-bad-record-unknown", lambda s: run(s, "--on-bad-record", "skip"), "invalid choice: 'skip'"),
-    Case("lag-dead-letter-share-zero", lambda s: lag(s, "--dead-letter-share", "0"), "must be a fraction in (0, 1]"),
+    Case("lag-dead-letter-share-nan", lambda s: lag(s, "--dead-letter-share", "nan"), "must be a share in [0, 1]"),
     Case(
         "registry-unreachable",
         lambda s: run(

@@ -28,6 +28,7 @@ from kafka_batch_provider.cli.arguments import (
     fraction,
     positive_int,
     positive_seconds,
+    share,
 )
 from kafka_batch_provider.cli.batch import cmd_commit, cmd_discard, cmd_plan, cmd_replay, cmd_run, cmd_write
 from kafka_batch_provider.cli.console import emit
@@ -129,13 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--dead-letter-share",
-        type=fraction,
+        type=share,
         default=0.01,
         help="DEAD_LETTERS when more of a partition's records in the newest batch were dead letters (default 0.01)",
     )
     p.set_defaults(func=cmd_lag)
 
-    p = sub.add_parser("table", help="the output's batches: batch id, commit time, rows, end offsets per partition")
+    p = sub.add_parser(
+        "table", help="the output's batches: batch id, commit time, rows, dead letters, end offsets per partition"
+    )
     add_storage_args(p)
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.add_argument("--last", type=positive_int, help="only the newest N batches")

@@ -62,6 +62,7 @@ def checked(check):
 positive_seconds = checked(validation.positive_seconds)
 
 fraction = checked(validation.fraction)
+share = checked(validation.share)
 
 
 def add_pairs_and_file(g: Any, flag: str, pairs_help: str, file_flag: str, env: str, file_help: str) -> None:

@@ -126,7 +126,13 @@ def cmd_commit(args: argparse.Namespace) -> dict[str, Any]:
     plan, _, store = load_plan_and_output(args)
     committed = commit_batch(offsets_client(args), store, plan, progress)
     record = store.commit_record(plan.seq, plan.batch_id) or {}
-    return {"batch_id": plan.batch_id, "seq": plan.seq, "records": record.get("rows", 0), "committed": committed}
+    return {
+        "batch_id": plan.batch_id,
+        "seq": plan.seq,
+        "records": record.get("rows", 0),
+        "dead_letters": sum(dead for dead, _ in record.get("dead_letters", {}).values()),
+        "committed": committed,
+    }
 
 
 def cmd_run(args: argparse.Namespace) -> dict[str, Any]:

@@ -34,6 +34,14 @@ def fraction(name: str, value: Any) -> float:
     return number
 
 
+def share(name: str, value: Any) -> float:
+    """A number in ``[0, 1]`` (0: any at all)."""
+    number = _number(name, value)
+    if not (0 <= number <= 1):  # also refuses nan
+        raise ConfigError(f"{name} must be a share in [0, 1], got {value!r}")
+    return number
+
+
 def _number(name: str, value: Any) -> float:
     if isinstance(value, bool):
         raise ConfigError(f"{name} must be a number, got {value!r}")

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from kafka_batch_provider.decoding.avro_types import FAMILIES, branch_kind, branch_names, columns_of, parsed
 from kafka_batch_provider.decoding.wire import HEADER_BYTES, NOT_FRAMED, TOMBSTONE, schema_ids
-from kafka_batch_provider.errors import ConfigError, SchemaError
+from kafka_batch_provider.errors import SchemaError
 
 #: A writer schema as the registry gives it: its type (``AVRO``, ``PROTOBUF``, ``JSON``), its
 #: text, and the texts of the schemas it references (imported first).
@@ -74,6 +74,8 @@ class AvroDecoder:
         """The parsed writer schema of an id, fetched and parsed once (a decoder lives as long as its task).
 
         :raises SchemaError: the id's records cannot be read (the reason is kept for the next ones).
+        :raises ConfigError: the registry cannot be asked at all (TLS, settings refused): nobody's
+            records are at fault, so it is never a record's problem (nor a dead letter's).
         """
         if schema_id in self._unknown:
             raise SchemaError(self._unknown[schema_id])
@@ -83,7 +85,7 @@ class AvroDecoder:
                 if kind != "AVRO":
                     raise SchemaError(f"schema id {schema_id} is a {kind} schema, not Avro")
                 self._writers[schema_id] = parsed(json.loads(text), {}, [json.loads(r) for r in references])
-            except (SchemaError, ConfigError, ValueError) as exc:
+            except (SchemaError, ValueError) as exc:
                 self._unknown[schema_id] = f"schema id {schema_id}: {exc}" if "schema id" not in str(exc) else str(exc)
                 raise SchemaError(self._unknown[schema_id]) from None
         return self._writers[schema_id]

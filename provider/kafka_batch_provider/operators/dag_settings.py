@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
+from kafka_batch_provider.core.write_options import ON_BAD_RECORD
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.operators.output import BatchOutput
 
@@ -54,13 +55,16 @@ def value_settings() -> dict[str, object]:
     version = os.environ.get("KAFKA_BATCH_VALUE_SCHEMA_VERSION") or None
     if version is not None and not version.strip().isdigit():
         raise ConfigError(f"KAFKA_BATCH_VALUE_SCHEMA_VERSION must be a version number, got {version!r}")
+    on_bad_record = os.environ.get("KAFKA_BATCH_ON_BAD_RECORD") or "fail"
+    if on_bad_record not in ON_BAD_RECORD:
+        raise ConfigError(f"KAFKA_BATCH_ON_BAD_RECORD must be one of {', '.join(ON_BAD_RECORD)}, got {on_bad_record!r}")
     return {
         "value_format": os.environ.get("KAFKA_BATCH_VALUE_FORMAT", "bytes"),
         "value_subject": os.environ.get("KAFKA_BATCH_VALUE_SUBJECT") or None,
         "value_schema_version": int(version) if version is not None else None,
         "keep_raw_value": os.environ.get("KAFKA_BATCH_KEEP_RAW_VALUE", "false").lower() in ("1", "true", "yes"),
         "schema_registry_conn_id": os.environ.get("KAFKA_BATCH_SCHEMA_REGISTRY_CONN_ID") or None,
-        "on_bad_record": os.environ.get("KAFKA_BATCH_ON_BAD_RECORD") or "fail",
+        "on_bad_record": on_bad_record,
     }
 
 

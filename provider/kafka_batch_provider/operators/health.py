@@ -10,7 +10,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from kafka_batch_provider.core.lag_health import HealthPolicy, LagStatus
-from kafka_batch_provider.core.validation import fraction, positive_seconds
+from kafka_batch_provider.core.validation import positive_seconds, share
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.output import (
@@ -70,7 +70,7 @@ class KafkaLagHealthOperator(TemplatedOutput, BaseOperator):
         self.kafka_config_id = kafka_config_id
         if self.batch_output.given:  # the output is optional here
             self.batch_output.check()
-        fraction("dead_letter_share", dead_letter_share)
+        share("dead_letter_share", dead_letter_share)
         self.policy = HealthPolicy(
             window=window, stop_after=stop_after, retention_risk=retention_risk, dead_letter_share=dead_letter_share
         )

@@ -34,6 +34,13 @@ def staged_dead_letters(staging: str) -> str:
     return f"{staging}/{STAGED}"
 
 
+def attempt_staging(manifest: Mapping[str, Any]) -> str | None:
+    """The staging folder of the attempt a manifest is (``None``: it staged nothing): where its data
+    files wait, or for a batch of only dead letters, where those do."""
+    staged = (manifest.get("dead_letters") or {}).get("staging")
+    return manifest.get("staging") or (staged.removesuffix(f"/{STAGED}") if staged else None)
+
+
 def dead_letter_folder(root: str, batch_id: str) -> str:
     """A batch's published dead letters: ``<root>/batch_id=<id>`` (``root``: the sink's ``dead_letter_root``)."""
     return f"{root}/batch_id={batch_id}"
@@ -50,6 +57,9 @@ def publish_dead_letters(data: Location, entry: Mapping[str, Any]) -> None:
         return
     letters = entry["dead_letters"]
     final, staged = letters["location"], letters["staging"]
+    strays = sorted(set(data.file_sizes(final)) - set(files))
+    if strays:  # another attempt's, whose entry was lost: never counted with this entry's
+        data.delete(f"{final}/{name}" for name in strays)
     try:
         missing = unpublished(data, entry)
         if missing:

@@ -24,6 +24,7 @@ from kafka_batch_provider.core.manifest import build_manifest
 from kafka_batch_provider.core.plan import OffsetPlan
 from kafka_batch_provider.errors import CommitConflictError, ConfigError, LogConflictError, ManifestError
 from kafka_batch_provider.output.dead_letter_files import (
+    attempt_staging,
     check_dead_letters_published,
     dead_letter_folder,
     publish_dead_letters,
@@ -181,8 +182,9 @@ class BatchStore:
                 raise ManifestError(
                     f"{self.root} refused output log entry {plan.seq} as existing, yet it cannot be read back"
                 )
-            if winner.get("staging") != manifest.get("staging") and manifest.get("staging"):
-                self.data.delete_tree(manifest["staging"])
+            mine = attempt_staging(manifest)
+            if mine and attempt_staging(winner) != mine:
+                self.data.delete_tree(mine)
                 self.sink.drop_saved_manifest(manifest)
             manifest = winner
         self.publish(manifest)

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ColumnTypeError, ConfigError, ManifestError, StorageError
+from kafka_batch_provider.output.dead_letter_files import attempt_staging
 from kafka_batch_provider.output.location import Location
 
 #: Where the Spark tasks write the tables' files, relative to the table's location.
@@ -273,10 +274,11 @@ class TableFiles:
 
 
 def attempt_of(manifest: Mapping[str, Any]) -> str:
-    """The attempt whose files the manifest lists (``data/<batch>/<attempt>``); ``none`` without files."""
+    """The attempt whose files the manifest lists (``data/<batch>/<attempt>``, where a batch of only
+    dead letters staged those); ``none`` when it staged nothing."""
     if manifest.get("attempt"):
         return str(manifest["attempt"])
-    location = str(manifest.get("location") or "")
+    location = str(manifest.get("location") or attempt_staging(manifest) or "")
     return location.rstrip("/").rpartition("/")[2] or "none"
 
 

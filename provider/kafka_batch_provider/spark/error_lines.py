@@ -87,7 +87,8 @@ def spark_error_line(exc: BaseException) -> str:
     if python_worker_died(text):
         return (
             "a Spark task's Python worker died (killed, or out of memory: see the executor's log); nothing of "
-            "the batch was published, and a retry writes it again"
+            "the batch was published; a retry writes it again (after an out-of-memory kill, give the executors "
+            "more memory or lower --max-offsets-per-task)"
         )
     if "StatusCode.UNAVAILABLE" in text or "RETRIES_EXCEEDED" in text:
         return "the Spark Connect server stopped answering (gRPC UNAVAILABLE): it went away or cannot be reached"

@@ -35,7 +35,7 @@ from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.errors import ColumnTypeError, SchemaError
 from kafka_batch_provider.fail_points import fail_point
 from kafka_batch_provider.kafka.client import KafkaOffsets
-from kafka_batch_provider.output.dead_letter_files import staged_dead_letters
+from kafka_batch_provider.output.dead_letter_files import attempt_staging, staged_dead_letters
 from kafka_batch_provider.output.store import BatchStore, utc_now
 from kafka_batch_provider.steps.guards import check_group_unmoved, check_same_topics
 
@@ -133,7 +133,8 @@ def read_check_publish(
         progress(f"batch {bid} is in the output log (entry {plan.seq}) and published; this attempt stops here")
         return entry
     store.clean_staging(bid, keep=entry.get("staging"))  # leftovers of crashed attempts of this batch
-    if staged.reports.files and not str(entry.get("staging") or "").startswith(staged.staging):
+    staged_any = staged.reports.files or staged.reports.dead_letter_files
+    if staged_any and not str(attempt_staging(entry) or "").startswith(staged.staging):
         progress(
             f"batch {bid}: another attempt of the same batch logged it first (output log entry {plan.seq}); "
             "this attempt's files were dropped"

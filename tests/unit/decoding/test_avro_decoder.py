@@ -19,7 +19,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from kafka_batch_provider.decoding.avro_decoder import AvroDecoder
-from kafka_batch_provider.errors import RegistryUnavailableError, SchemaError
+from kafka_batch_provider.errors import ConfigError, RegistryUnavailableError, SchemaError
 
 ADDRESS = {"type": "record", "name": "Address", "fields": [{"name": "city", "type": "string"}]}
 V1 = {
@@ -181,6 +181,16 @@ def test_an_unreachable_registry_fails_the_decoding_instead_of_blaming_the_recor
 
     with pytest.raises(RegistryUnavailableError):
         AvroDecoder(json.dumps(V1), unreachable).decode(pa.array([value], pa.binary()))
+
+
+def test_a_registry_that_cannot_be_asked_fails_the_decoding_and_never_becomes_record_problems(registry):
+    value = serialize(registry, V1, "t-tls", ONE)
+
+    def refused(schema_id):
+        raise ConfigError("schema registry settings refused: TLS handshake failed")
+
+    with pytest.raises(ConfigError, match="TLS handshake failed"):  # not a dead letter for every record
+        AvroDecoder(json.dumps(V1), refused).decode(pa.array([value, value], pa.binary()))
 
 
 LOGICAL_UNION = {

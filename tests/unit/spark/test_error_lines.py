@@ -6,7 +6,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from kafka_batch_provider.operators.errors import spark_step_error
-from kafka_batch_provider.spark.error_lines import spark_failure_exit_code
+from kafka_batch_provider.spark.error_lines import spark_error_line, spark_failure_exit_code
 
 OUTPUT = [
     "26/11/22 09:00:01 WARN NativeCodeLoader: Unable to load native-hadoop library",
@@ -64,3 +64,14 @@ def test_only_a_refused_port_stops_the_connect_clients_retries():
         listening.bind(("127.0.0.1", 0))
         listening.listen()
         assert not port_refuses("127.0.0.1", listening.getsockname()[1]), "expected a listening server to be retried"
+
+
+def test_a_python_worker_that_died_is_one_line_with_the_way_on():
+    text = (
+        "An error occurred while calling o66.collectToPython.\n: org.apache.spark.SparkException: Job aborted: "
+        "Task 0 in stage 1.0 failed 1 times: org.apache.spark.SparkException: Python worker exited unexpectedly "
+        "(crashed)\n\tat org.apache.spark.api.python..."
+    )
+    line = spark_error_line(RuntimeError(text))
+    assert line.startswith("a Spark task's Python worker died") and "\n" not in line, line
+    assert spark_error_line(RuntimeError("[PYTHON_WORKER_EXITED_UNEXPECTEDLY] ...")).startswith("a Spark task's")
