@@ -59,6 +59,7 @@ def test_plan_write_commit_then_run_ingests_only_new_data_and_keeps_secrets_out(
         "batch_id": planned["batch_id"],
         "seq": 1,
         "records": 20,
+        "dead_letters": 0,
         "location": str(Path(out) / f"batch_id={planned['batch_id']}"),
         "skipped": False,
     }
