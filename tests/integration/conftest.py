@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.helpers import Output
+from tests.integration.helpers import Output, TableOutput
 from tests.support.schema_registry_fixture import schema_registry  # noqa: F401 - the embedded schema registry
 from tests.support.store_emulators import azurite, gcs_emulator  # noqa: F401 - the GCS and Azure emulators' fixtures
 
@@ -22,3 +22,15 @@ def output(request: pytest.FixtureRequest, tmp_path) -> Output:
 @pytest.fixture
 def local_output(tmp_path) -> Output:
     return Output(str(tmp_path / "lake"))
+
+
+@pytest.fixture(params=["parquet", "delta", "iceberg"])
+def any_output(request: pytest.FixtureRequest, tmp_path) -> Output:
+    """Each test runs in every output format, on a local disk: the Parquet layout, a Delta table,
+    an Iceberg table in a SQL catalog."""
+    if request.param == "parquet":
+        return Output(str(tmp_path / "lake"))
+    if request.param == "delta":
+        return TableOutput(str(tmp_path / "table"))
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}
+    return TableOutput("", format="iceberg", table="lake.events", catalog=catalog)

@@ -121,16 +121,6 @@ def read_back(output) -> list[dict]:
     return sorted(rows, key=lambda r: r["id"])
 
 
-@pytest.fixture(params=["parquet", "delta", "iceberg"])
-def any_output(request, tmp_path):
-    if request.param == "parquet":
-        return Output(str(tmp_path / "lake"))
-    if request.param == "delta":
-        return TableOutput(str(tmp_path / "orders"))
-    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}
-    return TableOutput("", format="iceberg", table="lake.orders", catalog=catalog)
-
-
 def test_avro_values_become_typed_columns_and_a_new_version_adds_its_columns(
     spark, kafka_config, new_topic, group_id, schema_registry, any_output
 ):

@@ -74,16 +74,6 @@ def published_dead_letters(store: BatchStore) -> list[tuple]:
     return duckdb.sql(query).fetchall()
 
 
-@pytest.fixture(params=["parquet", "delta", "iceberg"])
-def any_output(request, tmp_path):
-    if request.param == "parquet":
-        return Output(str(tmp_path / "lake"))
-    if request.param == "delta":
-        return TableOutput(str(tmp_path / "readings"))
-    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}
-    return TableOutput("", format="iceberg", table="lake.readings", catalog=catalog)
-
-
 def test_undecodable_records_become_dead_letters_logged_published_and_committed_once(
     spark, kafka_config, new_topic, group_id, schema_registry, any_output
 ):

@@ -21,7 +21,7 @@ from kafka_batch_provider.cli.arguments import (
     write_options,
 )
 from kafka_batch_provider.cli.console import progress
-from kafka_batch_provider.core.manifest import dead_letter_count
+from kafka_batch_provider.core.manifest import dead_letter_count, recorded_dead_letters
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.fail_points import fail_point
@@ -130,7 +130,7 @@ def cmd_commit(args: argparse.Namespace) -> dict[str, Any]:
         "batch_id": plan.batch_id,
         "seq": plan.seq,
         "records": record.get("rows", 0),
-        "dead_letters": sum(dead for dead, _ in record.get("dead_letters", {}).values()),
+        "dead_letters": recorded_dead_letters(record),
         "committed": committed,
     }
 

@@ -215,6 +215,11 @@ def dead_letters_by_partition(entry: Mapping[str, Any]) -> dict[str, list[int]]:
     }
 
 
+def recorded_dead_letters(record: Mapping[str, Any]) -> int:
+    """How many dead letters a Kafka commit record counts (its ``dead_letters``: :func:`dead_letters_by_partition`)."""
+    return sum(int(dead) for dead, _ in (record.get("dead_letters") or {}).values())
+
+
 def plan_of_entry(entry: Mapping[str, Any]) -> OffsetPlan:
     """The plan a log entry was written for (what the commit step needs when the plan file is gone)."""
     ranges = tuple(OffsetRange.from_dict(r) for r in entry["ranges"])

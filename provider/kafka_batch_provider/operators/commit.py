@@ -8,6 +8,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
+from kafka_batch_provider.core.manifest import recorded_dead_letters
 from kafka_batch_provider.core.validation import positive_seconds
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import task_errors
@@ -63,6 +64,9 @@ class KafkaOffsetCommitOperator(BaseOperator):
             kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
             committed = commit_batch(kafka, store, plan, progress=self.log.info)
         record = store.commit_record(plan.seq, plan.batch_id) or {}
-        dead_letters = sum(dead for dead, _ in record.get("dead_letters", {}).values())
-        return {"batch_id": plan.batch_id, "committed": committed, "rows": record.get("rows", 0),
-                "dead_letters": dead_letters}  # fmt: skip
+        return {
+            "batch_id": plan.batch_id,
+            "committed": committed,
+            "rows": record.get("rows", 0),
+            "dead_letters": recorded_dead_letters(record),
+        }

@@ -57,12 +57,13 @@ def publish_dead_letters(data: Location, entry: Mapping[str, Any]) -> None:
         return
     letters = entry["dead_letters"]
     final, staged = letters["location"], letters["staging"]
-    strays = sorted(set(data.file_sizes(final)) - set(files))
+    found = data.file_sizes(final)  # one listing when (as mostly) the batch is published already
+    strays = sorted(set(found) - set(files))
     if strays:  # another attempt's, whose entry was lost: never counted with this entry's
         data.delete(f"{final}/{name}" for name in strays)
-    try:
-        missing = unpublished(data, entry)
-        if missing:
+    missing = sorted(name for name, size in files.items() if found.get(name) != size)
+    if missing:
+        try:
             staged_sizes = data.file_sizes(staged)
             lost = sorted(name for name in missing if staged_sizes.get(name) != files[name])
             if lost:
@@ -75,9 +76,9 @@ def publish_dead_letters(data: Location, entry: Mapping[str, Any]) -> None:
             else:
                 for name in missing:
                     data.copy(f"{staged}/{name}", f"{final}/{name}")
-    except (FileNotFoundError, ManifestError):
-        if unpublished(data, entry):  # else another publisher finished between our listings
-            raise
+        except (FileNotFoundError, ManifestError):
+            if unpublished(data, entry):  # else another publisher finished between our listings
+                raise
     data.delete_tree(staged)  # moved, or copied: the staged copies are never read
 
 
