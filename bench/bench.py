@@ -24,6 +24,9 @@ meaningful on a shared, noisy machine:
   writing the same records to Parquet from its ``apply_function``, the way users do it today,
   timed from its first record (its consumer-group join, ~23 s on the embedded broker, is
   reported apart as ``airflow_kafka_join_seconds``); ``best_over_airflow_kafka``;
+* ``avro_rps``: as many ~200 B Avro values (the registry's wire format, the embedded registry)
+  through the same warm server into typed columns (``--value-format avro``);
+  ``avro_over_bytes``: its rows/s over ``connect_rps``;
 * ``scaling``: ``connect_rps`` with ``local[2]`` over a ``local[1]`` server's;
 * ``fixed_seconds``: a 1,000-record batch through spark-submit (``kafka-batch run``), and
   ``fixed_phases``: where its time went (plan, JVM and Python launch, session, batch, exit,
@@ -268,6 +271,90 @@ def descendants(root: int) -> list[int]:
     return found
 
 
+#: The benchmark's Avro value: ~200 bytes in the registry's wire format.
+AVRO_READING = {
+    "type": "record",
+    "name": "Reading",
+    "namespace": "bench",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "sensor", "type": "string"},
+        {"name": "celsius", "type": "double"},
+        {"name": "taken", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "ok", "type": "boolean"},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "note", "type": ["null", "string"], "default": None},
+        {"name": "payload", "type": "string"},
+    ],
+}
+
+
+def avro_measure(config: dict, bootstrap: str, args: argparse.Namespace, work: Path, remote: tuple, bytes_rps: float):
+    """``avro_rps``: the same number of ~200 B Avro values (one schema, the subject's latest) through
+    the warm Connect server into typed columns; ``avro_over_bytes``: over the bytes batch just before."""
+    import io
+
+    import fastavro
+    import pyarrow.dataset as ds
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    from kafka_batch_provider.dev.schema_registry import EmbeddedSchemaRegistry
+    from kafka_batch_provider.testing.producers import Record, produce
+
+    topic = f"bench-avro-{int(time.time())}"
+    with EmbeddedSchemaRegistry(log_path=work / "schema-registry.log") as registry:
+        schema_id = SchemaRegistryClient({"url": registry.url}).register_schema(
+            f"{topic}-value", Schema(json.dumps(AVRO_READING), "AVRO")
+        )
+        parsed = fastavro.parse_schema(AVRO_READING)
+        header = b"\x00" + schema_id.to_bytes(4, "big")
+        distinct = []  # 1,000 distinct values, produced round and round
+        for i in range(1000):
+            reading = {
+                "id": i * 7919,
+                "sensor": f"sensor-{i % 37}",
+                "celsius": 20 + i / 100,
+                "taken": 1_790_000_000_000 + i,
+                "ok": i % 2 == 0,
+                "tags": ["lab", f"floor-{i % 5}"],
+                "note": None if i % 3 else "checked",
+                "payload": "x" * (120 + i % 20),
+            }
+            buffer = io.BytesIO()
+            fastavro.schemaless_writer(buffer, parsed, reading)
+            distinct.append(header + buffer.getvalue())
+        create_topics(config, {topic: args.partitions})
+        records = (Record(partition=i % args.partitions, value=distinct[i % 1000]) for i in range(args.records))
+        started = time.perf_counter()
+        produce(config, topic, records)
+        size, took = sum(map(len, distinct)) / len(distinct), time.perf_counter() - started
+        say(f"produced {args.records:,} Avro values of ~{size:.0f} bytes to {topic} in {took:.1f}s")
+        output = work / "avro"
+        run, seconds = run_pipeline(
+            [
+                KAFKA_BATCH, "run", "--bootstrap-servers", bootstrap, "--topic", topic, "--group", "bench-avro",
+                "--output", str(output), "--value-format", "avro", "--schema-registry-url", registry.url, *remote,
+            ]
+        )  # fmt: skip
+    rows = ds.dataset([str(p) for p in output.glob("batch_id=*/*.parquet")], format="parquet").count_rows()
+    if not run["records"] == rows == args.records:
+        raise SystemExit(f"error: avro: the run reported {run['records']} records, the output holds {rows}")
+    rps = run["records"] / seconds
+    say(
+        f"connect, Avro into typed columns: {run['records']:,} records in {seconds:.2f}s ({rps / bytes_rps:.2f}x bytes)"
+    )
+    if not args.keep:
+        shutil.rmtree(output, ignore_errors=True)
+    return {
+        "avro_rps": round(rps),
+        "avro_seconds": round(seconds, 3),
+        "avro_value_bytes": round(size),
+        "avro_over_bytes": round(rps / bytes_rps, 3),
+        "avro_over_bytes_of": "avro_rps over connect_rps (the same server, just before)",
+        "avro_timings": run.get("timings", {}),
+    }
+
+
 def connect_measures(args: argparse.Namespace, config: dict, bootstrap: str, topic: str, work: Path) -> dict:
     """Warm Spark Connect servers (local[2], then local[1]): the 1M batch, an empty batch, 5M, worker RSS."""
     from kafka_batch_provider.dev.spark_connect import SparkConnectServer
@@ -291,6 +378,7 @@ def connect_measures(args: argparse.Namespace, config: dict, bootstrap: str, top
                 connect_records=run["records"],
                 connect_timings=run.get("timings", {}),
             )
+            result.update(avro_measure(config, bootstrap, args, work, remote, run["records"] / seconds))
             _, empty = run_cli(bootstrap, topic, f"bench-connect-{cores}", work / f"connect-{cores}", *remote)
             result["empty_batch_seconds"] = round(empty, 3)
             say(f"empty batch (nothing new; no Spark job): {empty:.2f}s")

@@ -11,6 +11,10 @@ fails the batch or writes a dead letter), so no record is dropped silently. What
 with a schema id (unknown to the registry, not Avro, not resolvable to the reader schema) is
 the fault of its records; an unreachable registry is nobody's: it raises, and the batch waits
 or fails as a whole.
+
+The values written with the reader schema itself (most of a batch) are decoded many at a time
+by a compiled reader (:mod:`kafka_batch_provider.decoding.avro_blocks`); the others, and any
+block that reader cannot vouch for, one at a time by fastavro.
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
+from kafka_batch_provider.decoding.avro_blocks import MIN_VALUES, AvroBlocks, unsupported
 from kafka_batch_provider.decoding.avro_types import FAMILIES, branch_kind, branch_names, columns_of, parsed
-from kafka_batch_provider.decoding.wire import HEADER_BYTES, NOT_FRAMED, TOMBSTONE, schema_ids
+from kafka_batch_provider.decoding.wire import HEADER_BYTES, schema_ids
 from kafka_batch_provider.errors import SchemaError
 
 #: A writer schema as the registry gives it: its type (``AVRO``, ``PROTOBUF``, ``JSON``), its
@@ -69,6 +75,12 @@ class AvroDecoder:
         # Per column that needs it, how fastavro's value becomes what pyarrow takes (the rest are as they are).
         found = {f["name"]: converter(f["type"], named) for f in self.reader["fields"]}
         self._converters = {name: convert for name, convert in found.items() if convert is not None}
+        # The reader schema's own values in blocks, unless it has parts the blocks do not cover.
+        self.blocks = (
+            None if references or unsupported(self.reader, named) else AvroBlocks(reader_schema, self.reader, named)
+        )
+        #: how many values each way (the tests and the benchmark read it)
+        self.counts = {"blocks": 0, "one_by_one": 0}
 
     def writer(self, schema_id: int) -> Any:
         """The parsed writer schema of an id, fetched and parsed once (a decoder lives as long as its task).
@@ -91,26 +103,47 @@ class AvroDecoder:
         return self._writers[schema_id]
 
     def decode(self, values: pa.Array) -> Decoded:
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        values = values.cast(pa.binary()) if values.type != pa.binary() else values
         framing = schema_ids(values)
-        ids = framing.ids.tolist()
+        ids = framing.ids
         problems = dict(framing.problems)
-        records: list[dict[str, Any] | None] = [None] * len(ids)
-        raw = values.to_pylist()
-        for row, schema_id in enumerate(ids):
-            if schema_id in (TOMBSTONE, NOT_FRAMED):
-                continue
+        one_by_one: list[np.ndarray] = []
+        in_blocks: list[tuple[np.ndarray, pa.Table]] = []
+        for schema_id in np.unique(ids[ids >= 0]).tolist():
+            rows = np.flatnonzero(ids == schema_id)
             try:
                 writer = self.writer(schema_id)
             except SchemaError as exc:
-                problems[row] = str(exc)
+                problems.update(dict.fromkeys(rows.tolist(), str(exc)))
                 continue
-            try:
-                # return_record_name: a record read from a union comes as (its full name, the record)
-                record = self._read(io.BytesIO(raw[row][HEADER_BYTES:]), writer, self.reader, return_record_name=True)
-                records[row] = self.converted(record)
-            except Exception as exc:  # a corrupt or truncated payload, a writer schema that cannot resolve
-                problems[row] = f"schema id {schema_id}: {one_line(exc)}"
-        return Decoded(self.batch(records, problems), ids, problems)
+            table = None
+            if self.blocks is not None and writer == self.reader and len(rows) >= MIN_VALUES:
+                table = self.blocks.read(values if len(rows) == len(values) else values.take(pa.array(rows)))
+            if table is None:
+                one_by_one.append(rows)
+            else:
+                in_blocks.append((rows, table.cast(self.arrow)))
+        records: list[dict[str, Any] | None] = [None] * len(values)
+        if one_by_one:
+            rows = np.concatenate(one_by_one)
+            self.counts["one_by_one"] += len(rows)
+            for row, raw in zip(rows.tolist(), values.take(pa.array(rows)).to_pylist()):
+                schema_id = int(ids[row])
+                try:
+                    # return_record_name: a record read from a union comes as (its full name, the record)
+                    record = self._read(
+                        io.BytesIO(raw[HEADER_BYTES:]), self._writers[schema_id], self.reader, return_record_name=True
+                    )
+                    records[row] = self.converted(record)
+                except Exception as exc:  # a corrupt or truncated payload, a writer schema that cannot resolve
+                    problems[row] = f"schema id {schema_id}: {one_line(exc)}"
+        columns = self.batch(records, problems) if one_by_one else self.nulls(len(values))
+        if in_blocks:
+            self.counts["blocks"] += sum(len(rows) for rows, _ in in_blocks)
+            columns = placed(columns, in_blocks)
+        return Decoded(columns, ids.tolist(), problems)
 
     def converted(self, record: dict[str, Any]) -> dict[str, Any]:
         converted = dict(record)
@@ -134,6 +167,9 @@ class AvroDecoder:
                     records[row] = None
             return self.columns(records)
 
+    def nulls(self, count: int) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays([pa.nulls(count, column.type) for column in self.arrow], schema=self.arrow)
+
     def columns(self, records: list[dict[str, Any] | None]) -> pa.RecordBatch:
         arrays = [
             pa.array([None if r is None else r.get(column.name) for r in records], type=column.type)
@@ -142,14 +178,37 @@ class AvroDecoder:
         return pa.RecordBatch.from_arrays(arrays, schema=self.arrow)
 
 
+def placed(columns: pa.RecordBatch, in_blocks: list[tuple[np.ndarray, pa.Table]]) -> pa.RecordBatch:
+    """``columns`` with the rows decoded in blocks put in their places (each block: its rows, its table)."""
+    if len(in_blocks) == 1 and len(in_blocks[0][0]) == columns.num_rows:
+        return in_blocks[0][1].combine_chunks().to_batches()[0]
+    source = np.arange(columns.num_rows)
+    start = columns.num_rows
+    for rows, table in in_blocks:
+        source[rows] = np.arange(start, start + table.num_rows)
+        start += table.num_rows
+    stacked = pa.concat_tables([pa.Table.from_batches([columns]), *(table for _, table in in_blocks)])
+    return stacked.take(pa.array(source)).combine_chunks().to_batches()[0]
+
+
 Convert = Callable[[Any], Any]
 
 
 def untagged(value: Any) -> Any:
-    """A record read from a union comes as ``(name, record)``: the record."""
+    """A named type read from a union comes as ``(name, value)`` (fastavro tags records, and enums
+    and fixed types the union names by reference): the value."""
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
         return value[1]
     return value
+
+
+def is_named(avro: Any, named: dict[str, Any]) -> bool:
+    """Whether a union branch is a named type (record, enum, fixed), whose values fastavro may tag."""
+    target = named.get(avro, avro) if isinstance(avro, str) else avro
+    if not isinstance(target, dict):
+        return False
+    kind = target.get("type")
+    return is_named(kind, named) if isinstance(kind, (dict, list)) else kind in ("record", "error", "enum", "fixed")
 
 
 def converter(avro: Any, named: dict[str, Any], seen: frozenset[str] = frozenset()) -> Convert | None:
@@ -163,8 +222,8 @@ def converter(avro: Any, named: dict[str, Any], seen: frozenset[str] = frozenset
         others = [b for b in avro if b != "null"]
         if len(others) == 1:
             inner = converter(others[0], named, seen)
-            if not branch_kind(others[0], named).startswith("record "):
-                return inner  # only a record's branch comes tagged
+            if not is_named(others[0], named):
+                return inner  # only a named type's branch comes tagged
             return untagged if inner is None else (lambda v: inner(untagged(v)))
         return union_converter(others, named, seen)
     kind = avro.get("type")
@@ -226,7 +285,9 @@ def union_converter(branches: list[Any], named: dict[str, Any], seen: frozenset[
 
     def branch_of(value: Any) -> int:
         if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
-            return records[value[0]]
+            if value[0] in records:
+                return records[value[0]]
+            value = value[1]  # an enum or fixed named by reference: told by its Python type like the rest
         for i, kind in enumerate(kinds):
             family = FAMILIES.get(kind, kind)
             if isinstance(value, bool) != (family == "bool"):  # a bool is an int to Python, not to Avro

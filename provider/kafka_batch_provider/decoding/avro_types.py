@@ -105,7 +105,8 @@ def arrow_field(name: str, avro: Any, named: dict[str, Any], seen: tuple[str, ..
         if not others:
             return pa.field(name, pa.null())
         return pa.field(name, arrow_type(inner, named, seen), nullable=True)
-    return pa.field(name, arrow_type(avro, named, seen), nullable=False)
+    found = arrow_type(avro, named, seen)
+    return pa.field(name, found, nullable=found == pa.null())  # a null-typed field holds nothing but nulls
 
 
 def arrow_type(avro: Any, named: dict[str, Any], seen: tuple[str, ...]) -> pa.DataType:

@@ -293,3 +293,24 @@ def test_defaults_of_millisecond_fields_added_since_are_read_as_milliseconds(reg
         "tu": dt.datetime(2023, 11, 14, 22, 13, 20, 123456, tzinfo=UTC),
     }
     assert row == expected, f"expected {expected}, found {row}"
+
+
+def test_enums_and_fixed_types_a_union_names_by_reference_are_untagged(registry):
+    # fastavro tags a named type read from a union by reference as (name, value), enums and fixed too
+    schema = {
+        "type": "record",
+        "name": "Tagged",
+        "namespace": "lab",
+        "fields": [
+            {"name": "colour", "type": {"type": "enum", "name": "Colour", "symbols": ["RED", "BLUE"]}},
+            {"name": "hash", "type": {"type": "fixed", "name": "Hash", "size": 2}},
+            {"name": "maybe_colour", "type": ["null", "Colour"]},
+            {"name": "maybe_hash", "type": ["null", "Hash"]},
+            {"name": "either", "type": ["null", "long", "Colour"]},
+        ],
+    }
+    record = {"colour": "RED", "hash": b"ab", "maybe_colour": "BLUE", "maybe_hash": b"cd", "either": "BLUE"}
+    found = decoder(registry, schema).decode(pa.array([serialize(registry, schema, "t-tagged", record)], pa.binary()))
+    assert found.problems == {}, f"expected no problems, found {found.problems}"
+    expected = {**record, "either": {"long": None, "Colour": "BLUE"}}
+    assert found.columns.to_pylist() == [expected], f"expected {expected}, found {found.columns.to_pylist()}"

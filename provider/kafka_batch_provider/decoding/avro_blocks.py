@@ -1,0 +1,261 @@
+"""Many Avro values of one schema decoded at once by a compiled reader, checked record by record.
+
+Decoding one value at a time in Python (fastavro) costs ~20 µs a record: four times what the
+whole bytes pipeline spends on it (docs/performance.md). The registry's payloads are Avro's
+plain binary encoding, which is exactly what an Avro object container file's data block holds:
+the payloads of one schema, put one after the other behind a container header naming that
+schema, are a file that a compiled reader decodes into Arrow in one call. polars-avro's reader
+(Rust, arrow-avro) does that at ~0.5 µs a record.
+
+A block has no record boundaries, so one corrupt value would shift every value after it, and
+the reader reports that only sometimes. So each decoded row is checked: the size its values
+take in Avro's binary encoding (:func:`encoded_sizes`) must be the size of its payload. A block
+whose rows do not all match is not used; the caller decodes its values one by one (fastavro),
+which finds the culprits. The check is conservative: a producer that encodes a value in more
+bytes than needed (an array in several blocks, a padded decimal) only costs that speed.
+
+Used for the values written with the batch's reader schema itself (most of a batch: the reader
+schema is the subject's latest version). Values of other schema ids need Avro's resolution
+rules (defaults, promotions), which stay fastavro's. Schemas with parts the check or the
+columns do not cover (a union of several types, ``uuid``, ``duration``, a decimal above 38
+digits, references to other schemas) are decoded one by one too (:func:`unsupported`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kafka_batch_provider.decoding.wire import HEADER_BYTES
+
+#: Below this many values, decoding one by one costs less than setting up a block.
+MIN_VALUES = 16
+#: The container's sync marker: any 16 bytes, written after the header and the block.
+SYNC = b"kafka-batch-sync"
+INTEGERS = ("int", "long")
+#: Logical types whose values are the plain int/long they annotate (what the check sizes).
+INTEGER_LOGICAL = {
+    ("date", "int"),
+    ("time-millis", "int"),
+    ("time-micros", "long"),
+    ("timestamp-millis", "long"),
+    ("timestamp-micros", "long"),
+    ("local-timestamp-millis", "long"),
+    ("local-timestamp-micros", "long"),
+}
+#: Varint sizes: a value below 2**7 takes one byte, below 2**14 two, ...
+VARINT_LIMITS = np.array([1 << (7 * n) for n in range(1, 10)], dtype=np.uint64)
+POWERS_OF_TWO = np.array([1 << n for n in range(64)], dtype=np.uint64)
+
+
+def native_reader() -> Any | None:
+    """polars-avro's native reader class, or ``None`` where it is not installed (then every value is
+    decoded one by one). Its Python wrapper builds a polars frame first; the native class hands
+    Arrow over as it is, at twice the speed, and the pinned version (constraints.txt) is tested."""
+    try:
+        from polars_avro._avro_rs import AvroSource
+    except ImportError:
+        return None
+    return AvroSource
+
+
+class AvroBlocks:
+    """Decodes values written with ``schema_text`` (parsed: ``schema``, named types ``named``) in blocks."""
+
+    def __init__(self, schema_text: str, schema: Any, named: Mapping[str, Any]) -> None:
+        self.schema = schema
+        self.named = named
+        self.header = container_header(schema_text)
+        self.reader = native_reader()
+
+    def read(self, values: pa.Array) -> pa.Table | None:
+        """The decoded rows of ``values`` (whole wire-format values, all of this schema's id), or
+        ``None`` when the block cannot be trusted (the reader failed, or a row's size is not its payload's)."""
+        if self.reader is None:
+            return None
+        payloads = pc.binary_slice(values, HEADER_BYTES, 2**31 - 1)
+        expected = pc.binary_length(payloads).to_numpy(zero_copy_only=False)
+        body = data_of(payloads)
+        blob = b"".join([self.header, varint(len(values)), varint(body.size), memoryview(body), SYNC])
+        try:
+            source = self.reader([lambda: contextlib.nullcontext(io.BytesIO(blob))], False, False)
+            batches = [pa.record_batch(batch) for batch in source.batch_iter(max(len(values), 1), None)]
+        except Exception:  # the reader's AvroError, or anything else it raises on bad data
+            return None
+        table = pa.Table.from_batches(batches).combine_chunks() if batches else None
+        if table is None or table.num_rows != len(values):
+            return None
+        sizes = record_sizes(table, self.schema, self.named)
+        return table if np.array_equal(sizes, expected) else None
+
+
+def unsupported(schema: Any, named: Mapping[str, Any], seen: frozenset[str] = frozenset()) -> str | None:
+    """What in a (parsed) schema keeps its values from being decoded in blocks, or ``None``."""
+    if isinstance(schema, str):
+        if schema in ("null", "boolean", "float", "double", "string", "bytes", *INTEGERS):
+            return None
+        if schema in seen:
+            return f"{schema} refers to itself"
+        if schema not in named:
+            return f"the named type {schema}"
+        return unsupported(named[schema], named, seen | {schema})
+    if isinstance(schema, list):
+        others = [branch for branch in schema if branch != "null"]
+        if len(schema) != 2 or len(others) != 1:
+            return "a union that is not [null, T]"
+        return unsupported(others[0], named, seen)
+    kind, logical = schema.get("type"), schema.get("logicalType")
+    if isinstance(kind, (Mapping, list)):
+        return unsupported(kind, named, seen)
+    if logical == "decimal":
+        return None if kind == "fixed" or int(schema.get("precision", 0)) <= 38 else "a decimal of more than 38 digits"
+    if logical in ("uuid", "duration"):
+        return f"the logical type {logical}"
+    if kind in ("record", "error"):
+        inner = seen | {str(schema.get("name"))}
+        return next((found for f in schema["fields"] if (found := unsupported(f["type"], named, inner))), None)
+    if kind == "array":
+        return unsupported(schema["items"], named, seen)
+    if kind == "map":
+        return unsupported(schema["values"], named, seen)
+    if kind in ("enum", "fixed"):
+        return None
+    return unsupported(kind, named, seen) if isinstance(kind, str) else f"the type {kind!r}"
+
+
+def record_sizes(table: pa.Table, schema: Mapping[str, Any], named: Mapping[str, Any]) -> np.ndarray:
+    """Each row's size in Avro's binary encoding: the sum of its fields'."""
+    total = np.zeros(table.num_rows, dtype=np.int64)
+    for avro_field in schema["fields"]:
+        column = table.column(avro_field["name"])
+        total += encoded_sizes(
+            column.combine_chunks() if column.num_chunks != 1 else column.chunk(0), avro_field["type"], named
+        )
+    return total
+
+
+def encoded_sizes(array: pa.Array, schema: Any, named: Mapping[str, Any]) -> np.ndarray:
+    """The size of each value of ``array`` (as the native reader gives ``schema``) in Avro's binary
+    encoding, as every serializer writes it (shortest varints; an array or map in one block)."""
+    count = len(array)
+    if isinstance(schema, str):
+        if schema in named:
+            return encoded_sizes(array, named[schema], named)
+        return primitive_sizes(array, schema)
+    if isinstance(schema, list):  # [null, T]: the branch's index (one byte), then the value if not null
+        inner = next(branch for branch in schema if branch != "null")
+        valid = array.is_valid().to_numpy(zero_copy_only=False)
+        return 1 + np.where(valid, encoded_sizes(array, inner, named), 0)
+    kind, logical = schema.get("type"), schema.get("logicalType")
+    if isinstance(kind, (Mapping, list)) or (isinstance(kind, str) and kind in named):
+        return encoded_sizes(array, named.get(kind, kind) if isinstance(kind, str) else kind, named)
+    if kind == "fixed":
+        return np.full(count, int(schema["size"]), dtype=np.int64)
+    if logical == "decimal" and kind == "bytes":
+        length = decimal_lengths(array)
+        return varint_sizes(length) + length
+    if (logical, kind) in INTEGER_LOGICAL:
+        return varint_sizes(integers(array))
+    if kind in ("record", "error"):
+        total = np.zeros(count, dtype=np.int64)
+        for index, avro_field in enumerate(schema["fields"]):
+            total += encoded_sizes(array.field(index), avro_field["type"], named)
+        return total
+    if kind == "enum":
+        return varint_sizes(np.asarray(array.indices.fill_null(0), dtype=np.int64))
+    if kind == "array":
+        return block_sizes(array, encoded_sizes(array.values, schema["items"], named))
+    if kind == "map":
+        entries = array.values  # the map's key/value structs, all rows' entries one after the other
+        per_entry = primitive_sizes(entries.field(0), "string") + encoded_sizes(
+            entries.field(1), schema["values"], named
+        )
+        return block_sizes(array, per_entry)
+    return primitive_sizes(array, kind)
+
+
+def primitive_sizes(array: pa.Array, kind: str) -> np.ndarray:
+    count = len(array)
+    if kind == "null":
+        return np.zeros(count, dtype=np.int64)
+    if kind == "boolean":
+        return np.ones(count, dtype=np.int64)
+    if kind == "float":
+        return np.full(count, 4, dtype=np.int64)
+    if kind == "double":
+        return np.full(count, 8, dtype=np.int64)
+    if kind in INTEGERS:
+        return varint_sizes(integers(array))
+    if kind in ("string", "bytes"):
+        length = np.asarray(pc.binary_length(array).fill_null(0), dtype=np.int64)
+        return varint_sizes(length) + length
+    raise ValueError(f"no encoded size for the Avro type {kind!r}")
+
+
+def block_sizes(array: pa.ListArray | pa.MapArray, item_sizes: np.ndarray) -> np.ndarray:
+    """An array or map of n items: n (a varint), the items, then 0 (one byte); an empty one is just 0."""
+    offsets = np.asarray(array.offsets, dtype=np.int64)
+    running = np.concatenate([[0], np.cumsum(item_sizes, dtype=np.int64)])
+    items = running[offsets[1:]] - running[offsets[:-1]]
+    counts = np.diff(offsets)
+    return np.where(counts > 0, varint_sizes(counts) + items + 1, 1)
+
+
+def integers(array: pa.Array) -> np.ndarray:
+    """An int, long, date, time or timestamp column as its plain integers (nulls as 0)."""
+    width = pa.int64() if array.type.bit_width == 64 else pa.int32()
+    return np.asarray(array.view(width).fill_null(0), dtype=np.int64)
+
+
+def varint_sizes(values: np.ndarray) -> np.ndarray:
+    """Bytes each long takes zig-zag encoded as a varint."""
+    values = np.asarray(values, dtype=np.int64)
+    zigzag = ((values << 1) ^ (values >> 63)).view(np.uint64)
+    return np.searchsorted(VARINT_LIMITS, zigzag, side="right").astype(np.int64) + 1
+
+
+def decimal_lengths(array: pa.Array) -> np.ndarray:
+    """Bytes of each decimal's unscaled value as the shortest two's complement (Java's BigInteger)."""
+    words = np.frombuffer(array.buffers()[1], dtype=np.uint64)[2 * array.offset : 2 * (array.offset + len(array))]
+    low, high = words[0::2], words[1::2]
+    negative = high.view(np.int64) < 0
+    low, high = np.where(negative, ~low, low), np.where(negative, ~high, high)  # -v-1: the same bits to store
+    bits = np.where(high > 0, 64 + bit_lengths(high), bit_lengths(low))
+    return bits // 8 + 1
+
+
+def bit_lengths(values: np.ndarray) -> np.ndarray:
+    return np.searchsorted(POWERS_OF_TWO, values, side="right").astype(np.int64)
+
+
+def data_of(payloads: pa.Array) -> pa.Buffer:
+    """The bytes of a binary column's values, one after the other (no copy)."""
+    offsets = np.frombuffer(payloads.buffers()[1], dtype=np.int32, count=len(payloads) + 1, offset=payloads.offset * 4)
+    data = payloads.buffers()[2]
+    if data is None:
+        return pa.py_buffer(b"")
+    return data.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+
+
+def container_header(schema_text: str) -> bytes:
+    """An Avro object container file's header: magic, metadata (schema, no codec), sync marker."""
+    metadata = [(b"avro.schema", schema_text.encode()), (b"avro.codec", b"null")]
+    encoded = b"".join(varint(len(key)) + key + varint(len(value)) + value for key, value in metadata)
+    return b"Obj\x01" + varint(len(metadata)) + encoded + varint(0) + SYNC
+
+
+def varint(value: int) -> bytes:
+    """A long as Avro writes it: zig-zag, then 7 bits a byte."""
+    zigzag = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while zigzag & ~0x7F:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)
