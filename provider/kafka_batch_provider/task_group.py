@@ -84,8 +84,8 @@ def kafka_batch_ingest_group(
     when ``spark_connect_conn_id`` names a ``spark_connect`` connection, sends the batch to
     that Spark Connect server (no JVM start per batch; ``spark_conf`` and ``application``
     then do not apply: the server has its own settings).
-    ``value_format="avro"`` turns the values' fields into typed columns: the plan pins the reader
-    schema (the latest version of ``value_subject``, default ``<topic>-value``, or
+    ``value_format="avro"`` (or ``protobuf``, ``json-schema``) turns the values' fields into typed
+    columns: the plan pins the reader schema (the latest version of ``value_subject``, default ``<topic>-value``, or
     ``value_schema_version``) from the ``schema_registry`` connection ``schema_registry_conn_id``;
     ``keep_raw_value`` keeps the bytes as well; ``on_bad_record="dead-letter"`` sets records that
     cannot be decoded aside as the batch's dead letters (the health check says DEAD_LETTERS when

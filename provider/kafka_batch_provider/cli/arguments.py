@@ -206,7 +206,7 @@ def add_spark_args(p: argparse.ArgumentParser) -> None:
 
 def add_registry_args(p: argparse.ArgumentParser, pins: bool = True, value_format: bool = False) -> None:
     """Where the schema registry is and, for the steps that plan, which schema the values are read with."""
-    g = p.add_argument_group("schema registry (--value-format avro)")
+    g = p.add_argument_group("schema registry (--value-format avro|protobuf|json-schema)")
     if value_format:
         from kafka_batch_provider.core.write_options import VALUE_FORMATS
 
@@ -214,7 +214,8 @@ def add_registry_args(p: argparse.ArgumentParser, pins: bool = True, value_forma
             "--value-format",
             choices=VALUE_FORMATS,
             default="bytes",
-            help="the values' format; avro pins the batch's reader schema in its plan (default bytes)",
+            help="the values' format; avro, protobuf and json-schema pin the batch's reader schema in its plan "
+            "(default bytes)",
         )
     g.add_argument(
         "--schema-registry-url",

@@ -20,7 +20,7 @@ from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError
 
 #: The value formats that are decoded with a schema from the registry, and its schema type for each.
-SCHEMA_TYPES = {"avro": "AVRO"}
+SCHEMA_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF", "json-schema": "JSON"}
 REGISTRY_FORMATS = tuple(SCHEMA_TYPES)
 #: Where a plan keeps its reader schema.
 PLAN_KEY = "reader_schema"

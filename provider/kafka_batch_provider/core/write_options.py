@@ -110,19 +110,21 @@ class WriteOptions:
             "--value-format",
             choices=VALUE_FORMATS,
             default="bytes",
-            help="bytes (default), string, json (with --value-schema), or avro from a schema registry "
-            "(typed columns; --schema-registry-url)",
+            help="bytes (default), string, json (with --value-schema), or avro, protobuf, json-schema from a "
+            "schema registry (typed columns; --schema-registry-url)",
         )
         parser.add_argument("--value-schema", help="DDL schema of the JSON values, for --value-format json")
         parser.add_argument(
-            "--keep-raw-value", action="store_true", help="avro: keep the value's bytes beside its typed columns"
+            "--keep-raw-value",
+            action="store_true",
+            help="registry formats: keep the value's bytes beside its typed columns",
         )
         parser.add_argument(
             "--on-bad-record",
             choices=ON_BAD_RECORD,
             default="fail",
-            help="avro: a value that cannot be decoded fails the batch (fail, default) or is written whole to "
-            "the batch's dead letters (dead-letter)",
+            help="registry formats: a value that cannot be decoded fails the batch (fail, default) or is written "
+            "whole to the batch's dead letters (dead-letter)",
         )
         parser.add_argument(
             "--max-offsets-per-task",

@@ -49,7 +49,7 @@ def ingest_output() -> BatchOutput:
 
 
 def value_settings() -> dict[str, object]:
-    """How the values are read (parse-time environment): the format, and for ``avro`` the
+    """How the values are read (parse-time environment): the format, and for a registry format the
     schema registry connection, the subject, a pinned version, whether the bytes stay too and what
     an undecodable record does (``KAFKA_BATCH_ON_BAD_RECORD``: ``fail`` or ``dead-letter``)."""
     version = os.environ.get("KAFKA_BATCH_VALUE_SCHEMA_VERSION") or None

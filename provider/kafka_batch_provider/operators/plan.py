@@ -114,9 +114,10 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BaseOperator):
     :param replay_output_path: output of backfill runs (default: ``<output_path>_replay``).
     :param replay_table: the Iceberg table of backfill runs (default: ``<table>_replay``).
     :param kafka_timeout: seconds to wait for any one broker request.
-    :param value_format: the values' format; ``avro`` (with ``schema_registry_conn_id``, a
-        ``schema_registry`` connection) pins the batch's reader schema in its plan: the latest
-        version of ``value_subject`` (default ``<topic>-value``) or ``value_schema_version``.
+    :param value_format: the values' format; ``avro``, ``protobuf`` or ``json-schema`` (with
+        ``schema_registry_conn_id``, a ``schema_registry`` connection) pins the batch's reader
+        schema in its plan: the latest version of ``value_subject`` (default ``<topic>-value``)
+        or ``value_schema_version``.
     """
 
     template_fields: Sequence[str] = (

@@ -99,10 +99,10 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
     :param kafka_config_id: the ``kafka`` connection the plan used.
     :param reader: ``python`` (default) or ``jvm`` (needs spark-sql-kafka-0-10 on the cluster).
     :param value_format: ``bytes`` (default), ``string``, ``json`` (with ``value_schema``) or
-        ``avro`` (typed columns, with the reader schema the plan pinned; needs
-        ``schema_registry_conn_id``, the plan task's ``schema_registry`` connection).
-    :param keep_raw_value: (``avro``) keep the value's bytes beside its typed columns.
-    :param on_bad_record: (``avro``) ``fail`` (default): a value that cannot be decoded fails the
+        ``avro``, ``protobuf``, ``json-schema`` (typed columns, with the reader schema the plan
+        pinned; needs ``schema_registry_conn_id``, the plan task's ``schema_registry`` connection).
+    :param keep_raw_value: (registry formats) keep the value's bytes beside its typed columns.
+    :param on_bad_record: (registry formats) ``fail`` (default): a value that cannot be decoded fails the
         batch in one line; ``dead-letter``: such records are written whole to the batch's dead
         letters, committed with it (their count is in the pushed XCom, ``dead_letters``).
     :param target_file_mb: files are rolled at about this size; a small batch writes one file per

@@ -52,6 +52,9 @@ class ValueDecoding:
     #: how the refusal names the dead-letter setting, in the caller's words (worded on the driver:
     #: a Spark worker does not know whether a flag or a keyword argument set it)
     dead_letter_setting: str = "on_bad_record='dead-letter'"
+    #: ``avro``, ``protobuf`` (``reader_schema`` is then its files, a base64 ``FileDescriptorSet``)
+    #: or ``json-schema``
+    value_format: str = "avro"
 
     def output_schema(self, kafka_schema: pa.Schema, reserved: tuple[str, ...] = ()) -> pa.Schema:
         """The columns the tasks write: the Kafka columns kept, then the value's fields.
@@ -60,11 +63,7 @@ class ValueDecoding:
         :raises ConfigError: a field of the value is named like a column it would stand beside,
             or like another field, in any letter case (Spark and Delta do not tell case apart).
         """
-        import json
-
-        from kafka_batch_provider.decoding.avro_types import arrow_schema
-
-        values = arrow_schema(json.loads(self.reader_schema), [json.loads(r) for r in self.reader_references])
+        values = self.value_columns()
         kept = [f for f in kafka_schema if f.name in KAFKA_COLUMNS or (self.keep_raw_value and f.name == "value")]
         taken = {name.lower(): name for name in [*(f.name for f in kept), *reserved]}
         for name in values.names:
@@ -77,12 +76,42 @@ class ValueDecoding:
             taken[name.lower()] = name
         return pa.schema([*kept, *values])
 
+    def value_columns(self) -> pa.Schema:
+        """The value's columns, by the reader schema (the decoding modules' mappings)."""
+        import base64
+        import json
+
+        if self.value_format == "protobuf":
+            from kafka_batch_provider.decoding.protobuf_decoder import file_of
+            from kafka_batch_provider.decoding.protobuf_types import message_columns, value_message
+
+            return message_columns(value_message(file_of(base64.b64decode(self.reader_schema))))
+        if self.value_format == "json-schema":
+            from kafka_batch_provider.decoding.json_schema_types import arrow_schema, value_columns
+
+            return arrow_schema(value_columns(json.loads(self.reader_schema)))
+        from kafka_batch_provider.decoding.avro_types import arrow_schema as avro_columns
+
+        return avro_columns(json.loads(self.reader_schema), [json.loads(r) for r in self.reader_references])
+
     def decoder(self) -> Any:
-        from kafka_batch_provider.decoding.avro_decoder import AvroDecoder
+        """The format's decoder, with one registry client: each schema id fetched once per task."""
+        import base64
+
         from kafka_batch_provider.registry.client import SchemaRegistry
         from kafka_batch_provider.registry.settings import RegistrySettings
 
         registry = SchemaRegistry(RegistrySettings.from_client_config(self.registry_config), wait=self.wait)
+        if self.value_format == "protobuf":
+            from kafka_batch_provider.decoding.protobuf_decoder import ProtobufDecoder
+
+            return ProtobufDecoder(base64.b64decode(self.reader_schema), registry.protobuf_files)
+        if self.value_format == "json-schema":
+            from kafka_batch_provider.decoding.json_schema_decoder import JsonSchemaDecoder
+
+            return JsonSchemaDecoder(self.reader_schema, registry.writer_schema)
+        from kafka_batch_provider.decoding.avro_decoder import AvroDecoder
+
         return AvroDecoder(self.reader_schema, registry.writer_schema, self.reader_references)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch | DeadLetterBatch]:
@@ -137,7 +166,12 @@ def value_decoding(plan: Any, options: Any, settings: Any) -> ValueDecoding | No
     from kafka_batch_provider.registry.reader_schema import fetch_reader_schema, require_registry
 
     settings = require_registry(options.value_format, settings)
-    text, references = fetch_reader_schema(SchemaRegistry(settings, wait=options.stall_timeout), pinned)
+    registry = SchemaRegistry(settings, wait=options.stall_timeout)
+    text, references = fetch_reader_schema(registry, pinned)
+    if pinned.value_format == "protobuf":  # the schema as protobuf's descriptors, not .proto text
+        import base64
+
+        text, references = base64.b64encode(registry.protobuf_files(pinned.schema_id)).decode("ascii"), []
     return ValueDecoding(
         text,
         settings.client_config(),
@@ -146,4 +180,5 @@ def value_decoding(plan: Any, options: Any, settings: Any) -> ValueDecoding | No
         tuple(references),
         options.on_bad_record,
         str(Setting("on_bad_record", "dead-letter")),
+        pinned.value_format,
     )
