@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 
 import pytest
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import descriptor_pb2
 
 from kafka_batch_provider.core.planning import PlanPolicy
 from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.kafka.client import KafkaOffsets
+from kafka_batch_provider.registry.client import SchemaRegistry
 from kafka_batch_provider.registry.reader_schema import ReaderSchemaRequest
 from kafka_batch_provider.registry.settings import RegistrySettings
 from kafka_batch_provider.spark.ingest import stage_with
@@ -143,3 +146,16 @@ def test_json_schema_values_become_typed_columns_and_values_that_break_their_sch
     assert [r["id"] for r in rows] == [0, 1, 2, 3, 4], f"expected ids 0..4, found {[r['id'] for r in rows]}"
     assert rows[4]["channel"] == "app" and rows[4]["item"] is None and rows[0]["channel"] is None, rows[4]
     assert rows[3]["lines"] == [{"sku": "s3", "qty": 3}], f"found {rows[3]}"
+
+
+def test_the_serialized_protobuf_schema_is_fetched_even_after_its_text_was(schema_registry, new_topic):
+    # confluent-kafka caches a schema by id whatever the format asked: a client of its own serves it
+    topic = new_topic(partitions=1)
+    client = SchemaRegistryClient({"url": schema_registry})
+    # as .proto text, with a field of its own (the session's registry may hold ORDER as base64 already)
+    text = ORDER.replace("Line main = 19;", f"Line main = 19;\n  string only_{uuid.uuid4().hex} = 30;")
+    schema_id = client.register_schema(f"{topic}-value", Schema(text, "PROTOBUF"))
+    registry = SchemaRegistry(RegistrySettings(schema_registry))
+    assert "message Order" in registry.by_id(schema_id).text, "expected the text form first"
+    files = descriptor_pb2.FileDescriptorSet.FromString(registry.protobuf_files(schema_id))
+    assert [m.name for m in files.file[-1].message_type] == ["Line", "Order"], f"found {files}"

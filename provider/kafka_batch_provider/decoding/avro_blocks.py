@@ -74,25 +74,34 @@ class AvroBlocks:
         self.header = container_header(schema_text)
         self.reader = native_reader()
 
-    def read(self, values: pa.Array) -> pa.Table | None:
-        """The decoded rows of ``values`` (whole wire-format values, all of this schema's id), or
-        ``None`` when the block cannot be trusted (the reader failed, or a row's size is not its payload's)."""
+    def read(self, values: pa.Array, columns: pa.Schema) -> pa.Table | None:
+        """The decoded rows of ``values`` (whole wire-format values, all of this schema's id) as
+        ``columns``, or ``None`` when the block cannot be trusted: the reader failed, a row's size is
+        not its payload's, or a value is one the one-by-one decoding refuses (a decimal wider than
+        its precision, a date or time outside what it reads): the same record must not be a row in
+        one batch and a dead letter in another."""
         if self.reader is None:
             return None
-        payloads = pc.binary_slice(values, HEADER_BYTES, 2**31 - 1)
-        expected = pc.binary_length(payloads).to_numpy(zero_copy_only=False)
-        body = data_of(payloads)
-        blob = b"".join([self.header, varint(len(values)), varint(body.size), memoryview(body), SYNC])
         try:
-            source = self.reader([lambda: contextlib.nullcontext(io.BytesIO(blob))], False, False)
-            batches = [pa.record_batch(batch) for batch in source.batch_iter(max(len(values), 1), None)]
-        except Exception:  # the reader's AvroError, or anything else it raises on bad data
+            table = self.native(values)
+            if table.num_rows != len(values):
+                return None
+            expected = pc.binary_length(values).to_numpy(zero_copy_only=False) - HEADER_BYTES
+            sizes = record_sizes(table, self.schema, self.named)  # raises ValueError on a value out of range
+            if not np.array_equal(sizes, expected):
+                return None
+            return table.cast(columns)
+        except Exception:  # the reader's AvroError, a cast out of range, a refused value: one by one
             return None
-        table = pa.Table.from_batches(batches).combine_chunks() if batches else None
-        if table is None or table.num_rows != len(values):
-            return None
-        sizes = record_sizes(table, self.schema, self.named)
-        return table if np.array_equal(sizes, expected) else None
+
+    def native(self, values: pa.Array) -> pa.Table:
+        """The compiled reader's rows of ``values``, as it gives them (Avro's own units and types)."""
+        body = data_of(pc.binary_slice(values, HEADER_BYTES, 2**31 - 1))
+        blob = b"".join([self.header, varint(len(values)), varint(body.size), memoryview(body), SYNC])
+        source = self.reader([lambda: contextlib.nullcontext(io.BytesIO(blob))], False, False)
+        # One batch of all the rows, and never a second: asked for more, the reader spins forever
+        # on a block with bytes left after its rows (a value with trailing bytes).
+        return pa.Table.from_batches([pa.record_batch(next(iter(source.batch_iter(len(values), None))))])
 
 
 def unsupported(schema: Any, named: Mapping[str, Any], seen: frozenset[str] = frozenset()) -> str | None:
@@ -114,7 +123,7 @@ def unsupported(schema: Any, named: Mapping[str, Any], seen: frozenset[str] = fr
     if isinstance(kind, (Mapping, list)):
         return unsupported(kind, named, seen)
     if logical == "decimal":
-        return None if kind == "fixed" or int(schema.get("precision", 0)) <= 38 else "a decimal of more than 38 digits"
+        return None if int(schema.get("precision", 0)) <= 38 else "a decimal of more than 38 digits"
     if logical in ("uuid", "duration"):
         return f"the logical type {logical}"
     if kind in ("record", "error"):
@@ -155,13 +164,19 @@ def encoded_sizes(array: pa.Array, schema: Any, named: Mapping[str, Any]) -> np.
     kind, logical = schema.get("type"), schema.get("logicalType")
     if isinstance(kind, (Mapping, list)) or (isinstance(kind, str) and kind in named):
         return encoded_sizes(array, named.get(kind, kind) if isinstance(kind, str) else kind, named)
+    if logical == "decimal":
+        check_precision(array, int(schema["precision"]))
     if kind == "fixed":
         return np.full(count, int(schema["size"]), dtype=np.int64)
     if logical == "decimal" and kind == "bytes":
         length = decimal_lengths(array)
         return varint_sizes(length) + length
     if (logical, kind) in INTEGER_LOGICAL:
-        return varint_sizes(integers(array))
+        values = integers(array)
+        low, high = PYTHON_RANGE[logical]
+        if len(values) and (values.min() < low or values.max() > high):
+            raise ValueError(f"a {logical} value outside what Python's datetime reads")
+        return varint_sizes(values)
     if kind in ("record", "error"):
         total = np.zeros(count, dtype=np.int64)
         for index, avro_field in enumerate(schema["fields"]):
@@ -205,6 +220,39 @@ def block_sizes(array: pa.ListArray | pa.MapArray, item_sizes: np.ndarray) -> np
     items = running[offsets[1:]] - running[offsets[:-1]]
     counts = np.diff(offsets)
     return np.where(counts > 0, varint_sizes(counts) + items + 1, 1)
+
+
+#: What fastavro (Python's datetime) reads of each logical type, in its own unit: a value outside
+#: is refused one by one, so a block holding one is refused too.
+_DAYS = (-719_162, 2_932_896)  # 0001-01-01 .. 9999-12-31, days from 1970-01-01
+_MS = (-62_135_596_800_000, 253_402_300_799_999)
+PYTHON_RANGE = {
+    "date": _DAYS,
+    "time-millis": (0, 86_399_999),
+    "time-micros": (0, 86_399_999_999),
+    "timestamp-millis": _MS,
+    "local-timestamp-millis": _MS,
+    "timestamp-micros": (_MS[0] * 1000, _MS[1] * 1000 + 999),
+    "local-timestamp-micros": (_MS[0] * 1000, _MS[1] * 1000 + 999),
+}
+
+
+def check_precision(array: pa.Array, precision: int) -> None:
+    """The compiled reader does not check a decimal's precision: a value of more digits is refused here.
+
+    :raises ValueError: an unscaled value of ``precision`` digits or more.
+    """
+    words = np.frombuffer(array.buffers()[1], dtype=np.uint64)[2 * array.offset : 2 * (array.offset + len(array))]
+    low, high = words[0::2], words[1::2]
+    negative = high.view(np.int64) < 0
+    low_magnitude = np.where(negative, ~low + np.uint64(1), low)  # two's complement: -v = ~v + 1
+    high_magnitude = np.where(negative, ~high + (low_magnitude == 0).astype(np.uint64), high)
+    limit = 10**precision
+    limit_high, limit_low = np.uint64(limit >> 64), np.uint64(limit & (2**64 - 1))
+    too_wide = (high_magnitude > limit_high) | ((high_magnitude == limit_high) & (low_magnitude >= limit_low))
+    valid = array.is_valid().to_numpy(zero_copy_only=False)
+    if np.any(too_wide & valid):
+        raise ValueError(f"a decimal of more than {precision} digits")
 
 
 def integers(array: pa.Array) -> np.ndarray:

@@ -120,11 +120,13 @@ class AvroDecoder:
                 continue
             table = None
             if self.blocks is not None and writer == self.reader and len(rows) >= MIN_VALUES:
-                table = self.blocks.read(values if len(rows) == len(values) else values.take(pa.array(rows)))
+                table = self.blocks.read(
+                    values if len(rows) == len(values) else values.take(pa.array(rows)), self.arrow
+                )
             if table is None:
                 one_by_one.append(rows)
             else:
-                in_blocks.append((rows, table.cast(self.arrow)))
+                in_blocks.append((rows, table))
         records: list[dict[str, Any] | None] = [None] * len(values)
         if one_by_one:
             rows = np.concatenate(one_by_one)

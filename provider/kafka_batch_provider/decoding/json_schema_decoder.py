@@ -22,7 +22,7 @@ import pyarrow as pa
 from kafka_batch_provider.decoding.avro_decoder import Decoded, WriterSchema, one_line
 from kafka_batch_provider.decoding.json_schema_types import arrow_schema, value_columns
 from kafka_batch_provider.decoding.wire import HEADER_BYTES, schema_ids
-from kafka_batch_provider.errors import ConfigError, SchemaError
+from kafka_batch_provider.errors import KafkaBatchError, SchemaError
 
 
 def validator(text: str, references: Sequence[str]) -> Any:
@@ -56,11 +56,12 @@ class JsonSchemaDecoder:
             raise SchemaError(self._unknown[schema_id])
         if schema_id not in self._validators:
             try:
+                # The registry's ConfigError (TLS, settings refused) is nobody's record's: it raises.
                 kind, text, references = self._writer_schema(schema_id)
                 if kind != "JSON":
                     raise SchemaError(f"schema id {schema_id} is a {kind} schema, not JSON Schema")
                 self._validators[schema_id] = validator(text, references)
-            except (SchemaError, ConfigError, ValueError) as exc:
+            except (SchemaError, ValueError, LookupError) as exc:  # LookupError: jsonschema's refusals
                 text = str(exc)
                 self._unknown[schema_id] = text if "schema id" in text else f"schema id {schema_id}: {text}"
                 raise SchemaError(self._unknown[schema_id]) from None
@@ -93,6 +94,8 @@ class JsonSchemaDecoder:
                 }
             except SchemaError as exc:
                 problems[row] = str(exc)
+            except KafkaBatchError:  # the registry out of reach or refusing: nobody's record's fault
+                raise
             except Exception as exc:  # not JSON, not UTF-8, a property of another type than its column's
                 problems[row] = f"schema id {schema_id}: {one_line(exc)}"
         return Decoded(self.batch(rows, problems), ids, problems)

@@ -26,7 +26,7 @@ from google.protobuf.descriptor import FieldDescriptor as FD
 from kafka_batch_provider.decoding.avro_decoder import Decoded, one_line
 from kafka_batch_provider.decoding.protobuf_types import TIMESTAMP, WRAPPERS, is_map, message_columns, value_message
 from kafka_batch_provider.decoding.wire import message_indexes, schema_ids
-from kafka_batch_provider.errors import ConfigError, SchemaError
+from kafka_batch_provider.errors import KafkaBatchError, SchemaError
 
 #: schema id -> its type (``PROTOBUF``, ...) and its files as a serialized ``FileDescriptorSet``
 #: (:meth:`~kafka_batch_provider.registry.client.SchemaRegistry.protobuf_files`).
@@ -37,7 +37,10 @@ EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 def file_of(file_set: bytes) -> Any:
     """The last file of a serialized ``FileDescriptorSet`` (the schema), built in a pool of its own
-    with protobuf's and googleapis' well-known files, which schemas import without references."""
+    with protobuf's and googleapis' well-known files, which schemas import without references.
+
+    :raises SchemaError: an import this installation does not ship.
+    """
     from google.protobuf import descriptor_pb2, descriptor_pool
 
     files = descriptor_pb2.FileDescriptorSet.FromString(file_set).file
@@ -61,7 +64,7 @@ def add_well_known(pool: Any, name: str, added: set[str]) -> None:
     try:
         found = descriptor_pool.Default().FindFileByName(name)
     except KeyError:
-        raise ConfigError(f"Protobuf schema imports {name}, which this installation does not ship") from None
+        raise SchemaError(f"Protobuf schema imports {name}, which this installation does not ship") from None
     for dependency in found.dependencies:
         add_well_known(pool, dependency.name, added)
     proto = descriptor_pb2.FileDescriptorProto()
@@ -107,8 +110,10 @@ class ProtobufDecoder:
             raise SchemaError(self._unknown[schema_id])
         if schema_id not in self._writers:
             try:
-                self._writers[schema_id] = file_of(self._writer_files(schema_id))
-            except (SchemaError, ConfigError, TypeError) as exc:
+                # The registry's ConfigError (TLS, settings refused) is nobody's record's: it raises.
+                files = self._writer_files(schema_id)
+                self._writers[schema_id] = file_of(files)
+            except (SchemaError, TypeError, ValueError) as exc:
                 text = str(exc)
                 self._unknown[schema_id] = text if "schema id" in text else f"schema id {schema_id}: {text}"
                 raise SchemaError(self._unknown[schema_id]) from None
@@ -150,6 +155,8 @@ class ProtobufDecoder:
                 rows[row] = message_row(self._parse(value[start:]))
             except SchemaError as exc:
                 problems[row] = str(exc)
+            except KafkaBatchError:  # the registry out of reach or refusing: nobody's record's fault
+                raise
             except Exception as exc:  # protobuf's DecodeError, a message index that is not a varint
                 problems[row] = f"schema id {schema_id}: {one_line(exc)}"
         arrays = [pa.array([None if r is None else r[f.name] for r in rows], type=f.type) for f in self.arrow]
@@ -184,6 +191,8 @@ def single_value(field: Any, value: Any) -> Any:
             return named.name if named is not None else str(value)  # an open enum's unknown number
         return Decimal(value) if field.type in UNSIGNED_64 else value
     if message.full_name == TIMESTAMP:
+        if not 0 <= value.nanos < 1_000_000_000:  # the well-known type's own rule
+            raise ValueError(f"a Timestamp with nanos {value.nanos}, outside 0..999,999,999")
         return EPOCH + dt.timedelta(seconds=value.seconds, microseconds=value.nanos // 1000)
     if message.full_name in WRAPPERS:
         return single_value(message.fields_by_name["value"], value.value)

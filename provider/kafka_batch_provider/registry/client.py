@@ -70,6 +70,18 @@ class SchemaRegistry:
         schema = self.by_id(schema_id)
         return schema.schema_type, schema.text, self.referenced(schema.references)
 
+    @cached_property
+    def serialized_client(self) -> Any:
+        """A client of its own for the ``serialized`` form: confluent-kafka caches a schema by id (and
+        a version by subject and number) whatever the format asked, so on the same client a
+        serialized fetch after a text one would get the text back."""
+        _ = self.client  # its errors are configuration errors, raised once
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        return SchemaRegistryClient(
+            {"timeout": self.request_timeout, **self.settings.client_config(), "max.retries": 0}
+        )
+
     def protobuf_files(self, schema_id: int) -> bytes:
         """A Protobuf schema as protobuf's own ``FileDescriptorSet`` (serialized): the files it imports
         through references first, each before those that import it, the schema's file last (named
@@ -98,14 +110,16 @@ class SchemaRegistry:
                     continue
                 found = self.call(
                     f"version {version} of {subject!r}",
-                    lambda subject=subject, version=version: self.client.get_version(
+                    lambda subject=subject, version=version: self.serialized_client.get_version(
                         subject, version, fmt="serialized"
                     ),
                 )
                 add_references(refs(found.schema))
                 files[name] = file_of(found.schema.schema_str, name)
 
-        schema = self.call(f"schema id {schema_id}", lambda: self.client.get_schema(schema_id, fmt="serialized"))
+        schema = self.call(
+            f"schema id {schema_id}", lambda: self.serialized_client.get_schema(schema_id, fmt="serialized")
+        )
         if (schema.schema_type or "AVRO") != "PROTOBUF":
             raise SchemaError(f"schema id {schema_id} is a {schema.schema_type or 'AVRO'} schema, not Protobuf")
         add_references(refs(schema))

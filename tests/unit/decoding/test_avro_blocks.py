@@ -156,8 +156,7 @@ def test_sizes_are_the_payloads_sizes(registry):
     rng = random.Random(11)
     payloads = [value[5:] for value in encoded(registry, EVERY, [some_reading(rng, n) for n in range(200)])]
     blocks = AvroBlocks(json.dumps(EVERY), fastavro.parse_schema(EVERY, _write_hint=False), named_types(EVERY))
-    table = blocks.read(pa.array([b"\x00\x00\x00\x00\x01" + p for p in payloads], pa.binary()))
-    assert table is not None, "a block of good values was refused"
+    table = blocks.native(pa.array([b"\x00\x00\x00\x00\x01" + p for p in payloads], pa.binary()))
     sizes = record_sizes(table, fastavro.parse_schema(EVERY, _write_hint=False), named_types(EVERY))
     expected = np.array([len(p) for p in payloads])
     wrong = np.flatnonzero(sizes != expected)
@@ -241,3 +240,51 @@ def test_schemas_with_parts_the_blocks_do_not_cover_are_named(registry, field_ty
     schema = {"type": "record", "name": "S", "fields": [{"name": "f", "type": field_type}]}
     assert unsupported(fastavro.parse_schema(schema, _write_hint=False), {}) == reason
     assert decoder(registry, schema).blocks is None
+
+
+@pytest.mark.timeout(120)
+def test_a_value_with_one_trailing_byte_does_not_hang_the_block(registry):
+    # asked for a second batch, the compiled reader spun forever on what is left after the rows
+    schema = {"type": "record", "name": "N", "fields": [{"name": "n", "type": "long"}]}
+    values = encoded(registry, schema, [{"n": i} for i in range(20)])
+    values[3] += b"\x02"
+    fast = decoder(registry, schema)
+    found = fast.decode(pa.array(values, pa.binary()))
+    assert fast.counts == {"blocks": 0, "one_by_one": 20}, fast.counts
+    assert found.columns.column("n").to_pylist() == list(range(20)), found.columns.column("n").to_pylist()
+
+
+#: a logical type, and a value of its plain type that the one-by-one decoding reads differently or refuses
+OUT_OF_RANGE = {
+    "decimal wider than its precision": (
+        {"type": "bytes", "logicalType": "decimal", "precision": 4, "scale": 2},
+        "bytes",
+        (123456).to_bytes(3, "big", signed=True),
+    ),
+    "negative decimal wider than its precision": (
+        {"type": "bytes", "logicalType": "decimal", "precision": 4, "scale": 2},
+        "bytes",
+        (-10000).to_bytes(2, "big", signed=True),
+    ),
+    "timestamp-millis past year 9999": ({"type": "long", "logicalType": "timestamp-millis"}, "long", 2**62),
+    "date past year 9999": ({"type": "int", "logicalType": "date"}, "int", 2**30),
+    "time-millis below midnight": ({"type": "int", "logicalType": "time-millis"}, "int", -5),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OUT_OF_RANGE))
+def test_a_value_the_one_by_one_decoding_reads_otherwise_keeps_the_block_from_being_used(registry, case):
+    logical, plain, bad = OUT_OF_RANGE[case]
+    schema = {"type": "record", "name": "L", "fields": [{"name": "f", "type": logical}]}
+    plain_schema = {"type": "record", "name": "L", "fields": [{"name": "f", "type": plain}]}
+    good = encoded(registry, schema, [{"f": Decimal("1.5") if plain == "bytes" else 1}] * 20)
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, fastavro.parse_schema(plain_schema), {"f": bad})
+    values = pa.array([*good, good[0][:5] + buffer.getvalue()], pa.binary())
+    fast, slow = decoder(registry, schema), decoder(registry, schema, blocks=False)
+    in_blocks, one_by_one = fast.decode(values), slow.decode(values)
+    assert fast.counts["blocks"] == 0, f"{case}: the block was used ({fast.counts})"
+    assert in_blocks.problems == one_by_one.problems and in_blocks.columns.equals(one_by_one.columns), (
+        f"{case}: blocks gave {in_blocks.problems} / {in_blocks.columns.column('f')[20]}, "
+        f"one by one {one_by_one.problems} / {one_by_one.columns.column('f')[20]}"
+    )

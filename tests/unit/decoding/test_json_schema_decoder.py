@@ -15,7 +15,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from kafka_batch_provider.decoding.json_schema_decoder import JsonSchemaDecoder
 from kafka_batch_provider.decoding.json_schema_types import arrow_schema, value_columns
-from kafka_batch_provider.errors import ConfigError
+from kafka_batch_provider.errors import ConfigError, RegistryRefusedError
 
 LINE = {"type": "object", "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}}}
 ORDER = {
@@ -136,3 +136,16 @@ def test_a_schema_that_is_not_an_object_or_refers_to_itself_is_refused_in_one_li
     tree = {"type": "object", "properties": {"child": {"$ref": "#"}}}
     with pytest.raises(ConfigError, match="refers to itself"):
         arrow_schema(value_columns(tree))
+
+
+@pytest.mark.parametrize(
+    "refusal", [ConfigError("schema registry at http://r: the TLS handshake failed"), RegistryRefusedError("HTTP 401")]
+)
+def test_a_registry_that_cannot_be_asked_fails_the_decoding_and_never_blames_the_records(registry, refusal):
+    value = serialize(registry, ORDER, "t-refused", {"id": 1})
+
+    def refused(schema_id: int):
+        raise refusal
+
+    with pytest.raises(type(refusal)):
+        JsonSchemaDecoder(json.dumps(ORDER), refused).decode(pa.array([value], pa.binary()))

@@ -18,7 +18,7 @@ from google.protobuf import descriptor_pb2, message_factory
 from kafka_batch_provider.decoding.protobuf_decoder import ProtobufDecoder, file_of
 from kafka_batch_provider.decoding.protobuf_types import message_columns, value_message
 from kafka_batch_provider.dev.schema_registry.formats import parse_schema
-from kafka_batch_provider.errors import ConfigError, SchemaError
+from kafka_batch_provider.errors import ConfigError, RegistryRefusedError, SchemaError
 
 ORDER = """
 syntax = "proto3";
@@ -183,3 +183,16 @@ def test_a_message_that_contains_itself_is_refused_in_one_line():
     tree = 'syntax = "proto3"; message Node { string name = 1; repeated Node children = 2; }'
     with pytest.raises(ConfigError, match="Protobuf message Node contains itself"):
         message_columns(value_message(file_of(file_set(tree))))
+
+
+@pytest.mark.parametrize(
+    "refusal", [ConfigError("schema registry at http://r: the TLS handshake failed"), RegistryRefusedError("HTTP 401")]
+)
+def test_a_registry_that_cannot_be_asked_fails_the_decoding_and_never_blames_the_records(registry, refusal):
+    value = serialize(registry, ORDER, "t-refused", id=1)
+
+    def refused(schema_id: int) -> bytes:
+        raise refusal
+
+    with pytest.raises(type(refusal)):
+        ProtobufDecoder(file_set(ORDER), refused).decode(pa.array([value], pa.binary()))
