@@ -41,6 +41,9 @@ def kafka_batch_ingest_group(
     value_schema: str | None = None,
     value_subject: str | None = None,
     value_schema_version: int | None = None,
+    key_format: str = "bytes",
+    key_subject: str | None = None,
+    key_schema_version: int | None = None,
     keep_raw_value: bool = False,
     schema_registry_conn_id: str | None = None,
     on_bad_record: str = "fail",
@@ -90,6 +93,9 @@ def kafka_batch_ingest_group(
     ``keep_raw_value`` keeps the bytes as well; ``on_bad_record="dead-letter"`` sets records that
     cannot be decoded aside as the batch's dead letters (the health check says DEAD_LETTERS when
     more than ``dead_letter_share`` of a partition's records in the newest batch were).
+    ``key_format`` reads the keys the same way (``string`` adds ``key_string``; a registry format
+    turns ``key`` into the decoded key, pinned from ``key_subject``, default ``<topic>-key``, or
+    ``key_schema_version``).
     Every task retries ``retries`` times: a retried Spark task replays the same plan, and a
     failed run's plan is picked up by the next run. Extra keyword arguments go to every task.
     """
@@ -128,6 +134,9 @@ def kafka_batch_ingest_group(
             value_format=value_format,
             value_subject=value_subject,
             value_schema_version=value_schema_version,
+            key_format=key_format,
+            key_subject=key_subject,
+            key_schema_version=key_schema_version,
             schema_registry_conn_id=schema_registry_conn_id,
             **common,
         )
@@ -138,6 +147,7 @@ def kafka_batch_ingest_group(
             "reader": reader,
             "value_format": value_format,
             "value_schema": value_schema,
+            "key_format": key_format,
             "keep_raw_value": keep_raw_value,
             "schema_registry_conn_id": schema_registry_conn_id,
             "on_bad_record": on_bad_record,

@@ -250,6 +250,33 @@ CASES = [
         "--on-bad-record=dead-letter is only used with a schema registry format",
     ),
     Case("on-bad-record-unknown", lambda s: run(s, "--on-bad-record", "skip"), "invalid choice: 'skip'"),
+    # -- keys in a registry format
+    Case("key-format-json", lambda s: run(s, "--key-format", "json"), "argument --key-format: invalid choice: 'json'"),
+    Case(
+        "key-format-without-registry",
+        lambda s: plan(s, "--topic", s.topic, "--key-format", "protobuf"),
+        "key format protobuf decodes with a schema registry: set --schema-registry-url",
+    ),
+    Case(
+        "key-subject-without-registry-format",
+        lambda s: run(s, "--key-format", "string", "--key-subject", "orders-key"),
+        "--key-subject is only used with a schema registry format (--key-format",
+    ),
+    Case(
+        "registry-key-beside-json-values",
+        lambda s: run(
+            s,
+            "--value-format",
+            "json",
+            "--value-schema",
+            "id long",
+            "--key-format",
+            "avro",
+            "--schema-registry-url",
+            "http://127.0.0.1:8081",
+        ),  # fmt: skip
+        "--key-format=avro cannot go with --value-format=json",
+    ),
     Case("lag-dead-letter-share-nan", lambda s: lag(s, "--dead-letter-share", "nan"), "must be a share in [0, 1]"),
     Case(
         "registry-unreachable",

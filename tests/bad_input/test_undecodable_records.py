@@ -62,10 +62,21 @@ CASES: dict[str, tuple[str, Callable[[bytes], bytes], str]] = {
 }
 
 
-def good_value(value_format: str, registry_url: str, topic: str) -> bytes:
-    """A value of id 1, as confluent-kafka's serializer of the format writes it."""
+#: id -> (key format, how the good key's bytes are spoilt, what the error line must say); the values are good Avro
+KEY_CASES: dict[str, tuple[str, Callable[[bytes], bytes], str]] = {
+    "key-not-in-the-wire-format": ("avro", lambda good: b"order-1", "the key cannot be decoded (magic byte 0x6f"),
+    "key-unknown-schema-id": (
+        "protobuf",
+        lambda good: b"\x00" + (987654).to_bytes(4, "big") + good[5:],
+        "the key cannot be decoded (schema registry at http://127.0.0.1:",
+    ),
+}
+
+
+def good_value(value_format: str, registry_url: str, topic: str, field: str = MessageField.VALUE) -> bytes:
+    """A value (or key) of id 1, as confluent-kafka's serializer of the format writes it."""
     client = SchemaRegistryClient({"url": registry_url})
-    context = SerializationContext(topic, MessageField.VALUE)
+    context = SerializationContext(topic, field)
     if value_format == "protobuf":
         cls = message_class(READING_PROTO, "lab.Reading")
         return ProtobufSerializer(cls, client, {"use.deprecated.format": False})(cls(id=1), context)
@@ -89,7 +100,7 @@ def refusal_problems(result: subprocess.CompletedProcess, expected: str) -> list
     return []
 
 
-@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+@pytest.mark.parametrize("case", [*CASES, *KEY_CASES], ids=[*CASES, *KEY_CASES])
 def test_an_undecodable_record_fails_the_run_in_one_line_and_changes_nothing(
     case: str,
     scene: Scene,
@@ -98,17 +109,27 @@ def test_an_undecodable_record_fails_the_run_in_one_line_and_changes_nothing(
     spark_connect_remote: str,
     tmp_path,
 ) -> None:
-    value_format, spoil, expected = CASES[case]
     topic = f"undecodable-{uuid.uuid4().hex[:8]}"
     create_topics(scene.kafka_config, {topic: 1})
-    good = good_value(value_format, schema_registry, topic)
-    produce(scene.kafka_config, topic, [Record(0, good), Record(0, spoil(good))])
+    if case in KEY_CASES:  # good values, a bad key
+        key_format, spoil, expected = KEY_CASES[case]
+        value_format, keys = "avro", ["--key-format", key_format]
+        good, key = (
+            good_value("avro", schema_registry, topic),
+            good_value(key_format, schema_registry, topic, MessageField.KEY),
+        )
+        produce(scene.kafka_config, topic, [Record(0, good, key), Record(0, good, spoil(key))])
+    else:
+        value_format, spoil, expected = CASES[case]
+        keys = []
+        good = good_value(value_format, schema_registry, topic)
+        produce(scene.kafka_config, topic, [Record(0, good), Record(0, spoil(good))])
     lake = tmp_path / "lake"
     before = scene.snapshot()
     result = cli(
         "run", "--bootstrap-servers", scene.bootstrap_servers, "--topic", topic, "--group", f"g-{topic}",
         "--output", str(lake), "--value-format", value_format, "--schema-registry-url", schema_registry,
-        "--spark-remote", spark_connect_remote, timeout=600,
+        "--spark-remote", spark_connect_remote, *keys, timeout=600,
     )  # fmt: skip
     problems = refusal_problems(result, expected)
     committed = scene.kafka.committed_offsets(f"g-{topic}", [TopicPartition(topic, 0)])
@@ -131,6 +152,14 @@ PLAN_CASES: dict[str, tuple[list[str], str]] = {
         ["--value-format", "avro", "--value-schema-version", "9"],
         "version not found (version 9",
     ),
+    "key-format-not-the-subjects": (
+        ["--key-format", "json-schema"],
+        "-key version 1 is a AVRO schema, not json-schema",
+    ),
+    "key-subject-missing": (
+        ["--key-format", "avro", "--key-subject", "nobody-key"],
+        "subject not found (the latest version of 'nobody-key')",
+    ),
 }
 
 
@@ -141,7 +170,8 @@ def test_a_reader_schema_that_cannot_be_pinned_is_refused_before_anything_is_pla
     arguments, expected = PLAN_CASES[case]
     topic = f"unpinned-{uuid.uuid4().hex[:8]}"
     create_topics(scene.kafka_config, {topic: 1})
-    produce(scene.kafka_config, topic, [Record(0, good_value("avro", schema_registry, topic))])
+    key = good_value("avro", schema_registry, topic, MessageField.KEY)  # <topic>-key is an Avro subject
+    produce(scene.kafka_config, topic, [Record(0, good_value("avro", schema_registry, topic), key)])
     lake = tmp_path / "lake"
     before = scene.snapshot()
     result = cli(

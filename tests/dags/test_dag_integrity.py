@@ -205,3 +205,33 @@ def test_backfill_dag_hands_each_format_only_its_own_output_field(dagbag, params
         plan.render_template(getattr(plan, f), context, jinja) for f in ("output_format", "output_path", "table")
     )
     assert rendered == expected, f"expected (format, output_path, table) {expected}, rendered {rendered}"
+
+
+def test_both_dags_read_keys_in_a_registry_format_from_the_environment(monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("KAFKA_BATCH_VALUE_FORMAT", "avro")
+    monkeypatch.setenv("KAFKA_BATCH_KEY_FORMAT", "protobuf")
+    monkeypatch.setenv("KAFKA_BATCH_KEY_SCHEMA_VERSION", "2")
+    monkeypatch.setenv("KAFKA_BATCH_SCHEMA_REGISTRY_CONN_ID", "registry")
+    bag = DagBag(str(DAGS))
+    assert bag.import_errors == {}, f"import errors: {bag.import_errors}"
+    for dag_id, plan_task, write_task in [
+        ("kafka_batch_ingest", "ingest.plan", "ingest.spark_write"),
+        ("kafka_batch_backfill", "plan_replay", "spark_write"),
+    ]:
+        dag = bag.dags[dag_id]
+        plan, write = dag.task_dict[plan_task], dag.task_dict[write_task]
+        found = (
+            plan.key_format,
+            plan.key_schema_version,
+            write.write_options.key_format,
+            write.schema_registry_conn_id,
+        )
+        assert found == ("protobuf", 2, "protobuf", "registry"), f"{dag.dag_id}: {found}"
+
+    monkeypatch.delenv("KAFKA_BATCH_SCHEMA_REGISTRY_CONN_ID")
+    monkeypatch.setenv("KAFKA_BATCH_VALUE_FORMAT", "bytes")
+    refused = DagBag(str(DAGS)).import_errors
+    errors = [e for e in refused.values() if "key format protobuf decodes with a schema registry" in e]
+    assert len(errors) == 2, f"expected both DAG files refused for keys without a registry, found {refused}"

@@ -202,7 +202,7 @@ def test_registry_refusals_happen_before_anything_is_planned_or_written(
     assert store.plan_files() == [], f"a refused plan left plan files: {store.plan_files()}"
     # A plan made without a registry format is not written as avro (nor the other way round).
     plan = plan_batch(kafka, store, group_id, [topic], PlanPolicy()).plan
-    with pytest.raises(ConfigError, match="was planned without a schema registry format"):
+    with pytest.raises(ConfigError, match="values were planned without a schema registry format"):
         write_batch(plan, store, kafka_config, stage_with(spark, registry), WriteOptions(value_format="avro"))
     assert store.log.tail() is None, "a refused write changed the log"
 
@@ -317,8 +317,8 @@ def test_a_pending_plan_is_not_replaced_by_a_plan_in_another_value_format(
     pending = plan_batch(kafka, store, group_id, [topic], PlanPolicy(), reader_schema=request)
     plan_file = pending.plan_path
     before = open(plan_file, "rb").read()  # a local output: the plan is a local file
-    with pytest.raises(ConfigError, match=f"pending batch {pending.plan.batch_id} was planned as avro, this run plans "
-                       "without one: finish it with the value format it was planned with"):  # fmt: skip
+    with pytest.raises(ConfigError, match=f"pending batch {pending.plan.batch_id} was planned with values as avro, this "
+                       "run plans without one: finish it with the value and key formats it was planned with"):  # fmt: skip
         plan_batch(kafka, store, group_id, [topic], PlanPolicy())
     after = open(plan_file, "rb").read()
     assert after == before, "the refused plan step rewrote the pending plan"

@@ -105,10 +105,13 @@ def test_write_options_round_trip_through_the_application_flags():
 
     from kafka_batch_provider.core.write_options import WriteOptions
 
-    options = WriteOptions("jvm", "json", "id long", 1000, 7.5)
+    options = WriteOptions("jvm", "json", "id long", 1000, 7.5, key_format="string")
     parser = argparse.ArgumentParser()
     WriteOptions.add_arguments(parser)
     assert WriteOptions.from_namespace(parser.parse_args(options.to_args())) == options
+    keyed = WriteOptions(value_format="string", key_format="avro", on_bad_record="dead-letter")
+    assert WriteOptions.from_namespace(parser.parse_args(keyed.to_args())) == keyed
+    assert keyed.registry_parts == {"key": "avro"}
     assert WriteOptions.from_namespace(parser.parse_args([])) == WriteOptions()
 
 
@@ -123,6 +126,12 @@ def test_write_options_round_trip_through_the_application_flags():
         ({"value_schema": "id long"}, "value_schema is only used with value_format='json'"),
         ({"max_offsets_per_task": 0}, "max offsets per task must be positive"),
         ({"stall_timeout": 0}, "stall timeout must be a positive, finite number"),
+        ({"key_format": "xml"}, "unknown key_format 'xml'; choose one of bytes, string, avro"),
+        ({"key_format": "json"}, "read JSON keys as string"),
+        ({"key_format": "avro", "reader": "jvm"}, "reader='jvm' cannot decode avro keys"),
+        ({"key_format": "avro", "value_format": "json", "value_schema": "id long"}, "key_format='avro' cannot go"),
+        ({"key_format": "string", "on_bad_record": "dead-letter"}, "on_bad_record='dead-letter' is only used with"),
+        ({"key_format": "protobuf", "keep_raw_value": True}, "keep_raw_value is only used with a schema registry"),
     ],
 )
 def test_bad_write_options_are_refused_with_one_line(kwargs, expected):
@@ -162,6 +171,20 @@ def test_value_string_in_arrow_replaces_bytes_that_are_not_utf8_and_keeps_the_re
     assert decoded.column("value_string").to_pylist() == ["plain", None, "\ufffd\ufffdab", "ü"]
     decoded.column("value_string").validate(full=True)
     assert decode_in_arrow(batch, "bytes").schema.names == ["value"]
+
+
+def test_key_string_in_arrow_is_added_beside_value_string():
+    import pyarrow as pa
+
+    from kafka_batch_provider.spark.slice_reader import decode_in_arrow, string_columns
+
+    batch = pa.RecordBatch.from_pydict(
+        {"key": pa.array([b"k1", b"\xff", None], pa.binary()), "value": pa.array([b"v", b"w", b"x"], pa.binary())}
+    )
+    decoded = decode_in_arrow(batch, "string", "string")
+    assert decoded.schema.names == ["key", "value", "value_string", "key_string"]
+    assert decoded.column("key_string").to_pylist() == ["k1", "\ufffd", None]
+    assert [f.name for f in string_columns("bytes", "string")] == ["key_string"]
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,12 @@ import pytest
 
 from kafka_batch_provider.core.reader_schema import (
     PLAN_KEY,
+    PLAN_KEYS,
     ReaderSchema,
     check_plan_decodes_as,
+    check_plan_formats,
     check_schema_choice,
+    planned_formats,
     value_subject,
 )
 from kafka_batch_provider.errors import ConfigError
@@ -43,10 +46,31 @@ def test_a_plan_and_its_run_must_decode_alike():
     extra = {PLAN_KEY: PINNED.to_dict()}
     assert check_plan_decodes_as("b-1", extra, "avro") == PINNED
     assert check_plan_decodes_as("b-1", {}, "bytes") is None
-    with pytest.raises(ConfigError, match="batch b-1 was planned avro with orders-value version 3 .schema id 17."):
+    with pytest.raises(ConfigError, match="batch b-1's values were planned avro with orders-value version 3 .schema "):
         check_plan_decodes_as("b-1", extra, "string")
-    with pytest.raises(ConfigError, match="batch b-1 was planned without a schema registry format"):
+    with pytest.raises(ConfigError, match="batch b-1's values were planned without a schema registry format"):
         check_plan_decodes_as("b-1", {}, "avro")
+
+
+def test_keys_have_a_reader_schema_of_their_own_beside_the_values():
+    key = ReaderSchema("protobuf", "orders-key", 1, 5)
+    extra = {PLAN_KEY: PINNED.to_dict(), PLAN_KEYS["key"]: key.to_dict()}
+    assert check_plan_formats("b-1", extra, "avro", "protobuf") == (PINNED, key)
+    assert planned_formats(extra) == {"value": "avro", "key": "protobuf"}
+    assert check_plan_formats("b-1", {PLAN_KEY: PINNED.to_dict()}, "avro") == (PINNED, None)
+    with pytest.raises(
+        ConfigError, match="batch b-1's keys were planned protobuf with orders-key version 1 .*key_format"
+    ):
+        check_plan_formats("b-1", extra, "avro", "bytes")
+    with pytest.raises(ConfigError, match="batch b-1's keys were planned without a schema registry format"):
+        check_plan_formats("b-1", {PLAN_KEY: PINNED.to_dict()}, "avro", "avro")
+    assert value_subject(["orders"], None, "key") == "orders-key"
+    with pytest.raises(ConfigError, match="2 topics have no one key subject: .*key_subject"):
+        value_subject(["a", "b"], None, "key")
+    with pytest.raises(ConfigError, match="key_subject is only used with a schema registry format .key_format"):
+        check_schema_choice("string", "orders-key", None, "key")
+    with pytest.raises(ConfigError, match="key_schema_version must be a registered version number"):
+        check_schema_choice("avro", None, -1, "key")
 
 
 def test_a_reader_schema_survives_the_plan_file():
@@ -84,3 +108,83 @@ def test_a_value_field_named_like_a_column_it_stands_beside_is_refused_in_any_le
         with pytest.raises(ConfigError) as caught:
             found.output_schema(KAFKA_ARROW_SCHEMA, reserved)
         assert expected in str(caught.value), str(caught.value)
+
+
+class Registry:
+    """The two calls the decoders make of a registry, answered from a dict (the integration tests
+    use the embedded registry over HTTP)."""
+
+    def __init__(self, schemas: dict[int, tuple[str, str]]) -> None:
+        self.schemas = schemas
+        self.asked: list[int] = []
+
+    def writer_schema(self, schema_id: int) -> tuple[str, str, list[str]]:
+        from kafka_batch_provider.errors import SchemaError
+
+        self.asked.append(schema_id)
+        if schema_id not in self.schemas:
+            raise SchemaError(f"schema id {schema_id} not found")
+        kind, text = self.schemas[schema_id]
+        return kind, text, []
+
+
+def framed(schema_id: int, payload: bytes) -> bytes:
+    return b"\x00" + schema_id.to_bytes(4, "big") + payload
+
+
+def test_an_avro_key_of_any_schema_becomes_the_key_column_and_a_bad_one_is_named_as_the_key():
+    import json
+
+    import pyarrow as pa
+
+    from kafka_batch_provider.spark.kafka_reader import KAFKA_ARROW_SCHEMA
+    from kafka_batch_provider.spark.value_decoding import KeyDecoding, ValueDecoding, record_problems
+
+    record = json.dumps({"type": "record", "name": "K", "fields": [{"name": "id", "type": "long"}]})
+    string_key = KeyDecoding("avro", '"string"')
+    record_key = KeyDecoding("avro", record)
+    assert string_key.column() == pa.field("key", pa.string())
+    assert [(f.name, f.type) for f in record_key.column().type] == [("id", pa.int64())]
+    schema = ValueDecoding(None, {}, key=record_key).output_schema(KAFKA_ARROW_SCHEMA)
+    assert schema.names == list(KAFKA_ARROW_SCHEMA.names), "only keys decoded: value stays, in its place"
+    assert schema.field("key").type == record_key.column().type and schema.field("value").type == pa.binary()
+
+    registry = Registry({1: ("AVRO", '"string"'), 2: ("AVRO", record)})
+    keys = pa.array([framed(1, b"\x06abc"), None, framed(1, b"\x10"), b"plain", framed(1, b"")], pa.binary())
+    found = string_key.decoder(registry).decode(keys)
+    assert string_key.key_column(found).to_pylist() == ["abc", None, None, None, None]
+    problems, ids = record_problems(None, found)
+    assert sorted(problems) == [2, 3, 4] and all(p.startswith("key: ") for p in problems.values()), problems
+    assert ids[0] == 1 and ids[1] < 0, ids
+    found = record_key.decoder(registry).decode(pa.array([framed(2, b"\x54"), None], pa.binary()))
+    assert record_key.key_column(found).to_pylist() == [{"id": 42}, None]
+    assert registry.asked == [1, 2], "each writer schema is asked once per decoder"
+
+
+def test_a_record_whose_value_and_key_both_fail_names_both():
+    import json
+
+    import pyarrow as pa
+
+    from kafka_batch_provider.errors import SchemaError
+    from kafka_batch_provider.spark.value_decoding import KeyDecoding, ValueDecoding
+
+    value_schema = json.dumps({"type": "record", "name": "V", "fields": [{"name": "n", "type": "long"}]})
+    decoding = ValueDecoding(value_schema, {}, key=KeyDecoding("avro", '"long"'))
+    registry = Registry({1: ("AVRO", value_schema), 2: ("AVRO", '"long"')})
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "key": pa.array([framed(2, b"\x02"), b"x", framed(2, b"\x04")], pa.binary()),
+            "value": pa.array([framed(1, b"\x02"), framed(1, b"\x04"), b"y"], pa.binary()),
+            "topic": ["t"] * 3,
+            "partition": pa.array([0] * 3, pa.int32()),
+            "offset": pa.array([10, 11, 12], pa.int64()),
+        }
+    )
+    found = decoding.decoder(registry).decode(batch.column("value"))
+    keys = decoding.key.decoder(registry).decode(batch.column("key"))
+    with pytest.raises(SchemaError, match=r"t\[0\] offset 11: the key cannot be decoded \(1 byte.*1 more record"):
+        decoding.decoded(batch, found, keys)
+    kept = ValueDecoding(value_schema, {}, on_bad_record="dead-letter", key=KeyDecoding("avro", '"long"'))
+    decoded = kept.decoded(batch, found, keys)
+    assert decoded.to_pydict()["key"] == [1] and decoded.to_pydict()["n"] == [1], decoded.to_pydict()

@@ -205,16 +205,23 @@ def add_spark_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_registry_args(p: argparse.ArgumentParser, pins: bool = True, value_format: bool = False) -> None:
-    """Where the schema registry is and, for the steps that plan, which schema the values are read with."""
-    g = p.add_argument_group("schema registry (--value-format avro|protobuf|json-schema)")
+    """Where the schema registry is and, for the steps that plan, which schemas the values and keys are read with."""
+    g = p.add_argument_group("schema registry (--value-format / --key-format avro|protobuf|json-schema)")
     if value_format:
-        from kafka_batch_provider.core.write_options import VALUE_FORMATS
+        from kafka_batch_provider.core.write_options import KEY_FORMATS, VALUE_FORMATS
 
         g.add_argument(
             "--value-format",
             choices=VALUE_FORMATS,
             default="bytes",
             help="the values' format; avro, protobuf and json-schema pin the batch's reader schema in its plan "
+            "(default bytes)",
+        )
+        g.add_argument(
+            "--key-format",
+            choices=KEY_FORMATS,
+            default="bytes",
+            help="the keys' format; avro, protobuf and json-schema pin the keys' reader schema in the plan too "
             "(default bytes)",
         )
     g.add_argument(
@@ -232,12 +239,14 @@ def add_registry_args(p: argparse.ArgumentParser, pins: bool = True, value_forma
         "(default: $KAFKA_BATCH_SCHEMA_REGISTRY_CONFIG_FILE)",
     )
     if pins:
-        g.add_argument("--value-subject", help="the subject the values follow (default <topic>-value)")
-        g.add_argument(
-            "--value-schema-version",
-            type=positive_int,
-            help="read with this version of the subject (default: its latest when the batch is planned)",
-        )
+        for part in ("value", "key"):
+            g.add_argument(f"--{part}-subject", help=f"the subject the {part}s follow (default <topic>-{part})")
+            g.add_argument(
+                f"--{part}-schema-version",
+                type=positive_int,
+                help=f"read the {part}s with this version of their subject (default: its latest when the batch "
+                "is planned)",
+            )
 
 
 def registry_from(args: argparse.Namespace):
@@ -248,19 +257,24 @@ def registry_from(args: argparse.Namespace):
 
 
 def reader_schema_request(args: argparse.Namespace, registry: Any):
-    """What pins a registry format's reader schema when planning (``None`` for the other formats).
+    """What pins the reader schemas of the parts in a registry format when planning (``None`` when
+    neither values nor keys are in one).
 
     :param registry: :func:`registry_from` ``args``, read once per command.
     """
     from kafka_batch_provider.core.reader_schema import REGISTRY_FORMATS, check_schema_choice
-    from kafka_batch_provider.registry.reader_schema import ReaderSchemaRequest
+    from kafka_batch_provider.core.write_options import check_key_format
+    from kafka_batch_provider.registry.reader_schema import ReaderSchemaRequest, ReaderSchemas
 
-    if args.value_format not in REGISTRY_FORMATS:
-        check_schema_choice(args.value_format, args.value_subject, args.value_schema_version)
-        return None
-    return ReaderSchemaRequest(
-        args.value_format, registry, args.value_subject, args.value_schema_version, wait=args.timeout
-    )
+    check_key_format(args.key_format, args.value_format)
+    requests = []
+    for part in ("value", "key"):
+        fmt, subject, version = (getattr(args, f"{part}_{name}") for name in ("format", "subject", "schema_version"))
+        if fmt not in REGISTRY_FORMATS:
+            check_schema_choice(fmt, subject, version, part)
+            continue
+        requests.append(ReaderSchemaRequest(fmt, registry, subject, version, wait=args.timeout, part=part))
+    return ReaderSchemas.of(*requests)
 
 
 def kafka_config_from(args: argparse.Namespace) -> dict[str, Any]:
@@ -364,7 +378,6 @@ def write_options(args: argparse.Namespace):
     """The Spark-side flags, checked before anything is planned or read (a refused run leaves no plan),
     and the schema registry's settings (:func:`registry_from`, read once per command), which a
     registry format needs."""
-    from kafka_batch_provider.core.reader_schema import REGISTRY_FORMATS
     from kafka_batch_provider.core.write_options import WriteOptions
     from kafka_batch_provider.registry.reader_schema import require_registry
 
@@ -372,8 +385,8 @@ def write_options(args: argparse.Namespace):
     spark_conf_from(args)
     options = WriteOptions.from_namespace(args)
     registry = registry_from(args)
-    if options.value_format in REGISTRY_FORMATS:
-        require_registry(options.value_format, registry)
+    for part, fmt in options.registry_parts.items():
+        require_registry(fmt, registry, part)
     return options, registry
 
 

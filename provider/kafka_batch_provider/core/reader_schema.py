@@ -8,6 +8,8 @@ if a newer version was registered in between.
 
 The subject is the value subject of Confluent's default naming (``<topic>-value``, the
 TopicNameStrategy); batches of several topics name one subject that all of them follow.
+Keys in a registry format (``--key-format``) get a reader schema of their own the same way
+(``<topic>-key``), recorded beside the value's.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ from kafka_batch_provider.errors import ConfigError
 #: The value formats that are decoded with a schema from the registry, and its schema type for each.
 SCHEMA_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF", "json-schema": "JSON"}
 REGISTRY_FORMATS = tuple(SCHEMA_TYPES)
-#: Where a plan keeps its reader schema.
-PLAN_KEY = "reader_schema"
+#: The parts of a record that can be in a registry format.
+PARTS = ("value", "key")
+#: Where a plan keeps the reader schema of each part.
+PLAN_KEYS = {"value": "reader_schema", "key": "key_reader_schema"}
+PLAN_KEY = PLAN_KEYS["value"]
 
 
 @dataclass(frozen=True)
@@ -56,56 +61,75 @@ class ReaderSchema:
         return f"{self.subject} version {self.version} (schema id {self.schema_id})"
 
 
-def value_subject(topics: Sequence[str], subject: str | None) -> str:
-    """The subject a batch's values are read by: ``subject``, or ``<topic>-value`` of its one topic."""
+def value_subject(topics: Sequence[str], subject: str | None, part: str = "value") -> str:
+    """The subject a batch's values (or keys) are read by: ``subject``, or ``<topic>-value``
+    (``<topic>-key``) of its one topic."""
     if subject:
         return subject
     if len(set(topics)) != 1:
         raise ConfigError(
-            f"{len(set(topics))} topics have no one value subject: name the subject all of them follow "
-            f"({Setting('value_subject')})",
-            setting=Setting("value_subject"),
+            f"{len(set(topics))} topics have no one {part} subject: name the subject all of them follow "
+            f"({Setting(f'{part}_subject')})",
+            setting=Setting(f"{part}_subject"),
         )
-    return f"{topics[0]}-value"
+    return f"{topics[0]}-{part}"
 
 
-def check_schema_choice(value_format: str, subject: str | None, version: int | None) -> None:
+def check_schema_choice(value_format: str, subject: str | None, version: int | None, part: str = "value") -> None:
     """A subject or a pinned version is only for a registry format, and a version is a positive number."""
     if value_format not in REGISTRY_FORMATS and (subject or version is not None):
-        chosen = Setting("value_subject") if subject else Setting("value_schema_version")
+        chosen = Setting(f"{part}_subject") if subject else Setting(f"{part}_schema_version")
         raise ConfigError(
-            f"{chosen} is only used with a schema registry format ({Setting('value_format')}: "
+            f"{chosen} is only used with a schema registry format ({Setting(f'{part}_format')}: "
             f"{', '.join(REGISTRY_FORMATS)})",
-            setting=Setting("value_format"),
+            setting=Setting(f"{part}_format"),
         )
     if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
         raise ConfigError(
-            f"{Setting('value_schema_version')} must be a registered version number (1, 2, ...), got {version!r}",
-            setting=Setting("value_schema_version"),
+            f"{Setting(f'{part}_schema_version')} must be a registered version number (1, 2, ...), got {version!r}",
+            setting=Setting(f"{part}_schema_version"),
         )
 
 
-def planned_reader_schema(extra: Mapping[str, Any]) -> ReaderSchema | None:
-    """The reader schema a plan recorded (from its ``extra``), or ``None``."""
-    found = extra.get(PLAN_KEY)
+def planned_reader_schema(extra: Mapping[str, Any], part: str = "value") -> ReaderSchema | None:
+    """The reader schema a plan recorded for its values (or keys), from its ``extra``, or ``None``."""
+    found = extra.get(PLAN_KEYS[part])
     if found is None:
         return None
     return ReaderSchema.from_dict(found if isinstance(found, Mapping) else {})
 
 
-def check_plan_decodes_as(batch_id: str, extra: Mapping[str, Any], value_format: str) -> ReaderSchema | None:
-    """The plan's reader schema when the run decodes values with the registry; the plan and the
-    run must agree, or the batch would be written another way than it was planned.
+def planned_formats(extra: Mapping[str, Any]) -> dict[str, str]:
+    """The registry format of each part a plan decodes (``{}``: none)."""
+    return {part: found.value_format for part in PARTS if (found := planned_reader_schema(extra, part))}
+
+
+def check_plan_decodes_as(
+    batch_id: str, extra: Mapping[str, Any], value_format: str, part: str = "value"
+) -> ReaderSchema | None:
+    """The plan's reader schema of ``part`` when the run decodes it with the registry; the plan and
+    the run must agree, or the batch would be written another way than it was planned.
 
     :raises ConfigError: a registry format for a plan without a reader schema, or the other way round.
     """
-    recorded = planned_reader_schema(extra)
+    recorded = planned_reader_schema(extra, part)
     wanted = value_format if value_format in REGISTRY_FORMATS else None
     if (recorded.value_format if recorded else None) == wanted:
         return recorded
     as_planned = f"{recorded.value_format} with {recorded}" if recorded else "without a schema registry format"
     raise ConfigError(
-        f"batch {batch_id} was planned {as_planned}, but this run asks for {Setting('value_format', value_format)}: "
-        "plan and write with the same value format (or discard the plan: kafka-batch discard)",
-        setting=Setting("value_format"),
+        f"batch {batch_id}'s {part}s were planned {as_planned}, but this run asks for "
+        f"{Setting(f'{part}_format', value_format)}: plan and write with the same {part} format "
+        "(or discard the plan: kafka-batch discard)",
+        setting=Setting(f"{part}_format"),
+    )
+
+
+def check_plan_formats(
+    batch_id: str, extra: Mapping[str, Any], value_format: str, key_format: str = "bytes"
+) -> tuple[ReaderSchema | None, ReaderSchema | None]:
+    """:func:`check_plan_decodes_as` for the values and the keys: their reader schemas (or ``None``)."""
+    return (
+        check_plan_decodes_as(batch_id, extra, value_format, "value"),
+        check_plan_decodes_as(batch_id, extra, key_format, "key"),
     )

@@ -19,6 +19,8 @@ from kafka_batch_provider.errors import ConfigError
 
 READERS = ("python", "jvm")
 VALUE_FORMATS = ("bytes", "string", "json", *REGISTRY_FORMATS)
+#: A key in ``json`` would need a DDL of its own: JSON keys are read as ``string``.
+KEY_FORMATS = ("bytes", "string", *REGISTRY_FORMATS)
 DEFAULT_MAX_OFFSETS_PER_TASK = 250_000
 DEFAULT_STALL_TIMEOUT = 120.0
 #: What a record whose value cannot be decoded does to its batch (registry formats).
@@ -29,6 +31,23 @@ def check_value_format(value_format: str) -> None:
     """One of :data:`VALUE_FORMATS` (the plan operators check theirs before any write option exists)."""
     if value_format not in VALUE_FORMATS:
         raise ConfigError(f"unknown value format {value_format!r}; choose one of {', '.join(VALUE_FORMATS)}")
+
+
+def check_key_format(key_format: str, value_format: str = "bytes") -> None:
+    """One of :data:`KEY_FORMATS`; a registry key beside ``json`` values is refused (Spark parses
+    those, and the keys are decoded in the Python worker that ``json`` skips)."""
+    if key_format not in KEY_FORMATS:
+        hint = " (read JSON keys as string)" if key_format == "json" else ""
+        raise ConfigError(
+            f"unknown {Setting('key_format')} {key_format!r}; choose one of {', '.join(KEY_FORMATS)}{hint}",
+            setting=Setting("key_format"),
+        )
+    if key_format in REGISTRY_FORMATS and value_format == "json":
+        raise ConfigError(
+            f"{Setting('key_format', key_format)} cannot go with {Setting('value_format', 'json')}: read the "
+            f"values as json-schema from the registry, or the keys as string",
+            setting=Setting("key_format"),
+        )
 
 
 @dataclass(frozen=True)
@@ -47,6 +66,9 @@ class WriteOptions:
     :param on_bad_record: (registry formats) ``fail``: a value that cannot be decoded fails the batch
         in one line; ``dead-letter``: such records are written whole to the batch's dead letters,
         logged and published with the batch (:mod:`kafka_batch_provider.decoding.dead_letters`).
+    :param key_format: ``bytes``; ``string`` adds ``key_string``; ``avro``, ``protobuf`` or
+        ``json-schema`` turn ``key`` into the decoded key (a struct of the key's fields, or the
+        value of an Avro key that is not a record), read with the plan's key reader schema.
 
     How a table is partitioned belongs to the output (:class:`~kafka_batch_provider.output.formats.OutputSpec`).
     """
@@ -59,11 +81,13 @@ class WriteOptions:
     target_file_mb: int = DEFAULT_TARGET_FILE_MB
     keep_raw_value: bool = False
     on_bad_record: str = "fail"
+    key_format: str = "bytes"
 
     def __post_init__(self) -> None:
         if self.reader not in READERS:
             raise ConfigError(f"unknown reader {self.reader!r}; choose one of {', '.join(READERS)}")
         check_value_format(self.value_format)
+        check_key_format(self.key_format, self.value_format)
         if self.value_format == "json" and not self.value_schema:
             json_values, schema = Setting("value_format", "json"), Setting("value_schema")
             raise ConfigError(
@@ -72,12 +96,12 @@ class WriteOptions:
         if self.value_schema and self.value_format != "json":
             json_values = Setting("value_format", "json")
             raise ConfigError(f"{Setting('value_schema')} is only used with {json_values}", setting=json_values)
-        if self.value_format in REGISTRY_FORMATS and self.reader == "jvm":
-            raise ConfigError(
-                f"{Setting('reader', 'jvm')} cannot decode {self.value_format} values: "
-                f"use {Setting('reader', 'python')}",
-                setting=Setting("reader"),
-            )
+        for part, fmt in (("values", self.value_format), ("keys", self.key_format)):
+            if fmt in REGISTRY_FORMATS and self.reader == "jvm":
+                raise ConfigError(
+                    f"{Setting('reader', 'jvm')} cannot decode {fmt} {part}: use {Setting('reader', 'python')}",
+                    setting=Setting("reader"),
+                )
         if self.keep_raw_value and self.value_format not in REGISTRY_FORMATS:
             raise ConfigError(
                 f"{Setting('keep_raw_value')} is only used with a schema registry format "
@@ -89,10 +113,11 @@ class WriteOptions:
                 f"unknown {Setting('on_bad_record')} {self.on_bad_record!r}; choose one of {', '.join(ON_BAD_RECORD)}",
                 setting=Setting("on_bad_record"),
             )
-        if self.on_bad_record != "fail" and self.value_format not in REGISTRY_FORMATS:
+        if self.on_bad_record != "fail" and not self.registry_parts:
             raise ConfigError(
                 f"{Setting('on_bad_record', self.on_bad_record)} is only used with a schema registry format "
-                f"({Setting('value_format')}: {', '.join(REGISTRY_FORMATS)}): the other formats decode every record",
+                f"({Setting('value_format')} or {Setting('key_format')}: {', '.join(REGISTRY_FORMATS)}): the other "
+                "formats decode every record",
                 setting=Setting("on_bad_record"),
             )
         if self.max_offsets_per_task < 1:
@@ -102,6 +127,12 @@ class WriteOptions:
         check_target_file_mb(self.target_file_mb)
         if self.value_schema:
             check_ddl_schema(self.value_schema)  # Spark would refuse it only after the batch was planned
+
+    @property
+    def registry_parts(self) -> dict[str, str]:
+        """The parts (``value``, ``key``) read in a registry format, and their formats."""
+        found = {"value": self.value_format, "key": self.key_format}
+        return {part: fmt for part, fmt in found.items() if fmt in REGISTRY_FORMATS}
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -114,6 +145,13 @@ class WriteOptions:
             "schema registry (typed columns; --schema-registry-url)",
         )
         parser.add_argument("--value-schema", help="DDL schema of the JSON values, for --value-format json")
+        parser.add_argument(
+            "--key-format",
+            choices=KEY_FORMATS,
+            default="bytes",
+            help="bytes (default), string (adds key_string), or avro, protobuf, json-schema from a schema "
+            "registry (key becomes the decoded key; --schema-registry-url)",
+        )
         parser.add_argument(
             "--keep-raw-value",
             action="store_true",
@@ -157,11 +195,12 @@ class WriteOptions:
             args.target_file_mb,
             args.keep_raw_value,
             args.on_bad_record,
+            args.key_format,
         )
 
     def to_args(self) -> list[str]:
         """The flags :meth:`add_arguments` reads back (for spark-submit's application arguments)."""
-        args = ["--reader", self.reader, "--value-format", self.value_format]
+        args = ["--reader", self.reader, "--value-format", self.value_format, "--key-format", self.key_format]
         if self.value_schema:
             args += ["--value-schema", self.value_schema]
         args += ["--max-offsets-per-task", str(self.max_offsets_per_task), "--stall-timeout", str(self.stall_timeout)]

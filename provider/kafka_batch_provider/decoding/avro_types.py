@@ -66,6 +66,17 @@ LOGICAL: dict[tuple[str, str], pa.DataType] = {
 }
 
 
+#: The one field of the record a key is read as (:func:`as_key_record`).
+KEY_FIELD = "key"
+
+
+def as_key_record(avro: Any) -> dict[str, Any]:
+    """A key's schema as a record of one field, ``key``. A record is encoded as its fields in
+    order, so every key (a string, a long, a record) decodes exactly as itself, and becomes one
+    column. The record has no namespace: the key's own names keep theirs."""
+    return {"type": "record", "name": "kafka_batch_key", "fields": [{"name": KEY_FIELD, "type": avro}]}
+
+
 def arrow_schema(avro: Any, references: Sequence[Any] = ()) -> pa.Schema:
     """The columns of a record schema: one per field (the value's fields become columns).
 

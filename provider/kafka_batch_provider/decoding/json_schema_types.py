@@ -49,11 +49,11 @@ class Column:
     convert: Callable[[Any], Any]
 
 
-def value_columns(schema: Mapping[str, Any]) -> dict[str, Column]:
-    """The columns of a value schema: one per property of its top-level object."""
+def value_columns(schema: Mapping[str, Any], part: str = "value") -> dict[str, Column]:
+    """The columns of a value (or key) schema: one per property of its top-level object."""
     found = resolved(schema, schema, ())
     if not (isinstance(found, Mapping) and isinstance(found.get("properties"), Mapping) and found["properties"]):
-        raise ConfigError("the value's JSON Schema must be an object with properties to become columns")
+        raise ConfigError(f"the {part}'s JSON Schema must be an object with properties to become columns")
     return properties(found, schema, ())
 
 

@@ -71,16 +71,18 @@ class SchemaRegistryHook(BaseHook):
         }
 
 
-def registry_conn_for(value_format: str, conn_id: str | None) -> str | None:
-    """The ``schema_registry`` connection a task of ``value_format`` uses: refused without one for a
-    registry format (when the DAG is parsed), ``None`` for the other formats, which never open it."""
+def registry_conn_for(value_format: str, conn_id: str | None, key_format: str = "bytes") -> str | None:
+    """The ``schema_registry`` connection a task of ``value_format`` and ``key_format`` uses: refused
+    without one for a registry format (when the DAG is parsed), ``None`` when neither is one (the
+    other formats never open it)."""
     from kafka_batch_provider.core.reader_schema import REGISTRY_FORMATS
     from kafka_batch_provider.registry.reader_schema import require_registry
 
-    if value_format not in REGISTRY_FORMATS:
+    parts = [(part, fmt) for part, fmt in (("value", value_format), ("key", key_format)) if fmt in REGISTRY_FORMATS]
+    if not parts:
         return None
     if not conn_id:
-        require_registry(value_format, None)
+        require_registry(parts[0][1], None, parts[0][0])
     return conn_id
 
 

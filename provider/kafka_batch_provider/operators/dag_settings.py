@@ -49,19 +49,26 @@ def ingest_output() -> BatchOutput:
 
 
 def value_settings() -> dict[str, object]:
-    """How the values are read (parse-time environment): the format, and for a registry format the
-    schema registry connection, the subject, a pinned version, whether the bytes stay too and what
+    """How the values and keys are read (parse-time environment): the formats
+    (``KAFKA_BATCH_VALUE_FORMAT``, ``KAFKA_BATCH_KEY_FORMAT``), and for a registry format the
+    schema registry connection, the subjects, pinned versions, whether the bytes stay too and what
     an undecodable record does (``KAFKA_BATCH_ON_BAD_RECORD``: ``fail`` or ``dead-letter``)."""
-    version = os.environ.get("KAFKA_BATCH_VALUE_SCHEMA_VERSION") or None
-    if version is not None and not version.strip().isdigit():
-        raise ConfigError(f"KAFKA_BATCH_VALUE_SCHEMA_VERSION must be a version number, got {version!r}")
+    versions = {}
+    for part in ("VALUE", "KEY"):
+        version = os.environ.get(f"KAFKA_BATCH_{part}_SCHEMA_VERSION") or None
+        if version is not None and not version.strip().isdigit():
+            raise ConfigError(f"KAFKA_BATCH_{part}_SCHEMA_VERSION must be a version number, got {version!r}")
+        versions[part] = int(version) if version is not None else None
     on_bad_record = os.environ.get("KAFKA_BATCH_ON_BAD_RECORD") or "fail"
     if on_bad_record not in ON_BAD_RECORD:
         raise ConfigError(f"KAFKA_BATCH_ON_BAD_RECORD must be one of {', '.join(ON_BAD_RECORD)}, got {on_bad_record!r}")
     return {
         "value_format": os.environ.get("KAFKA_BATCH_VALUE_FORMAT", "bytes"),
         "value_subject": os.environ.get("KAFKA_BATCH_VALUE_SUBJECT") or None,
-        "value_schema_version": int(version) if version is not None else None,
+        "value_schema_version": versions["VALUE"],
+        "key_format": os.environ.get("KAFKA_BATCH_KEY_FORMAT", "bytes"),
+        "key_subject": os.environ.get("KAFKA_BATCH_KEY_SUBJECT") or None,
+        "key_schema_version": versions["KEY"],
         "keep_raw_value": os.environ.get("KAFKA_BATCH_KEEP_RAW_VALUE", "false").lower() in ("1", "true", "yes"),
         "schema_registry_conn_id": os.environ.get("KAFKA_BATCH_SCHEMA_REGISTRY_CONN_ID") or None,
         "on_bad_record": on_bad_record,
@@ -69,5 +76,13 @@ def value_settings() -> dict[str, object]:
 
 
 #: What of :func:`value_settings` the plan task takes, and what the Spark task takes.
-PLAN_VALUE_SETTINGS = ("value_format", "value_subject", "value_schema_version", "schema_registry_conn_id")
-WRITE_VALUE_SETTINGS = ("value_format", "keep_raw_value", "schema_registry_conn_id", "on_bad_record")
+PLAN_VALUE_SETTINGS = (
+    "value_format",
+    "value_subject",
+    "value_schema_version",
+    "key_format",
+    "key_subject",
+    "key_schema_version",
+    "schema_registry_conn_id",
+)
+WRITE_VALUE_SETTINGS = ("value_format", "key_format", "keep_raw_value", "schema_registry_conn_id", "on_bad_record")

@@ -39,10 +39,11 @@ __all__ = [
 
 
 class ValueSchemaChoice:
-    """What a plan operator pins for values in a schema registry format (``value_format='avro'``):
-    the reader schema of ``value_subject`` (default ``<topic>-value``) at ``value_schema_version``
-    (default: the latest when the batch is planned), from the ``schema_registry`` connection
-    ``schema_registry_conn_id``. Checked when the DAG is parsed."""
+    """What a plan operator pins for values (and keys) in a schema registry format
+    (``value_format='avro'``, ``key_format='avro'``): the reader schema of ``value_subject``
+    (default ``<topic>-value``) at ``value_schema_version`` (default: the latest when the batch is
+    planned), and of ``key_subject`` (``<topic>-key``) at ``key_schema_version``, from the
+    ``schema_registry`` connection ``schema_registry_conn_id``. Checked when the DAG is parsed."""
 
     def keep_value_schema_choice(
         self,
@@ -50,26 +51,44 @@ class ValueSchemaChoice:
         value_subject: str | None,
         value_schema_version: int | None,
         schema_registry_conn_id: str | None,
+        key_format: str = "bytes",
+        key_subject: str | None = None,
+        key_schema_version: int | None = None,
     ) -> None:
-        from kafka_batch_provider.core.write_options import check_value_format
+        from kafka_batch_provider.core.write_options import check_key_format, check_value_format
         from kafka_batch_provider.hooks.schema_registry import registry_conn_for
 
         check_value_format(value_format)
+        check_key_format(key_format, value_format)
         check_schema_choice(value_format, value_subject, value_schema_version)
+        check_schema_choice(key_format, key_subject, key_schema_version, "key")
         self.value_format = value_format
         self.value_subject = value_subject
         self.value_schema_version = value_schema_version
-        self.schema_registry_conn_id = registry_conn_for(value_format, schema_registry_conn_id)
+        self.key_format = key_format
+        self.key_subject = key_subject
+        self.key_schema_version = key_schema_version
+        self.schema_registry_conn_id = registry_conn_for(value_format, schema_registry_conn_id, key_format)
 
     def reader_schema_request(self, wait: float) -> Any:
-        """What pins the batch's reader schema (``None`` for values not in a registry format)."""
+        """What pins the batch's reader schemas (``None`` when neither values nor keys are in a registry format)."""
         if self.schema_registry_conn_id is None:  # only a registry format keeps one
             return None
+        from kafka_batch_provider.core.reader_schema import REGISTRY_FORMATS
         from kafka_batch_provider.hooks.schema_registry import registry_settings
-        from kafka_batch_provider.registry.reader_schema import ReaderSchemaRequest
+        from kafka_batch_provider.registry.reader_schema import ReaderSchemaRequest, ReaderSchemas
 
         settings = registry_settings(self.schema_registry_conn_id)
-        return ReaderSchemaRequest(self.value_format, settings, self.value_subject, self.value_schema_version, wait)
+        return ReaderSchemas.of(
+            *(
+                ReaderSchemaRequest(fmt, settings, subject, version, wait, part)
+                for part, fmt, subject, version in (
+                    ("value", self.value_format, self.value_subject, self.value_schema_version),
+                    ("key", self.key_format, self.key_subject, self.key_schema_version),
+                )
+                if fmt in REGISTRY_FORMATS
+            )
+        )
 
 
 def run_type_of(context: Any) -> str:
@@ -118,6 +137,9 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BaseOperator):
         ``schema_registry_conn_id``, a ``schema_registry`` connection) pins the batch's reader
         schema in its plan: the latest version of ``value_subject`` (default ``<topic>-value``)
         or ``value_schema_version``.
+    :param key_format: the keys' format: ``bytes`` (default), ``string``, or a registry format,
+        whose reader schema is pinned the same way (``key_subject``, default ``<topic>-key``;
+        ``key_schema_version``).
     """
 
     template_fields: Sequence[str] = (
@@ -150,10 +172,21 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BaseOperator):
         value_subject: str | None = None,
         value_schema_version: int | None = None,
         schema_registry_conn_id: str | None = None,
+        key_format: str = "bytes",
+        key_subject: str | None = None,
+        key_schema_version: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.keep_value_schema_choice(value_format, value_subject, value_schema_version, schema_registry_conn_id)
+        self.keep_value_schema_choice(
+            value_format,
+            value_subject,
+            value_schema_version,
+            schema_registry_conn_id,
+            key_format,
+            key_subject,
+            key_schema_version,
+        )
         self.topics = topics
         self.group_id = group_id
         self.keep_output(output)
@@ -271,10 +304,21 @@ class KafkaReplayPlanOperator(ValueSchemaChoice, TemplatedOutput, BaseOperator):
         value_subject: str | None = None,
         value_schema_version: int | None = None,
         schema_registry_conn_id: str | None = None,
+        key_format: str = "bytes",
+        key_subject: str | None = None,
+        key_schema_version: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.keep_value_schema_choice(value_format, value_subject, value_schema_version, schema_registry_conn_id)
+        self.keep_value_schema_choice(
+            value_format,
+            value_subject,
+            value_schema_version,
+            schema_registry_conn_id,
+            key_format,
+            key_subject,
+            key_schema_version,
+        )
         self.topics = topics
         self.keep_output(output)
         self.kafka_config_id = kafka_config_id

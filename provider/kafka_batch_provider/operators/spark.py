@@ -13,7 +13,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk.exceptions import AirflowException
 
 from kafka_batch_provider.core.file_sizing import DEFAULT_TARGET_FILE_MB
-from kafka_batch_provider.core.reader_schema import check_plan_decodes_as
+from kafka_batch_provider.core.reader_schema import check_plan_formats
 from kafka_batch_provider.core.write_options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
@@ -101,6 +101,8 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
     :param value_format: ``bytes`` (default), ``string``, ``json`` (with ``value_schema``) or
         ``avro``, ``protobuf``, ``json-schema`` (typed columns, with the reader schema the plan
         pinned; needs ``schema_registry_conn_id``, the plan task's ``schema_registry`` connection).
+    :param key_format: ``bytes`` (default), ``string`` (adds ``key_string``) or a registry format
+        (``key`` becomes the decoded key, with the key reader schema the plan pinned).
     :param keep_raw_value: (registry formats) keep the value's bytes beside its typed columns.
     :param on_bad_record: (registry formats) ``fail`` (default): a value that cannot be decoded fails the
         batch in one line; ``dead-letter``: such records are written whole to the batch's dead
@@ -134,6 +136,7 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         keep_raw_value: bool = False,
         schema_registry_conn_id: str | None = None,
         on_bad_record: str = "fail",
+        key_format: str = "bytes",
         **kwargs: Any,
     ) -> None:
         super().__init__(application=application, name=name, **kwargs)
@@ -150,15 +153,18 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
             target_file_mb,
             keep_raw_value,
             on_bad_record,
+            key_format,
         )
-        self.schema_registry_conn_id = registry_conn_for(value_format, schema_registry_conn_id)
+        self.schema_registry_conn_id = registry_conn_for(value_format, schema_registry_conn_id, key_format)
 
     def execute(self, context: Any) -> dict[str, Any]:
         summary, spec, plan = planned_batch(context, self.plan_task_id, self.batch_output)
         with task_errors():
             kafka_config = shippable(KafkaOffsetsHook(self.kafka_config_id).kafka_config)
             registry = registry_settings(self.schema_registry_conn_id)
-            check_plan_decodes_as(plan.batch_id, plan.extra, self.write_options.value_format)
+            check_plan_formats(
+                plan.batch_id, plan.extra, self.write_options.value_format, self.write_options.key_format
+            )
         self.log.info(
             "batch %s: %d range(s), up to %d offsets", plan.batch_id, len(plan.readable_ranges), plan.planned_offsets
         )

@@ -57,6 +57,7 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
         keep_raw_value: bool = False,
         schema_registry_conn_id: str | None = None,
         on_bad_record: str = "fail",
+        key_format: str = "bytes",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -74,8 +75,9 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
             target_file_mb,
             keep_raw_value,
             on_bad_record,
+            key_format,
         )
-        self.schema_registry_conn_id = registry_conn_for(value_format, schema_registry_conn_id)
+        self.schema_registry_conn_id = registry_conn_for(value_format, schema_registry_conn_id, key_format)
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook

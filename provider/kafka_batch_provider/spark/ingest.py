@@ -17,6 +17,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -31,7 +32,7 @@ from kafka_batch_provider.output.store import BatchStore
 from kafka_batch_provider.registry.settings import RegistrySettings
 from kafka_batch_provider.spark.jvm_options import jvm_reader_options
 from kafka_batch_provider.spark.kafka_reader import KAFKA_ARROW_SCHEMA
-from kafka_batch_provider.spark.slice_reader import ReadAndWrite, SliceReader, slices_of
+from kafka_batch_provider.spark.slice_reader import ReadAndWrite, SliceReader, slices_of, string_columns
 from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN, REPORT_SCHEMA, TaskWriter
 from kafka_batch_provider.spark.value_decoding import value_decoding
 from kafka_batch_provider.steps.write import Stage, StagedBatch
@@ -78,7 +79,7 @@ def slice_reader(
 
 
 def decode_values(df: DataFrame, options: WriteOptions) -> DataFrame:
-    """Add a decoded value column; the raw ``value`` column always stays.
+    """Add a decoded value column (and ``key_string``); the raw ``value`` column always stays.
 
     ``string`` adds ``value_string``; ``json`` adds ``value_json`` parsed with the DDL
     ``value_schema`` (malformed JSON gives null fields; the raw bytes remain in ``value``).
@@ -86,9 +87,11 @@ def decode_values(df: DataFrame, options: WriteOptions) -> DataFrame:
     and a Parquet string column that is not UTF-8 breaks its readers (pyarrow cannot decode it).
     """
     if options.value_format == "string":
-        return df.withColumn("value_string", F.make_valid_utf8(F.col("value").cast("string")))
+        df = df.withColumn("value_string", F.make_valid_utf8(F.col("value").cast("string")))
     if options.value_format == "json":
-        return df.withColumn("value_json", F.from_json(F.col("value").cast("string"), options.value_schema))
+        df = df.withColumn("value_json", F.from_json(F.col("value").cast("string"), options.value_schema))
+    if options.key_format == "string":
+        df = df.withColumn("key_string", F.make_valid_utf8(F.col("key").cast("string")))
     return df
 
 
@@ -106,7 +109,8 @@ def stage_batch(
     """
     decoding = value_decoding(plan, options, registry)  # the registry is asked before anything is staged
     reserved = (RECEIPT_COLUMN, *(["date"] if store.partition_by else []))  # the tables' partition column
-    decoded_schema = decoding.output_schema(KAFKA_ARROW_SCHEMA, reserved) if decoding is not None else None
+    read_schema = pa.schema([*KAFKA_ARROW_SCHEMA, *string_columns(options.value_format, options.key_format)])
+    decoded_schema = decoding.output_schema(read_schema, reserved) if decoding is not None else None
     if decoded_schema is not None:
         store.check_columns(decoded_schema)  # a type the table format has not: refused before reading
     staging = store.new_staging(plan.batch_id)
@@ -128,7 +132,7 @@ def stage_batch(
     df = decode_values(df, options)
     if reader and options.value_format != "json":
         # Read and write in the same Python worker: the records never go through the JVM.
-        fused = ReadAndWrite(reader, writer, options.value_format, decoding)
+        fused = ReadAndWrite(reader, writer, options.value_format, decoding, options.key_format)
         rows = reader.slice_ids(spark).mapInArrow(fused, REPORT_SCHEMA).collect()
     else:
         rows = df.mapInArrow(writer, REPORT_SCHEMA).collect()

@@ -114,11 +114,17 @@ class SliceReader:
                 )
 
 
-def decode_in_arrow(batch: pa.RecordBatch, value_format: str) -> pa.RecordBatch:
-    """``value_string`` as Spark's ``make_valid_utf8(CAST(value AS STRING))`` gives it."""
-    if value_format != "string":
-        return batch
-    return batch.append_column("value_string", valid_utf8(batch.column("value")))
+def string_columns(value_format: str, key_format: str = "bytes") -> list[pa.Field]:
+    """The columns :func:`decode_in_arrow` adds: ``value_string``, ``key_string``."""
+    formats = (("value", value_format), ("key", key_format))
+    return [pa.field(f"{part}_string", pa.string()) for part, fmt in formats if fmt == "string"]
+
+
+def decode_in_arrow(batch: pa.RecordBatch, value_format: str, key_format: str = "bytes") -> pa.RecordBatch:
+    """``value_string`` (``key_string``) as Spark's ``make_valid_utf8(CAST(value AS STRING))`` gives it."""
+    for added in string_columns(value_format, key_format):
+        batch = batch.append_column(added, valid_utf8(batch.column(added.name.removesuffix("_string"))))
+    return batch
 
 
 def valid_utf8(values: pa.Array) -> pa.Array:
@@ -143,13 +149,13 @@ class ReadAndWrite:
     reader: SliceReader
     writer: Any
     value_format: str = "bytes"
-    #: values in a schema registry format: the :class:`~kafka_batch_provider.spark.value_decoding.ValueDecoding`
+    #: values or keys in a schema registry format: the
+    #: :class:`~kafka_batch_provider.spark.value_decoding.ValueDecoding`
     decoding: Any = None
+    key_format: str = "bytes"
 
     __name__ = "kafka_batch_read_write_parquet"
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        if self.decoding is not None:
-            return self.writer(self.decoding(self.reader(batches)))
-        decoded = (decode_in_arrow(batch, self.value_format) for batch in self.reader(batches))
-        return self.writer(decoded)
+        decoded = (decode_in_arrow(batch, self.value_format, self.key_format) for batch in self.reader(batches))
+        return self.writer(self.decoding(decoded) if self.decoding is not None else decoded)

@@ -25,7 +25,7 @@ The commit step is :mod:`kafka_batch_provider.steps.commit`; a repair (3) calls 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -34,7 +34,7 @@ from kafka_batch_provider.core.manifest import log_position, plan_of_entry
 from kafka_batch_provider.core.offsets import PartitionOffsets
 from kafka_batch_provider.core.plan import INCREMENTAL, OffsetPlan
 from kafka_batch_provider.core.planning import LogSlot, PlanPolicy, plan_incremental, select_partitions
-from kafka_batch_provider.core.reader_schema import PLAN_KEY, ReaderSchema, planned_reader_schema
+from kafka_batch_provider.core.reader_schema import planned_formats
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy, Reconciliation, reconcile
 from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError, GroupMismatchError, LogConflictError, ManifestError, PlanError
@@ -155,33 +155,42 @@ def plan_batch(
 
 
 class ReaderSchemaPin(Protocol):
-    """Pins the reader schema of a batch (the registry's answer, or a configuration error)."""
+    """Pins the reader schemas of a batch (the registry's answers, or a configuration error):
+    a :class:`~kafka_batch_provider.registry.reader_schema.ReaderSchemaRequest` (one part) or
+    :class:`~kafka_batch_provider.registry.reader_schema.ReaderSchemas` (values and keys)."""
 
-    value_format: str
+    @property
+    def formats(self) -> Mapping[str, str]: ...
 
-    def pin(self, topics: Sequence[str]) -> ReaderSchema: ...
+    def pins(self, topics: Sequence[str]) -> dict[str, Any]: ...
+
+
+def formats_wanted(reader_schema: ReaderSchemaPin | None) -> dict[str, str]:
+    return dict(reader_schema.formats) if reader_schema else {}
 
 
 def same_format(pending: OffsetPlan, reader_schema: ReaderSchemaPin | None) -> bool:
-    """A pending plan decodes as this run asks: both without a registry format, or both in the same
-    one (a plan with nothing to read decodes nothing, so any format goes)."""
-    recorded = planned_reader_schema(pending.extra)
-    wanted = reader_schema.value_format if reader_schema else None
-    return not pending.has_data or (recorded.value_format if recorded else None) == wanted
+    """A pending plan decodes as this run asks: values and keys both without a registry format, or
+    both in the same one (a plan with nothing to read decodes nothing, so any format goes)."""
+    return not pending.has_data or planned_formats(pending.extra) == formats_wanted(reader_schema)
+
+
+def in_words(formats: Mapping[str, str]) -> str:
+    return " and ".join(f"{part}s as {fmt}" for part, fmt in sorted(formats.items(), reverse=True))
 
 
 def refuse_another_format(pending: Sequence[OffsetPlan], reader_schema: ReaderSchemaPin | None) -> None:
-    """A pending plan for the same ranges, planned in another value format, would be replaced by a
-    plan of the same batch id: its retry (or an attempt still running) would write the batch the
-    other way. Refused before anything changes."""
+    """A pending plan for the same ranges, planned in another value (or key) format, would be
+    replaced by a plan of the same batch id: its retry (or an attempt still running) would write
+    the batch the other way. Refused before anything changes."""
     for plan in pending:
         if not same_format(plan, reader_schema):
-            recorded = planned_reader_schema(plan.extra)
-            planned = f"as {recorded.value_format}" if recorded else "without a schema registry format"
-            wanted = f"as {reader_schema.value_format}" if reader_schema else "without one"
+            recorded, wanted = planned_formats(plan.extra), formats_wanted(reader_schema)
+            planned = f"with {in_words(recorded)}" if recorded else "without a schema registry format"
+            asked = f"with {in_words(wanted)}" if wanted else "without one"
             raise ConfigError(
-                f"pending batch {plan.batch_id} was planned {planned}, this run plans {wanted}: finish it with "
-                f"the value format it was planned with, or discard it first (kafka-batch discard --plan ...)",
+                f"pending batch {plan.batch_id} was planned {planned}, this run plans {asked}: finish it with "
+                f"the value and key formats it was planned with, or discard it first (kafka-batch discard --plan ...)",
                 setting=Setting("value_format"),
             )
 
@@ -189,10 +198,10 @@ def refuse_another_format(pending: Sequence[OffsetPlan], reader_schema: ReaderSc
 def with_reader_schema(
     fresh: OffsetPlan, reader_schema: ReaderSchemaPin | None, reusable: OffsetPlan | None
 ) -> OffsetPlan:
-    """The fresh plan with its reader schema recorded, when it will be saved and has values to decode."""
+    """The fresh plan with its reader schemas recorded, when it will be saved and has records to decode."""
     if reader_schema is None or reusable is not None or not fresh.has_data:
         return fresh
-    return replace(fresh, extra={**fresh.extra, PLAN_KEY: reader_schema.pin(fresh.topics).to_dict()})
+    return replace(fresh, extra={**fresh.extra, **reader_schema.pins(fresh.topics)})
 
 
 Decided = tuple[Reconciliation, OffsetPlan, "OffsetPlan | None"]

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from kafka_batch_provider.core.manifest import build_manifest
 from kafka_batch_provider.core.plan import OffsetPlan
-from kafka_batch_provider.core.reader_schema import check_plan_decodes_as, planned_reader_schema
+from kafka_batch_provider.core.reader_schema import PLAN_KEYS, check_plan_formats, planned_reader_schema
 from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.core.write_check import TaskReports, check_write
 from kafka_batch_provider.core.write_options import WriteOptions
@@ -82,7 +82,7 @@ def write_batch(
     previous = store.previous_entry(plan)  # fail before reading when the log moved on since planning
     if previous is not None:
         store.publish(previous)  # finishes a predecessor's publish cut short (replays have no commit step)
-    check_plan_decodes_as(bid, plan.extra, options.value_format)  # before anything is read or recorded
+    check_plan_formats(bid, plan.extra, options.value_format, options.key_format)  # before anything is read or recorded
     kafka = KafkaOffsets(kafka_config)
     try:
         if not plan.has_data:
@@ -196,6 +196,7 @@ def publish_staged(
             "reader": options.reader,
             "value_format": options.value_format,
             "value_schema": options.value_schema,
+            **({"key_format": options.key_format} if options.key_format != "bytes" else {}),
             **reader_schema_options(plan, options),
             **({"on_bad_record": options.on_bad_record} if options.on_bad_record != "fail" else {}),
             "partition_by": store.partition_by,
@@ -221,25 +222,30 @@ def publish_staged(
 def in_schema_words(exc: ColumnTypeError, plan: OffsetPlan, previous: Mapping[str, Any] | None) -> Exception:
     """A column whose type a batch in a registry format would change, refused in the schemas' words:
     the subject, the version this batch reads with, the one the table was last written with, the field."""
-    pinned = planned_reader_schema(plan.extra)
+    part = "key" if exc.column == "key" or exc.column.startswith("key.") else "value"
+    pinned = planned_reader_schema(plan.extra, part)
     if pinned is None:
         return exc
-    before = ((previous or {}).get("options") or {}).get("reader_schema") or {}
+    before = ((previous or {}).get("options") or {}).get(PLAN_KEYS[part]) or {}
     written_with = f"version {before['version']}" if before.get("subject") == pinned.subject else "an earlier batch"
     return SchemaError(
         f"{exc.where}: {pinned.subject} version {pinned.version} makes field {exc.column} {exc.batch_type}, but the "
         f"table holds it as {exc.table_type} (written with {written_with}): a table's column keeps its type, so "
         f"batch {plan.batch_id} was not written and the group did not move; register a version that keeps the "
-        f"type, pin an earlier one ({Setting('value_schema_version')}), or write to a new table"
+        f"type, pin an earlier one ({Setting(f'{part}_schema_version')}), or write to a new table"
     )
 
 
 def reader_schema_options(plan: OffsetPlan, options: WriteOptions) -> dict[str, Any]:
-    """What a batch in a registry format records about its decoding: the reader schema, raw values kept."""
+    """What a batch in a registry format records about its decoding: the reader schemas, raw values kept."""
+    found: dict[str, Any] = {}
+    key = planned_reader_schema(plan.extra, "key")
+    if key is not None:
+        found[PLAN_KEYS["key"]] = key.to_dict()
     pinned = planned_reader_schema(plan.extra)
-    if pinned is None:
-        return {}
-    return {"reader_schema": pinned.to_dict(), "keep_raw_value": options.keep_raw_value}
+    if pinned is not None:
+        found.update({PLAN_KEYS["value"]: pinned.to_dict(), "keep_raw_value": options.keep_raw_value})
+    return found
 
 
 def footer_rows(store: BatchStore, name: str) -> int | None:
