@@ -317,8 +317,8 @@ def test_a_pending_plan_is_not_replaced_by_a_plan_in_another_value_format(
     pending = plan_batch(kafka, store, group_id, [topic], PlanPolicy(), reader_schema=request)
     plan_file = pending.plan_path
     before = open(plan_file, "rb").read()  # a local output: the plan is a local file
-    with pytest.raises(ConfigError, match=f"pending batch {pending.plan.batch_id} was planned with values as avro, this "
-                       "run plans without one: finish it with the value and key formats it was planned with"):  # fmt: skip
+    planned = f"pending batch {pending.plan.batch_id} was planned with values as avro, this run plans without one"
+    with pytest.raises(ConfigError, match=f"{planned}: finish it with the value and key formats it was planned with"):
         plan_batch(kafka, store, group_id, [topic], PlanPolicy())
     after = open(plan_file, "rb").read()
     assert after == before, "the refused plan step rewrote the pending plan"
