@@ -126,3 +126,38 @@ def test_a_key_subject_of_another_format_is_refused_before_anything_is_planned(
             KafkaOffsets(kafka_config, timeout=10), store, group_id, [topic], PlanPolicy(), reader_schema=request
         )
     assert store.plan_files() == [], f"a refused plan left plan files: {store.plan_files()}"
+
+
+def test_a_table_whose_first_batch_had_no_data_takes_the_decoded_keys_type_and_one_of_raw_keys_refuses_it(
+    spark, kafka_config, new_topic, group_id, schema_registry, tmp_path
+):
+    topic = new_topic(partitions=1)
+    registry = RegistrySettings(schema_registry)
+    keys = avro(schema_registry, topic, KEY, [{"id": n} for n in range(2)], "KEY")
+    values = avro(schema_registry, topic, VALUE, [{"item": f"item-{n}"} for n in range(2)], "VALUE")
+    produce(kafka_config, topic, [Record(0, b"not framed", keys[0])])  # the first batch: a dead letter only
+    table = TableOutput(str(tmp_path / "table"))
+    _, first = ingest(
+        spark, kafka_config, table.store(), group_id, topic, registry, "avro", "avro", on_bad_record="dead-letter"
+    )
+    assert first["rows"] == 0 and first["dead_letters"]["rows"] == 1, first
+    produce(kafka_config, topic, [Record(0, values[n], keys[n]) for n in range(2)])
+    ingest(spark, kafka_config, table.store(), group_id, topic, registry, "avro", "avro")
+    rows = table.read().to_pylist()
+    assert sorted((r["key"]["id"], r["item"]) for r in rows) == [(0, "item-0"), (1, "item-1")], rows
+    assert "value" not in rows[0], f"no batch kept raw values, the table has {sorted(rows[0])}"
+
+    raw_keys = TableOutput(str(tmp_path / "raw"))
+    other = f"{group_id}-raw"
+    ingest_bytes = WriteOptions(value_format="avro", on_bad_record="dead-letter")
+    kafka = KafkaOffsets(kafka_config, timeout=10)
+    planned = plan_batch(
+        kafka, raw_keys.store(), other, [topic], PlanPolicy(), reader_schema=ReaderSchemaRequest("avro", registry)
+    )
+    write_batch(planned.plan, raw_keys.store(), kafka_config, stage_with(spark, registry), ingest_bytes)
+    commit_batch(kafka, raw_keys.store(), planned.plan)
+    produce(kafka_config, topic, [Record(0, values[0], keys[0])])
+    with pytest.raises(Exception, match="the table's keys were written as bytes, and .*-key decodes them as struct"):
+        ingest(
+            spark, kafka_config, raw_keys.store(), other, topic, registry, "avro", "avro", on_bad_record="dead-letter"
+        )

@@ -300,10 +300,16 @@ def parse_saved_name(name: str) -> tuple[int, str, str] | None:
     return (int(stem), batch_id, attempt) if name.endswith(".json") and stem.isdigit() and batch_id else None
 
 
+#: The columns every batch has, whatever its value and key formats: a batch without files (nothing
+#: to read, or only dead letters) brings only these, so the first batch with data decides the types
+#: of ``key`` and ``value`` (raw bytes, a decoded key, or no ``value`` beside typed fields).
+METADATA_SCHEMA = pa.schema([f for f in KAFKA_SCHEMA if f.name not in ("key", "value")])
+
+
 def files_schema(data: Location, entry: Mapping[str, Any]) -> pa.Schema:
-    """The Arrow schema of the batch's files (all written from one DataFrame), or the Kafka schema."""
+    """The Arrow schema of the batch's files (all written from one DataFrame), or :data:`METADATA_SCHEMA`."""
     if not entry.get("files"):
-        return KAFKA_SCHEMA
+        return METADATA_SCHEMA
     with data.open_input(f"{entry['location']}/{entry['files'][0]['name']}") as f:
         return pq.read_schema(f)
 
@@ -378,14 +384,20 @@ def new_columns(
             table_type, file_type = _plain(known[field.name].type), _plain(field.type)
             raise ColumnTypeError(
                 f"{where}: column {path} is {table_type} in the table but {file_type} in this batch: a table's "
-                "column keeps its type; write to a new table, or decode the value as before "
-                f"({Setting('value_format')}, {Setting('value_schema')})",
+                f"column keeps its type; write to a new table, or {as_before(path)}",
                 where,
                 path,
                 str(table_type),
                 str(file_type),
             )
     return added
+
+
+def as_before(path: str) -> str:
+    """How to write a column as the table holds it: the key's format for ``key``, else the value's."""
+    if path == "key" or path.startswith("key."):
+        return f"read the keys as before ({Setting('key_format')})"
+    return f"decode the value as before ({Setting('value_format')}, {Setting('value_schema')})"
 
 
 def one_line(exc: Exception) -> str:

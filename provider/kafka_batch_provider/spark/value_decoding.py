@@ -213,16 +213,22 @@ class ValueDecoding:
         registry = self.registry()
         values = self.decoder(registry)
         keys = self.key.decoder(registry) if self.key is not None else None
+        key_field = self.key.column() if self.key is not None else None  # once per task, not per batch
         for batch in batches:
             found = values.decode(batch.column("value")) if values is not None else None
             found_keys = keys.decode(batch.column("key")) if keys is not None else None
             problems, schema_ids = record_problems(found, found_keys)
             if problems and self.on_bad_record == "dead-letter":
                 yield dead_letters_of(batch, problems, schema_ids)
-            yield self.decoded(batch, found, found_keys, problems)
+            yield self.decoded(batch, found, found_keys, problems, key_field)
 
     def decoded(
-        self, batch: pa.RecordBatch, found: Any, found_keys: Any = None, problems: Mapping[int, str] | None = None
+        self,
+        batch: pa.RecordBatch,
+        found: Any,
+        found_keys: Any = None,
+        problems: Mapping[int, str] | None = None,
+        key_field: pa.Field | None = None,
     ) -> pa.RecordBatch:
         """The batch's Kafka columns (``key`` decoded) and its values' columns (without the rows that
         are dead letters)."""
@@ -242,7 +248,7 @@ class ValueDecoding:
         for name in names:
             if name == "key" and found_keys is not None and self.key is not None:
                 columns.append(self.key.key_column(found_keys))
-                fields.append(self.key.column())
+                fields.append(key_field or self.key.column())
             else:
                 columns.append(batch.column(name))
                 fields.append(batch.schema.field(name))

@@ -188,10 +188,11 @@ def refuse_another_format(pending: Sequence[OffsetPlan], reader_schema: ReaderSc
             recorded, wanted = planned_formats(plan.extra), formats_wanted(reader_schema)
             planned = f"with {in_words(recorded)}" if recorded else "without a schema registry format"
             asked = f"with {in_words(wanted)}" if wanted else "without one"
+            differs = "value" if recorded.get("value") != wanted.get("value") else "key"
             raise ConfigError(
                 f"pending batch {plan.batch_id} was planned {planned}, this run plans {asked}: finish it with "
                 f"the value and key formats it was planned with, or discard it first (kafka-batch discard --plan ...)",
-                setting=Setting("value_format"),
+                setting=Setting(f"{differs}_format"),
             )
 
 

@@ -226,6 +226,12 @@ def in_schema_words(exc: ColumnTypeError, plan: OffsetPlan, previous: Mapping[st
     pinned = planned_reader_schema(plan.extra, part)
     if pinned is None:
         return exc
+    if exc.column == "key" and "binary" in str(exc.table_type):  # raw keys so far: no version can match them
+        return SchemaError(
+            f"{exc.where}: the table's keys were written as bytes, and {pinned.subject} decodes them as "
+            f"{exc.batch_type}: a table's column keeps its type, so batch {plan.batch_id} was not written and the "
+            f"group did not move; keep {Setting('key_format', 'bytes')} for this table, or write to a new table"
+        )
     before = ((previous or {}).get("options") or {}).get(PLAN_KEYS[part]) or {}
     written_with = f"version {before['version']}" if before.get("subject") == pinned.subject else "an earlier batch"
     return SchemaError(
