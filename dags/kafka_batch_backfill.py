@@ -34,6 +34,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param
 
+from kafka_batch_provider.operators.assets import batch_alias
 from kafka_batch_provider.operators.dag_settings import PLAN_VALUE_SETTINGS, WRITE_VALUE_SETTINGS, value_settings
 from kafka_batch_provider.operators.output import BatchOutput
 from kafka_batch_provider.operators.plan import KafkaReplayPlanOperator
@@ -143,6 +144,8 @@ with DAG(
         "plan_task_id": "plan_replay",
         "kafka_config_id": os.environ.get("KAFKA_BATCH_KAFKA_CONN_ID", "kafka_default"),
         "output": OUTPUT,
+        # A replay commits no group: this task announces it, on the replay output's asset.
+        "outlets": [batch_alias("replay")],
         **{name: VALUES[name] for name in WRITE_VALUE_SETTINGS},
     }
     if os.environ.get("KAFKA_BATCH_SPARK_CONNECT_CONN_ID"):

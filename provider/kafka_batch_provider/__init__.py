@@ -46,6 +46,16 @@ def get_provider_info() -> dict:
                 "connection-type": "schema_registry",
             }
         ],
+        "sensors": [{"integration-name": "Kafka Batch", "python-modules": ["kafka_batch_provider.sensors.lag"]}],
+        "triggers": [{"integration-name": "Kafka Batch", "python-modules": ["kafka_batch_provider.triggers.lag"]}],
+        "asset-uris": [
+            {
+                "schemes": ["iceberg"],
+                "handler": "kafka_batch_provider.operators.assets.sanitize_iceberg_uri",
+                "factory": "kafka_batch_provider.operators.assets.create_iceberg_asset",
+                "to_openlineage_converter": "kafka_batch_provider.operators.assets.iceberg_asset_to_openlineage",
+            }
+        ],
         "operators": [
             {
                 "integration-name": "Kafka Batch",

@@ -63,6 +63,9 @@ def kafka_batch_ingest_group(
     stop_after: timedelta | None = timedelta(minutes=45),
     retries: int = 2,
     retry_delay: timedelta = timedelta(minutes=2),
+    bootstrap_servers: str | None = None,
+    emit_asset_events: bool = True,
+    emit_empty_batches: bool = False,
     **task_kwargs: Any,
 ) -> TaskGroup:
     """Create the task group ``<group_id>``: ``wait_for_data`` -> ``plan`` -> ``spark_write``
@@ -98,7 +101,19 @@ def kafka_batch_ingest_group(
     ``key_schema_version``).
     Every task retries ``retries`` times: a retried Spark task replays the same plan, and a
     failed run's plan is picked up by the next run. Extra keyword arguments go to every task.
+
+    Assets (``emit_asset_events``, default on): each committed batch is an asset event on the
+    output's asset (``s3://bucket/path``, ``file:///path``, ``iceberg://catalog/ns/table``), added
+    by the commit task (a backfill run's replay: by ``spark_write``, on the replay output's asset)
+    through the alias ``kafka-batch:<consumer_group>``, with the batch's facts in its extra; a
+    batch that wrote nothing emits none unless ``emit_empty_batches``. With ``bootstrap_servers``
+    (the Kafka connection is not opened when the DAG is parsed) the topics are the plan task's
+    inlets, ``kafka://host:port/topic``.
     """
+    from kafka_batch_provider.operators.assets import batch_alias, topic_assets
+
+    templated_group = "{{" in consumer_group
+    outlets = [batch_alias(group_id if templated_group else consumer_group)] if emit_asset_events else []
     common = {"retries": retries, "retry_delay": retry_delay, **task_kwargs}
     common = {**common, "output": output}  # every task gets the one output value
     with TaskGroup(group_id=group_id, tooltip=f"Kafka -> {output.table or output.output_path}") as group:
@@ -138,6 +153,7 @@ def kafka_batch_ingest_group(
             key_subject=key_subject,
             key_schema_version=key_schema_version,
             schema_registry_conn_id=schema_registry_conn_id,
+            inlets=topic_assets(bootstrap_servers, topics) if emit_asset_events else [],
             **common,
         )
         spark_step = {
@@ -152,6 +168,8 @@ def kafka_batch_ingest_group(
             "schema_registry_conn_id": schema_registry_conn_id,
             "on_bad_record": on_bad_record,
             "target_file_mb": target_file_mb,
+            "outlets": outlets,  # a backfill run's replay is announced here (it commits no group)
+            "emit_empty_batches": emit_empty_batches,
             **common,
         }
         if spark_connect_conn_id:
@@ -167,6 +185,8 @@ def kafka_batch_ingest_group(
             task_id="commit",
             plan_task_id=plan.task_id,
             kafka_config_id=kafka_config_id,
+            outlets=outlets,
+            emit_empty_batches=emit_empty_batches,
             **common,
         )
         steps = [plan, write, commit]

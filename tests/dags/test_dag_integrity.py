@@ -12,7 +12,7 @@ import pytest
 
 from tests.dags.conftest import DAGS
 
-EXPECTED_DAGS = {"kafka_batch_ingest", "kafka_batch_backfill", "kafka_batch_upkeep"}
+EXPECTED_DAGS = {"kafka_batch_ingest", "kafka_batch_backfill", "kafka_batch_upkeep", "kafka_batch_downstream"}
 
 
 def test_every_dag_file_imports_without_errors(dagbag):
@@ -235,3 +235,31 @@ def test_both_dags_read_keys_in_a_registry_format_from_the_environment(monkeypat
     refused = DagBag(str(DAGS)).import_errors
     errors = [e for e in refused.values() if "key format protobuf decodes with a schema registry" in e]
     assert len(errors) == 2, f"expected both DAG files refused for keys without a registry, found {refused}"
+
+
+def test_airflow_checks_iceberg_assets_with_this_providers_handler():
+    from airflow.sdk import Asset
+
+    assert Asset(uri="iceberg://prod/shop/orders").uri == "iceberg://prod/shop/orders"
+    with pytest.raises(ValueError, match="an Iceberg asset is iceberg://<catalog>/<namespace>/<table>"):
+        Asset(uri="iceberg://prod/orders")
+
+
+def test_the_ingest_group_reads_its_topics_as_inlets_and_announces_batches_through_an_alias():
+    from airflow.sdk import DAG, AssetAlias
+
+    from kafka_batch_provider.operators.output import BatchOutput
+    from kafka_batch_provider.task_group import kafka_batch_ingest_group
+
+    with DAG("assets_probe", schedule=None) as dag:
+        kafka_batch_ingest_group(
+            topics=["orders", "refunds"],
+            consumer_group="lake",
+            output=BatchOutput(output_path="s3://lake/orders"),
+            bootstrap_servers="b1:9092,b2:9092",
+        )
+    inlets = [a.uri for a in dag.task_dict["kafka_ingest.plan"].inlets]
+    assert inlets == ["kafka://b1:9092/orders", "kafka://b1:9092/refunds"], inlets
+    for task_id in ("kafka_ingest.commit", "kafka_ingest.spark_write"):
+        assert dag.task_dict[task_id].outlets == [AssetAlias(name="kafka-batch:lake")], task_id
+    assert dag.task_dict["kafka_ingest.plan"].outlets == [], "only the tasks that end a batch announce it"

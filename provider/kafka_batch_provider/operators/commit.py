@@ -11,6 +11,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from kafka_batch_provider.core.manifest import recorded_dead_letters
 from kafka_batch_provider.core.validation import positive_seconds
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
+from kafka_batch_provider.operators.assets import emit_batch_event
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.output import BatchOutput, connections_of, open_output
 from kafka_batch_provider.operators.xcom import load_plan, pull_summary
@@ -26,6 +27,11 @@ class KafkaOffsetCommitOperator(BaseOperator):
     run and replays (they never commit the group). Runs after a skipped Spark task (trigger
     rule ``none_failed``): a plan with nothing to read, e.g. a new empty partition, is
     recorded in the log here and committed. Pushes the committed offsets.
+
+    With an :class:`~airflow.sdk.AssetAlias` among its ``outlets`` (the task group adds one), the
+    committed batch becomes an asset event on the output's asset, its facts in the event's extra
+    (:mod:`kafka_batch_provider.operators.assets`); a batch that wrote nothing emits none unless
+    ``emit_empty_batches``.
 
     :param plan_task_id: task id of the plan operator.
     :param kafka_config_id: the ``kafka`` connection the plan used.
@@ -44,9 +50,11 @@ class KafkaOffsetCommitOperator(BaseOperator):
         output: BatchOutput | None = None,
         kafka_timeout: float = 30.0,
         trigger_rule: str = "none_failed",
+        emit_empty_batches: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(trigger_rule=trigger_rule, **kwargs)
+        self.emit_empty_batches = emit_empty_batches
         self.plan_task_id = plan_task_id
         self.kafka_config_id = kafka_config_id
         self.batch_output = connections_of(output)
@@ -56,7 +64,7 @@ class KafkaOffsetCommitOperator(BaseOperator):
         summary = pull_summary(context, self.plan_task_id, "commit")
         output = self.batch_output.planned(summary)
         with task_errors():
-            _, store = open_output(output, create=False)
+            spec, store = open_output(output, create=False)
             plan = load_plan(summary, store)
         if not plan.commits_group:
             raise AirflowSkipException(f"batch {plan.batch_id} is a {plan.mode}: the group's offsets are not touched")
@@ -64,9 +72,15 @@ class KafkaOffsetCommitOperator(BaseOperator):
             kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
             committed = commit_batch(kafka, store, plan, progress=self.log.info)
         record = store.commit_record(plan.seq, plan.batch_id) or {}
+        with task_errors():
+            entry = store.entry_of(plan)
+            event = entry and emit_batch_event(
+                self, context, entry, spec.describe(), False, self.emit_empty_batches, spec.catalog_properties
+            )
         return {
             "batch_id": plan.batch_id,
             "committed": committed,
             "rows": record.get("rows", 0),
             "dead_letters": recorded_dead_letters(record),
+            "asset_event": event or None,
         }

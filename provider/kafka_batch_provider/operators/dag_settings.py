@@ -86,3 +86,18 @@ PLAN_VALUE_SETTINGS = (
     "schema_registry_conn_id",
 )
 WRITE_VALUE_SETTINGS = ("value_format", "key_format", "keep_raw_value", "schema_registry_conn_id", "on_bad_record")
+
+
+def ingest_output_asset():
+    """The ingest DAG's output as an asset, by the parse-time environment (``KAFKA_BATCH_FORMAT``,
+    ``KAFKA_BATCH_OUTPUT``, ``KAFKA_BATCH_TABLE``, ``KAFKA_BATCH_CATALOG_NAME``): what a downstream
+    DAG is scheduled on. A schedule is fixed when the DAG is parsed, so it cannot follow the
+    Variables the ingest DAG reads at run time: set the environment to the same output."""
+    from airflow.sdk import Asset
+
+    from kafka_batch_provider.core.assets import output_uri
+
+    output_format = os.environ.get("KAFKA_BATCH_FORMAT", "parquet")
+    output = os.environ.get("KAFKA_BATCH_OUTPUT", "/tmp/kafka-batch/lake")
+    table = os.environ.get("KAFKA_BATCH_TABLE") or None
+    return Asset(uri=output_uri(output_format, output, table, os.environ.get("KAFKA_BATCH_CATALOG_NAME") or None))

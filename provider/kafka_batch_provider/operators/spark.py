@@ -64,8 +64,10 @@ def planned_batch(context: Any, plan_task_id: str, output: BatchOutput) -> tuple
     return summary, spec, plan
 
 
-def batch_result(spec: Any, plan: Any) -> dict[str, Any]:
-    """What the Spark step pushes: the batch's log entry number, rows and data location."""
+def batch_result(spec: Any, plan: Any, task: Any = None, context: Any = None) -> dict[str, Any]:
+    """What the Spark step pushes: the batch's log entry number, rows and data location. A replay
+    (which commits no group: this task ends it) is announced as an asset event through the
+    task's alias outlets (:func:`~kafka_batch_provider.operators.assets.emit_batch_event`)."""
     # Reopened: a table's state is read again, after Spark's commit.
     store = open_store(spec, create=False)
     entry = store.entry_of(plan)
@@ -74,13 +76,20 @@ def batch_result(spec: Any, plan: Any) -> dict[str, Any]:
     # The data's location (a table's, not its _kafka_batch/ control folder's).
     from kafka_batch_provider.core.manifest import dead_letter_count
 
-    return {
+    result = {
         "batch_id": plan.batch_id,
         "seq": plan.seq,
         "rows": entry["rows"],
         "dead_letters": dead_letter_count(entry),
         "location": store.data_uri(entry),
     }
+    if task is not None and not plan.commits_group:
+        from kafka_batch_provider.operators.assets import emit_batch_event
+
+        empty = getattr(task, "emit_empty_batches", False)
+        event = emit_batch_event(task, context, entry, spec.describe(), True, empty, spec.catalog_properties)
+        result["asset_event"] = event
+    return result
 
 
 class KafkaSparkBatchOperator(SparkSubmitOperator):
@@ -137,6 +146,7 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         schema_registry_conn_id: str | None = None,
         on_bad_record: str = "fail",
         key_format: str = "bytes",
+        emit_empty_batches: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(application=application, name=name, **kwargs)
@@ -156,6 +166,7 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
             key_format,
         )
         self.schema_registry_conn_id = registry_conn_for(value_format, schema_registry_conn_id, key_format)
+        self.emit_empty_batches = emit_empty_batches
 
     def execute(self, context: Any) -> dict[str, Any]:
         summary, spec, plan = planned_batch(context, self.plan_task_id, self.batch_output)
@@ -181,7 +192,7 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
             except AirflowException as exc:
                 raise self._spark_step_error(exc) from None
         with task_errors():
-            return batch_result(spec, plan)
+            return batch_result(spec, plan, self, context)
 
     def _spark_step_error(self, exc: AirflowException) -> AirflowException:
         """The application's one error line instead of the hook's command line and output tail

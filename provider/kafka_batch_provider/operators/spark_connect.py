@@ -58,6 +58,7 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
         schema_registry_conn_id: str | None = None,
         on_bad_record: str = "fail",
         key_format: str = "bytes",
+        emit_empty_batches: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -78,6 +79,7 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
             key_format,
         )
         self.schema_registry_conn_id = registry_conn_for(value_format, schema_registry_conn_id, key_format)
+        self.emit_empty_batches = emit_empty_batches
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
@@ -113,7 +115,7 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
             finally:
                 self._running = None
         with task_errors():
-            return batch_result(spec, plan)
+            return batch_result(spec, plan, self, context)
 
     def _remember_session(self, session_id: str) -> None:
         self._session_id = session_id

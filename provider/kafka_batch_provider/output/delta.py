@@ -200,6 +200,18 @@ class DeltaSink(TableFiles):
         except (OSError, DeltaError) as exc:
             raise StorageError(f"cannot read the Delta table {self.name}: {one_line(exc)}") from None
 
+    def table_at(self, version: int):
+        """The table as of ``version`` (a reader's own copy: the sink's stays at the newest)."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError
+
+        try:
+            return DeltaTable(self._table_uri, version=version, storage_options=self._options)
+        except (OSError, DeltaError) as exc:
+            raise StorageError(
+                f"cannot read version {version} of the Delta table {self.name}: {one_line(exc)}"
+            ) from None
+
     def batches(self, table: Any) -> Iterator[dict[str, Any]]:
         """The batches' manifests in the table's history up to its loaded version, newest first."""
         limit = HISTORY_STEP

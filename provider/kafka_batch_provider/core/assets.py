@@ -1,0 +1,110 @@
+"""Airflow assets of an ingestion: what the topics and the output are called, and what a batch's
+asset event says. Pure, no I/O.
+
+The names follow the URI conventions of Airflow's providers, so an asset declared here is the
+same asset another DAG, a provider's OpenLineage converter or the UI knows:
+
+* a topic: ``kafka://<first bootstrap server>/<topic>`` (apache-airflow-providers-apache-kafka);
+* a folder or Delta table: its URI (``s3://bucket/path``, ``gs://``, ``abfs://``, ...), or
+  ``file:///absolute/path`` for a local one (apache-airflow-providers-common-io);
+* an Iceberg table: ``iceberg://<catalog name>/<namespace>/<table>`` (no provider defines one;
+  this package registers the scheme and its OpenLineage converter).
+
+An asset event's ``extra`` carries the facts of one committed batch (:func:`batch_event_extra`),
+taken from its log entry: a downstream DAG reads exactly that batch from them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from kafka_batch_provider.errors import ConfigError
+
+#: The scheme of Iceberg tables' assets.
+ICEBERG_SCHEME = "iceberg"
+#: The ``catalog`` name of an Iceberg table's asset when the catalog properties name none.
+DEFAULT_CATALOG = "kafka_batch"
+
+
+def topic_uri(bootstrap_servers: str, topic: str) -> str:
+    """``kafka://host:port/topic`` by the first bootstrap server (the Kafka provider's form)."""
+    servers = [s.strip() for s in str(bootstrap_servers or "").split(",") if s.strip()]
+    if not servers:
+        raise ConfigError(f"topic {topic!r} has no Kafka asset without bootstrap.servers")
+    server = servers[0].split("://", 1)[-1]  # SASL_SSL://host:port lists name the listener first
+    return f"kafka://{server}/{quote(topic, safe='')}"
+
+
+def output_uri(output_format: str, output: str | None, table: str | None, catalog: str | None = None) -> str:
+    """The asset URI of an output: a folder or Delta table's location, or an Iceberg table."""
+    if output_format == "iceberg":
+        if not table or "." not in table:
+            raise ConfigError(f"an Iceberg output's asset needs its table as NAMESPACE.NAME, got {table!r}")
+        namespace, name = table.rsplit(".", 1)
+        return f"{ICEBERG_SCHEME}://{quote(catalog or DEFAULT_CATALOG, safe='')}/{quote(namespace)}/{quote(name)}"
+    if not output:
+        raise ConfigError(f"a {output_format} output's asset needs its location")
+    if "://" in output:
+        return output.rstrip("/")
+    if output.startswith("file:"):
+        output = output[len("file:") :]
+    return "file://" + quote(os.path.abspath(output))
+
+
+def batch_event_extra(entry: Mapping[str, Any], output: Mapping[str, Any], replay: bool) -> dict[str, Any]:
+    """What a batch's asset event says (JSON): batch id, log sequence number, rows, dead letters,
+    the per-partition offset ranges ``[start, end)``, the table's version (Delta) or snapshot
+    (Iceberg), whether it was a replay, and the output it went to (format, path or table).
+
+    :param entry: the batch's log entry.
+    :param output: the output as :meth:`~kafka_batch_provider.output.formats.OutputSpec.describe` shows it.
+    """
+    dead = entry.get("dead_letters") or {}
+    extra: dict[str, Any] = {
+        "batch_id": entry["batch_id"],
+        "seq": int(entry["seq"]),
+        "mode": entry.get("mode"),
+        "replay": bool(replay),
+        "rows": int(entry.get("rows") or 0),
+        "dead_letters": int(dead.get("rows") or 0),
+        "ranges": [
+            {"topic": r["topic"], "partition": int(r["partition"]), "start": int(r["start"]), "end": int(r["end"])}
+            for r in entry.get("ranges") or ()
+        ],
+        "output": {k: output.get(k) for k in ("format", "output", "table")},
+    }
+    for key in ("table_version", "snapshot_id"):
+        if entry.get(key) is not None:
+            extra[key] = int(entry[key])
+    return extra
+
+
+def emits_event(extra: Mapping[str, Any], emit_empty: bool) -> bool:
+    """A batch that wrote nothing (no rows, no dead letters) emits no event unless asked to."""
+    return emit_empty or bool(extra["rows"] or extra["dead_letters"])
+
+
+def check_iceberg_uri(uri: str) -> None:
+    """``iceberg://<catalog>/<namespace>/<table>``: a catalog and a table in a namespace.
+
+    :raises ValueError: (what Airflow's URI handlers raise) otherwise.
+    """
+    parts = urlsplit(uri)
+    path = [p for p in parts.path.split("/") if p]
+    if parts.scheme != ICEBERG_SCHEME or not parts.netloc or len(path) < 2:
+        raise ValueError(f"an Iceberg asset is iceberg://<catalog>/<namespace>/<table>, got {uri!r}")
+
+
+def ranges_by_topic(extra: Mapping[str, Any]) -> dict[str, list[tuple[int, int, int]]]:
+    """An event's ranges per topic: ``[(partition, start, end)]`` (what a downstream reader filters by)."""
+    found: dict[str, list[tuple[int, int, int]]] = {}
+    for r in extra.get("ranges") or ():
+        found.setdefault(r["topic"], []).append((int(r["partition"]), int(r["start"]), int(r["end"])))
+    return found
+
+
+def topic_uris(bootstrap_servers: str, topics: Sequence[str]) -> list[str]:
+    return [topic_uri(bootstrap_servers, t) for t in topics]

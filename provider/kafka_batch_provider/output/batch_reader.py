@@ -1,0 +1,87 @@
+"""Read exactly one committed batch back from its output, with the output's own reader.
+
+A downstream DAG scheduled on the output's asset gets the batch's facts in the event's extra
+(:func:`~kafka_batch_provider.core.assets.batch_event_extra`): its log sequence number and its
+offset ranges per partition. Those rows, and no others, are the batch:
+
+* the Parquet layout: the files of the batch's log entry (its own folder), through the output's
+  filesystem;
+* Delta: the table at the batch's commit version (deltalake), filtered by the ranges;
+* Iceberg: the batch's snapshot (pyiceberg), filtered by the ranges.
+
+The ranges are the filter for the tables because a table's later compaction rewrites files but
+keeps each record once: the batch's records are those of its ranges, whatever files hold them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from kafka_batch_provider.errors import ManifestError
+from kafka_batch_provider.output.sink import DELTA, ICEBERG
+from kafka_batch_provider.output.store import BatchStore
+
+
+def read_batch(store: BatchStore, event: Mapping[str, Any], columns: Sequence[str] | None = None) -> pa.Table:
+    """The rows of the batch an asset event's extra names (``seq``, ``batch_id``, ``ranges``).
+
+    :raises ManifestError: the output's log has no such batch (another output, or a damaged extra).
+    """
+    entry = store.log.entry(int(event["seq"]))
+    if entry is None or entry.get("batch_id") != event["batch_id"]:
+        raise ManifestError(
+            f"{store.root}: the output's log has no batch {event['batch_id']} at entry {event['seq']}: "
+            "the event names another output"
+        )
+    wanted = list(columns) if columns else None
+    if store.format == DELTA:
+        version = event.get("table_version")
+        table = store.sink.table() if version is None else store.sink.table_at(int(version))
+        return table.to_pyarrow_dataset().to_table(columns=wanted, filter=in_ranges(event["ranges"]))
+    if store.format == ICEBERG:
+        scan = store.sink.table().scan(
+            row_filter=iceberg_filter(event["ranges"]),
+            snapshot_id=event.get("snapshot_id"),
+            selected_fields=tuple(wanted) if wanted else ("*",),
+        )
+        return scan.to_arrow()
+    location = store.data_uri(entry)
+    if location is None:  # a batch without files (only dead letters, or nothing to read)
+        return pa.table({name: [] for name in wanted or ["topic", "partition", "offset"]})
+    files = [store.data.path(entry["location"], f["name"]) for f in entry.get("files") or ()]
+    dataset = ds.dataset(files, format="parquet", filesystem=store.data.fs)
+    return dataset.to_table(columns=wanted, filter=in_ranges(event["ranges"]))
+
+
+def in_ranges(ranges: Sequence[Mapping[str, Any]]) -> pc.Expression:
+    """Rows of any of ``ranges`` (``topic``, ``partition``, ``[start, end)``) as a pyarrow filter."""
+    found = None
+    for r in ranges:
+        one = (
+            (pc.field("topic") == r["topic"])
+            & (pc.field("partition") == int(r["partition"]))
+            & (pc.field("offset") >= int(r["start"]))
+            & (pc.field("offset") < int(r["end"]))
+        )
+        found = one if found is None else found | one
+    return found if found is not None else pc.scalar(False)
+
+
+def iceberg_filter(ranges: Sequence[Mapping[str, Any]]) -> Any:
+    from pyiceberg.expressions import AlwaysFalse, And, EqualTo, GreaterThanOrEqual, LessThan, Or
+
+    found: Any = AlwaysFalse()
+    for r in ranges:
+        one = And(
+            EqualTo("topic", r["topic"]),
+            EqualTo("partition", int(r["partition"])),
+            GreaterThanOrEqual("offset", int(r["start"])),
+            LessThan("offset", int(r["end"])),
+        )
+        found = Or(found, one)
+    return found
