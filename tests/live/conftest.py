@@ -20,6 +20,7 @@ from kafka_batch_provider.dev.airflow_live import AirflowStack, orphans_of
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 INGEST = "kafka_batch_ingest"
 BACKFILL = "kafka_batch_backfill"
+DOWNSTREAM = "kafka_batch_downstream"
 
 # What the ingest DAG reads when it is parsed (its environment knobs) for the live stack.
 LIVE_DAG_ENV = {
@@ -47,13 +48,14 @@ def airflow_stack(kafka_bootstrap_servers: str, tmp_path_factory: pytest.TempPat
         **LIVE_DAG_ENV,
         # Defaults only: every test sets its own through the Variables.
         "KAFKA_BATCH_TOPICS": "live-unused",
-        "KAFKA_BATCH_OUTPUT": str(home / "lake-default"),
+        "KAFKA_BATCH_OUTPUT": str(home / "lake-default"),  # the downstream DAG's asset: its test's output
+        "KAFKA_BATCH_REPORT_DB": str(home / "batch_report.sqlite"),
     }
     stack = AirflowStack(home=home, dags_folder=DAGS, env=env)
     with stack:
         stack.set_connection("kafka_default", "kafka", extra={"bootstrap.servers": kafka_bootstrap_servers})
         stack.set_connection("spark_default", "spark", host="local[2]")
-        stack.wait_for_dags([INGEST, BACKFILL])
+        stack.wait_for_dags([INGEST, BACKFILL, DOWNSTREAM])
         yield stack
     left = [f"{p.pid} {' '.join(p.cmdline())[:100]}" for p in orphans_of(home)]
     assert not left, f"expected every process of the Airflow stack to be gone after stop(), found {left}"
