@@ -212,6 +212,53 @@ def test_ingest_dag_through_a_spark_connect_connection_twice_without_spark_submi
     assert SECRET not in logs.out + logs.err, "the Kafka secret leaked into the task logs"
     stored = metadata_db_text("xcom", "value") + metadata_db_text("rendered_task_instance_fields", "rendered_fields")
     assert SECRET not in stored, "the Kafka secret leaked into XCom or rendered template fields"
+    check_asset_events_and_downstream_counts(airflow_env, topic, [30, 8])
+
+
+def check_asset_events_and_downstream_counts(output: Path, topic: str, batches: list[int]) -> None:
+    """One asset event per committed batch on the output's asset, with the batch's facts; the
+    downstream DAG's task, on those events, counts exactly each batch (and a rerun nothing twice)."""
+    import sqlite3
+    from types import SimpleNamespace
+
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk import Asset
+
+    from kafka_batch_provider.core.assets import output_uri
+
+    uri = output_uri("parquet", str(output), None)
+    events = asset_events(uri)
+    store = BatchStore(str(output))
+    entries = list(store.log.entries())
+    assert [e["rows"] for e in entries] == batches, f"expected batches of {batches}, found {entries}"
+    assert [(e["batch_id"], e["seq"], e["rows"], e["replay"]) for e in events] == [
+        (x["batch_id"], x["seq"], x["rows"], False) for x in entries
+    ], f"expected one event per committed batch on {uri}, found {events}"
+    ends = {(r["topic"], r["partition"]): r["end"] for r in events[0]["ranges"]}
+    assert all(r["start"] == ends[(r["topic"], r["partition"])] for r in events[1]["ranges"]), (
+        f"the second batch starts where the first ended: {events}"
+    )
+    report = output.parent / "report.sqlite"
+    count = DagBag(str(DAGS)).dags["kafka_batch_downstream"].task_dict["count_batch"]
+    count.report_db = str(report)
+    triggering = {Asset(uri=uri): [SimpleNamespace(extra=e, asset=SimpleNamespace(uri=uri)) for e in events]}
+    counted = count.execute({"triggering_asset_events": triggering})
+    assert [c["rows_by_topic"] for c in counted] == [{topic: n} for n in batches], counted
+    count.execute({"triggering_asset_events": triggering})  # a rerun of the same run counts nothing twice
+    with sqlite3.connect(report) as db:
+        rows = db.execute("select batch_id, topic, rows from batch_rows order by seq").fetchall()
+    assert rows == [(e["batch_id"], topic, n) for e, n in zip(events, batches)], rows
+
+
+def asset_events(uri: str) -> list[dict]:
+    """The extras of the asset events on ``uri``, oldest first (the metadata DB's rows)."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        query = select(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id).where(AssetModel.uri == uri)
+        return [dict(e.extra) for e in session.scalars(query.order_by(AssetEvent.id)).all()]
 
 
 def test_spark_failure_leaves_offsets_untouched_and_the_next_run_replays_the_same_plan(
@@ -500,61 +547,3 @@ def test_ingest_dag_into_an_iceberg_table_with_the_catalog_from_a_connection(
     task_logs = capfd.readouterr()
     assert "spark-submit" in task_logs.out + task_logs.err, "the task logs must have been captured"
     assert CATALOG_SECRET not in task_logs.out + task_logs.err, "the catalog secret leaked into the task logs"
-
-
-def asset_events(uri: str) -> list[dict]:
-    """The extras of the asset events on ``uri``, oldest first (the metadata DB's rows)."""
-    from airflow.models.asset import AssetEvent, AssetModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        query = select(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id).where(AssetModel.uri == uri)
-        return [dict(e.extra) for e in session.scalars(query.order_by(AssetEvent.id)).all()]
-
-
-def test_each_committed_batch_is_one_asset_event_with_its_facts_and_a_run_with_nothing_new_emits_none(
-    airflow_env, kafka_config, kafka_bootstrap_servers, through_spark_connect, new_topic, group_id, monkeypatch
-):
-    from kafka_batch_provider.core.assets import output_uri
-
-    topic = new_topic(partitions=2)
-    monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_TOPICS", topic)
-    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap_servers)
-    uri = output_uri("parquet", str(airflow_env), None)
-    produce(kafka_config, topic, sample_records(2, 10))
-
-    first = run("kafka_batch_ingest")
-    quiet = run("kafka_batch_ingest")
-    produce(kafka_config, topic, sample_records(2, 4, first_id=10))
-    third = run("kafka_batch_ingest")
-
-    assert first["ingest.commit"] == third["ingest.commit"] == "success" and quiet["ingest.commit"] == "skipped"
-    events = asset_events(uri)
-    assert len(events) == 2, f"expected one event per committed batch on {uri}, found {events}"
-    store = BatchStore(str(airflow_env))
-    for event, seq in zip(events, (1, 2)):
-        entry = store.log.entry(seq)
-        assert (event["batch_id"], event["seq"], event["rows"]) == (entry["batch_id"], seq, entry["rows"]), event
-        assert event["replay"] is False and event["dead_letters"] == 0 and event["output"]["format"] == "parquet"
-    ends = {(r["topic"], r["partition"]): r for r in events[0]["ranges"]}
-    starts = {(r["topic"], r["partition"]): r for r in events[1]["ranges"]}
-    assert {k: r["end"] for k, r in ends.items()} == {(topic, 0): 5, (topic, 1): 5}, events[0]
-    assert all(starts[k]["start"] == ends[k]["end"] for k in starts), "the second batch starts where the first ended"
-    # The downstream DAG's task, on the events the metadata DB holds: it counts exactly each batch.
-    import sqlite3
-    from types import SimpleNamespace
-
-    from airflow.dag_processing.dagbag import DagBag
-    from airflow.sdk import Asset
-
-    report = airflow_env.parent / "report.sqlite"
-    count = DagBag(str(DAGS)).dags["kafka_batch_downstream"].task_dict["count_batch"]
-    count.report_db = str(report)
-    triggering = {Asset(uri=uri): [SimpleNamespace(extra=e, asset=SimpleNamespace(uri=uri)) for e in events]}
-    counted = count.execute({"triggering_asset_events": triggering})
-    assert [c["rows_by_topic"] for c in counted] == [{topic: 10}, {topic: 4}], counted
-    count.execute({"triggering_asset_events": triggering})  # a rerun of the same run counts nothing twice
-    with sqlite3.connect(report) as db:
-        rows = db.execute("select batch_id, topic, rows from batch_rows order by seq").fetchall()
-    assert rows == [(events[0]["batch_id"], topic, 10), (events[1]["batch_id"], topic, 4)], rows

@@ -1,22 +1,30 @@
-"""The scheduler runs kafka_batch_ingest on its schedule: two batches, the second only new records."""
+"""The scheduler runs kafka_batch_ingest on its schedule: two batches, the second only new records.
+Each committed batch is one asset event with its facts, and the downstream DAG, scheduled on the
+output's asset (no cron), counts exactly those batches."""
 
 from __future__ import annotations
 
+import sqlite3
+
+from kafka_batch_provider.core.assets import output_uri
 from kafka_batch_provider.output.store import BatchStore
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.integration.helpers import assert_exactly_once
-from tests.live.conftest import INGEST
+from tests.live.conftest import DOWNSTREAM, INGEST
 from tests.live.helpers import committed, runs_since, wait_for
 
 EVERY_TASK = {"ingest.wait_for_data", "ingest.plan", "ingest.spark_write", "ingest.commit", "ingest.lag_health"}
 
 
-def test_scheduler_runs_the_ingest_dag_twice_and_the_second_batch_holds_only_new_records(
+def test_scheduler_runs_the_ingest_dag_twice_and_the_downstream_dag_counts_each_batch_by_its_asset_event(
     airflow_stack, live_ingest, kafka_config
 ):
-    topic, group, output = live_ingest["topic"], live_ingest["group"], live_ingest["output"]
+    topic, group = live_ingest["topic"], live_ingest["group"]
+    output = airflow_stack.env["KAFKA_BATCH_OUTPUT"]  # the downstream DAG's asset is fixed at parse time
+    airflow_stack.set_variable("kafka_batch_output", output)
     known = {r["dag_run_id"] for r in airflow_stack.dag_runs(INGEST)}
     produce(kafka_config, topic, sample_records(2, 40))
+    airflow_stack.set_paused(DOWNSTREAM, False)
     airflow_stack.set_paused(INGEST, False)
 
     finished: list[dict] = []
@@ -44,3 +52,29 @@ def test_scheduler_runs_the_ingest_dag_twice_and_the_second_batch_holds_only_new
     )
     entries = list(BatchStore(output).log.entries())
     assert [e["rows"] for e in entries] == [40, 6], f"expected batches of 40 then 6 new records, found {entries}"
+
+    # One asset event per batch, with its facts; the downstream DAG counted each batch exactly once.
+    uri = output_uri("parquet", output, None)
+    assets = airflow_stack.api("GET", "/assets", params={"uri_pattern": uri})["assets"]
+    assert [a["uri"] for a in assets] == [uri], f"expected the output's asset {uri}, found {assets}"
+    events = airflow_stack.api("GET", "/assets/events", params={"asset_id": assets[0]["id"]})["asset_events"]
+    extras = sorted((e["extra"] for e in events), key=lambda x: x["seq"])
+    assert [(x["batch_id"], x["seq"], x["rows"]) for x in extras] == [
+        (e["batch_id"], e["seq"], e["rows"]) for e in entries
+    ], f"expected one event per batch, found {extras}"
+    assert sorted((r["partition"], r["start"], r["end"]) for r in extras[1]["ranges"]) == [(0, 20, 23), (1, 20, 23)]
+
+    def counted() -> tuple[list | None, list]:
+        with sqlite3.connect(airflow_stack.env["KAFKA_BATCH_REPORT_DB"]) as db:
+            if not db.execute("select 1 from sqlite_master where name = 'batch_rows'").fetchall():
+                return None, []
+            rows = db.execute("select batch_id, topic, rows from batch_rows order by seq").fetchall()
+        return (rows if len(rows) == 2 else None), rows
+
+    try:
+        rows = wait_for(f"{DOWNSTREAM} to count both batches", counted, timeout=240)
+    finally:
+        airflow_stack.quiesce(DOWNSTREAM)
+    assert rows == [(e["batch_id"], topic, e["rows"]) for e in entries], f"found {rows}"
+    runs = runs_since(airflow_stack, DOWNSTREAM, set())
+    assert runs and {r["run_type"] for r in runs} == {"asset_triggered"}, f"expected asset-triggered runs: {runs}"
