@@ -89,7 +89,5 @@ with DAG(
         deferrable=os.environ.get("KAFKA_BATCH_SENSOR_DEFERRABLE", "false").lower() in ("1", "true", "yes"),
         retry_delay=seconds("KAFKA_BATCH_RETRY_DELAY_SECONDS", 120),
         stop_after=seconds("KAFKA_BATCH_STOP_AFTER_SECONDS", 2700),
-        # The topics' asset URIs (kafka://host:port/topic); the connection is not opened at parse time.
-        bootstrap_servers=os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None,
         **value_settings(),
     )

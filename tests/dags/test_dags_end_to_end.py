@@ -224,9 +224,9 @@ def check_asset_events_and_downstream_counts(output: Path, topic: str, batches: 
     from airflow.dag_processing.dagbag import DagBag
     from airflow.sdk import Asset
 
-    from kafka_batch_provider.core.assets import output_uri
+    from kafka_batch_provider.operators.assets import output_asset_uri
 
-    uri = output_uri("parquet", str(output), None)
+    uri = output_asset_uri({"format": "parquet", "output": str(output)})
     events = asset_events(uri)
     store = BatchStore(str(output))
     entries = list(store.log.entries())

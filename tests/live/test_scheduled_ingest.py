@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from kafka_batch_provider.core.assets import output_uri
+from kafka_batch_provider.operators.assets import output_asset_uri
 from kafka_batch_provider.output.store import BatchStore
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.integration.helpers import assert_exactly_once
@@ -54,7 +54,7 @@ def test_scheduler_runs_the_ingest_dag_twice_and_the_downstream_dag_counts_each_
     assert [e["rows"] for e in entries] == [40, 6], f"expected batches of 40 then 6 new records, found {entries}"
 
     # One asset event per batch, with its facts; the downstream DAG counted each batch exactly once.
-    uri = output_uri("parquet", output, None)
+    uri = output_asset_uri({"format": "parquet", "output": output})
     assets = airflow_stack.api("GET", "/assets", params={"uri_pattern": uri})["assets"]
     assert [a["uri"] for a in assets] == [uri], f"expected the output's asset {uri}, found {assets}"
     events = airflow_stack.api("GET", "/assets/events", params={"asset_id": assets[0]["id"]})["asset_events"]

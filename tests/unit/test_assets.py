@@ -23,18 +23,21 @@ def test_topics_are_named_the_way_the_kafka_provider_names_them():
 
 
 @pytest.mark.parametrize(
-    "args, expected",
+    "output, expected",
     [
-        (("parquet", "s3://lake/orders/", None), "s3://lake/orders"),
-        (("delta", "gs://lake/t", None), "gs://lake/t"),
-        (("parquet", "/tmp/lake dir ü", None), "file:///tmp/lake%20dir%20%C3%BC"),
-        (("delta", "file:/data/t", None), "file:///data/t"),
-        (("iceberg", None, "shop.orders"), "iceberg://kafka_batch/shop/orders"),
-        (("iceberg", None, "a.b.orders", "prod"), "iceberg://prod/a.b/orders"),
+        ({"format": "parquet", "output": "s3://lake/orders/"}, "s3://lake/orders"),
+        ({"format": "parquet", "output": "s3a://lake/orders"}, "s3://lake/orders"),
+        ({"format": "delta", "output": "gs://lake/t"}, "gs://lake/t"),
+        ({"format": "parquet", "output": "/tmp/lake dir ü"}, "file:///tmp/lake%20dir%20%C3%BC"),
+        ({"format": "parquet", "output": "file:///tmp/lake dir ü"}, "file:///tmp/lake%20dir%20%C3%BC"),
+        ({"format": "iceberg", "table": "shop.orders"}, "iceberg://kafka_batch/shop/orders"),
     ],
 )
-def test_outputs_are_named_by_their_location_or_their_table(args, expected):
-    assert output_uri(*args) == expected
+def test_outputs_are_named_by_their_canonical_location_or_their_table(output, expected):
+    from kafka_batch_provider.operators.assets import output_asset_uri
+
+    assert output_asset_uri(output) == expected, "one location, however spelled, is one asset"
+    assert output_uri("iceberg", None, "a.b.orders", "prod") == "iceberg://prod/a.b/orders"
     if expected.startswith("iceberg://"):
         check_iceberg_uri(expected)
 

@@ -16,7 +16,6 @@ taken from its log entry: a downstream DAG reads exactly that batch from them.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -38,20 +37,18 @@ def topic_uri(bootstrap_servers: str, topic: str) -> str:
     return f"kafka://{server}/{quote(topic, safe='')}"
 
 
-def output_uri(output_format: str, output: str | None, table: str | None, catalog: str | None = None) -> str:
-    """The asset URI of an output: a folder or Delta table's location, or an Iceberg table."""
+def output_uri(output_format: str, location_uri: str | None, table: str | None, catalog: str | None = None) -> str:
+    """The asset URI of an output: an Iceberg table's, or the canonical URI of a folder's or Delta
+    table's location (``Location.uri``: ``file:///abs/path``, ``s3://bucket/path``; the same
+    location spelled ``s3a://`` or with a trailing slash is the same asset)."""
     if output_format == "iceberg":
         if not table or "." not in table:
             raise ConfigError(f"an Iceberg output's asset needs its table as NAMESPACE.NAME, got {table!r}")
         namespace, name = table.rsplit(".", 1)
         return f"{ICEBERG_SCHEME}://{quote(catalog or DEFAULT_CATALOG, safe='')}/{quote(namespace)}/{quote(name)}"
-    if not output:
+    if not location_uri:
         raise ConfigError(f"a {output_format} output's asset needs its location")
-    if "://" in output:
-        return output.rstrip("/")
-    if output.startswith("file:"):
-        output = output[len("file:") :]
-    return "file://" + quote(os.path.abspath(output))
+    return location_uri.rstrip("/")
 
 
 def batch_event_extra(entry: Mapping[str, Any], output: Mapping[str, Any], replay: bool) -> dict[str, Any]:

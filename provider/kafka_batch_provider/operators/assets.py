@@ -28,14 +28,33 @@ def topic_assets(bootstrap_servers: str | None, topics: Sequence[str] | str) -> 
     not known when the DAG is parsed (a Jinja template)."""
     if not bootstrap_servers or isinstance(topics, str) and "{{" in topics:
         return []
-    names = [t.strip() for t in topics.split(",")] if isinstance(topics, str) else list(topics)
+    names = [t.strip() for t in topics.split(",")] if isinstance(topics, str) else [str(t) for t in topics]
+    if any("{{" in n for n in names):
+        return []
     return [Asset(uri=uri) for uri in topic_uris(bootstrap_servers, [n for n in names if n])]
 
 
 def output_asset_uri(output: Mapping[str, Any], catalog_properties: Mapping[str, Any] | None = None) -> str:
-    """The asset URI of an output as the plan's XCom describes it (format, output, table)."""
+    """The asset URI of an output as the plan's XCom describes it (format, output, table): a
+    location by its canonical URI (:class:`~kafka_batch_provider.output.location.Location`)."""
+    from kafka_batch_provider.output.location import Location
+
+    output_format = str(output.get("format") or "parquet")
     catalog = (catalog_properties or {}).get("name")
-    return output_uri(str(output.get("format") or "parquet"), output.get("output"), output.get("table"), catalog)
+    location = Location(str(output["output"])).uri if output_format != "iceberg" and output.get("output") else None
+    return output_uri(output_format, location, output.get("table"), catalog)
+
+
+def asset_of(uri: str) -> Any:
+    """The active asset with ``uri``, whatever its name (a DAG may declare ``Asset(name="orders",
+    uri=...)``: an event must reach that one), or a new one named by its URI."""
+    try:
+        from airflow.sdk.execution_time.context import OutletEventAccessors
+
+        OutletEventAccessors._get_asset_from_db(uri=uri)  # raises when no asset has the URI
+        return Asset.ref(uri=uri)
+    except Exception:  # noqa: BLE001 - no such asset yet (or no metadata DB to ask): one named by its URI
+        return Asset(uri=uri)
 
 
 def emit_batch_event(
@@ -58,7 +77,7 @@ def emit_batch_event(
         return None
     uri = output_asset_uri(output, catalog_properties)
     for alias in aliases:
-        context["outlet_events"][alias].add(Asset(uri=uri), extra=extra)
+        context["outlet_events"][alias].add(asset_of(uri), extra=extra)
     task.log.info("batch %s: asset event on %s (%d rows)", extra["batch_id"], uri, extra["rows"])
     return {"uri": uri, **extra}
 

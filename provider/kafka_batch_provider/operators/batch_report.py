@@ -5,7 +5,7 @@ each committed batch; its run's triggering asset events carry the batches' facts
 (:mod:`kafka_batch_provider.core.assets`). This task reads each batch back from the output with
 the output's own reader (:mod:`kafka_batch_provider.output.batch_reader`), exactly its offset
 ranges, and records its rows per topic in a small SQLite report table, keyed by batch and topic,
-so a rerun of the same run counts nothing twice.
+so a rerun of the same run, or a second event for the same batch, counts nothing twice.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ CREATE TABLE IF NOT EXISTS batch_rows (
     replay INTEGER NOT NULL,
     output TEXT NOT NULL,
     counted_at TEXT NOT NULL,
-    PRIMARY KEY (batch_id, topic)
+    PRIMARY KEY (batch_id, topic, output)
 )
 """
 
@@ -66,17 +66,25 @@ class KafkaBatchReportOperator(BaseOperator):
         counted = []
         for uri, extra in events:
             with task_errors():
-                rows = self.count(extra)
+                rows = self.count(uri, extra)
             record_counts(self.report_db, extra, rows)
             self.log.info("batch %s on %s: %s", extra["batch_id"], uri, rows)
             counted.append({"batch_id": extra["batch_id"], "seq": extra["seq"], "uri": uri, "rows_by_topic": rows})
         return counted
 
-    def count(self, extra: Mapping[str, Any]) -> dict[str, int]:
-        """The batch's rows per topic, read back from the output."""
+    def count(self, uri: str, extra: Mapping[str, Any]) -> dict[str, int]:
+        """The batch's rows per topic, read back from the output (the event's asset's, no other).
+
+        :raises ConfigError: the extra names another output than the event's asset.
+        """
+        from kafka_batch_provider.errors import ConfigError
+        from kafka_batch_provider.operators.assets import output_asset_uri
         from kafka_batch_provider.output.batch_reader import read_batch
 
         described = extra.get("output") or {}
+        named = output_asset_uri(described, {"name": uri.split("/")[2]} if uri.startswith("iceberg://") else None)
+        if named != uri:
+            raise ConfigError(f"an event on {uri} names the output {named}: not read (it is another output)")
         output = BatchOutput(
             output_format=str(described.get("format") or "parquet"),
             output_path=described.get("output") or "",
@@ -106,7 +114,8 @@ def batch_events(triggering: Mapping[Any, Any]) -> list[tuple[str, dict[str, Any
 
 def record_counts(report_db: str, extra: Mapping[str, Any], rows: Mapping[str, int]) -> None:
     """Upsert the batch's counts (a topic without rows in the batch is counted as 0)."""
-    os.makedirs(os.path.dirname(os.path.abspath(report_db)), exist_ok=True)
+    report_db = os.path.abspath(os.path.expanduser(report_db))
+    os.makedirs(os.path.dirname(report_db), exist_ok=True)
     topics = sorted({r["topic"] for r in extra.get("ranges") or ()} | set(rows))
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     where = (extra.get("output") or {}).get("table") or (extra.get("output") or {}).get("output") or ""

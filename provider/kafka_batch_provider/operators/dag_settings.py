@@ -89,15 +89,30 @@ WRITE_VALUE_SETTINGS = ("value_format", "key_format", "keep_raw_value", "schema_
 
 
 def ingest_output_asset():
-    """The ingest DAG's output as an asset, by the parse-time environment (``KAFKA_BATCH_FORMAT``,
-    ``KAFKA_BATCH_OUTPUT``, ``KAFKA_BATCH_TABLE``, ``KAFKA_BATCH_CATALOG_NAME``): what a downstream
-    DAG is scheduled on. A schedule is fixed when the DAG is parsed, so it cannot follow the
-    Variables the ingest DAG reads at run time: set the environment to the same output."""
+    """The ingest DAG's output as an asset, by the parse-time environment (:func:`static_output`,
+    ``KAFKA_BATCH_CATALOG_NAME``): what a downstream DAG is scheduled on. A schedule is fixed when
+    the DAG is parsed, so it cannot follow the Variables the ingest DAG reads at run time: set the
+    environment to the same output."""
     from airflow.sdk import Asset
 
-    from kafka_batch_provider.core.assets import output_uri
+    from kafka_batch_provider.operators.assets import output_asset_uri
 
+    output = static_output()
+    described = {"format": output.output_format, "output": output.output_path, "table": output.table or None}
+    return Asset(uri=output_asset_uri(described, {"name": os.environ.get("KAFKA_BATCH_CATALOG_NAME") or None}))
+
+
+def static_output() -> BatchOutput:
+    """The output by the parse-time environment alone (``KAFKA_BATCH_FORMAT``, ``KAFKA_BATCH_OUTPUT``,
+    ``KAFKA_BATCH_TABLE``, ``KAFKA_BATCH_PARTITION_BY``, the connection ids): for what is fixed
+    when the DAG is parsed, such as a trigger's arguments."""
     output_format = os.environ.get("KAFKA_BATCH_FORMAT", "parquet")
-    output = os.environ.get("KAFKA_BATCH_OUTPUT", "/tmp/kafka-batch/lake")
-    table = os.environ.get("KAFKA_BATCH_TABLE") or None
-    return Asset(uri=output_uri(output_format, output, table, os.environ.get("KAFKA_BATCH_CATALOG_NAME") or None))
+    tables = output_format == "iceberg"
+    return BatchOutput(
+        output_format=output_format,
+        output_path="" if tables else os.environ.get("KAFKA_BATCH_OUTPUT", "/tmp/kafka-batch/lake"),
+        table=os.environ.get("KAFKA_BATCH_TABLE", "") if tables else "",
+        partition_by=os.environ.get("KAFKA_BATCH_PARTITION_BY", ""),
+        storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
+        catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
+    )

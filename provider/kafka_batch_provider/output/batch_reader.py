@@ -5,9 +5,11 @@ A downstream DAG scheduled on the output's asset gets the batch's facts in the e
 offset ranges per partition. Those rows, and no others, are the batch:
 
 * the Parquet layout: the files of the batch's log entry (its own folder), through the output's
-  filesystem;
-* Delta: the table at the batch's commit version (deltalake), filtered by the ranges;
-* Iceberg: the batch's snapshot (pyiceberg), filtered by the ranges.
+  filesystem; once upkeep compacted them, the layout's readable files, filtered by the ranges;
+* Delta: the table at the batch's commit version (deltalake), filtered by the ranges (the newest
+  version once that one is vacuumed away);
+* Iceberg: the batch's snapshot (pyiceberg), filtered by the ranges (the current one once that
+  snapshot expired).
 
 The ranges are the filter for the tables because a table's later compaction rewrites files but
 keeps each record once: the batch's records are those of its ranges, whatever files hold them.
@@ -22,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from kafka_batch_provider.errors import ManifestError
+from kafka_batch_provider.errors import ManifestError, StorageError
 from kafka_batch_provider.output.sink import DELTA, ICEBERG
 from kafka_batch_provider.output.store import BatchStore
 
@@ -39,23 +41,30 @@ def read_batch(store: BatchStore, event: Mapping[str, Any], columns: Sequence[st
             "the event names another output"
         )
     wanted = list(columns) if columns else None
+    rows = in_ranges(event["ranges"])
     if store.format == DELTA:
         version = event.get("table_version")
-        table = store.sink.table() if version is None else store.sink.table_at(int(version))
-        return table.to_pyarrow_dataset().to_table(columns=wanted, filter=in_ranges(event["ranges"]))
+        try:
+            table = store.sink.table() if version is None else store.sink.table_at(int(version))
+        except StorageError:  # the version is vacuumed away: the rows are in the newest one still
+            table = store.sink.table()
+        return table.to_pyarrow_dataset().to_table(columns=wanted, filter=rows)
     if store.format == ICEBERG:
-        scan = store.sink.table().scan(
-            row_filter=iceberg_filter(event["ranges"]),
-            snapshot_id=event.get("snapshot_id"),
-            selected_fields=tuple(wanted) if wanted else ("*",),
-        )
-        return scan.to_arrow()
-    location = store.data_uri(entry)
-    if location is None:  # a batch without files (only dead letters, or nothing to read)
-        return pa.table({name: [] for name in wanted or ["topic", "partition", "offset"]})
+        table = store.sink.table()
+        snapshot = event.get("snapshot_id")
+        if snapshot is not None and table.snapshot_by_id(int(snapshot)) is None:
+            snapshot = None  # expired: the rows are in the current snapshot still
+        fields = tuple(wanted) if wanted else ("*",)
+        return table.scan(
+            row_filter=iceberg_filter(event["ranges"]), snapshot_id=snapshot, selected_fields=fields
+        ).to_arrow()
+    if store.data_uri(entry) is None:  # a batch without files (only dead letters, or nothing to read)
+        return pa.table({name: pa.array([], pa.string()) for name in wanted or ["topic"]})
     files = [store.data.path(entry["location"], f["name"]) for f in entry.get("files") or ()]
+    if not all(store.data.fs.exists(f) for f in files):  # compacted since: the layout's files hold the rows
+        files = [f.split("://", 1)[1] if "://" in f else f for f in store.sink.readable_files()]  # fs paths
     dataset = ds.dataset(files, format="parquet", filesystem=store.data.fs)
-    return dataset.to_table(columns=wanted, filter=in_ranges(event["ranges"]))
+    return dataset.to_table(columns=wanted, filter=rows)
 
 
 def in_ranges(ranges: Sequence[Mapping[str, Any]]) -> pc.Expression:
