@@ -12,7 +12,13 @@ import pytest
 
 from tests.dags.conftest import DAGS
 
-EXPECTED_DAGS = {"kafka_batch_ingest", "kafka_batch_backfill", "kafka_batch_upkeep", "kafka_batch_downstream"}
+EXPECTED_DAGS = {
+    "kafka_batch_ingest",
+    "kafka_batch_backfill",
+    "kafka_batch_upkeep",
+    "kafka_batch_downstream",
+    "kafka_batch_ingest_on_lag",
+}
 
 
 def test_every_dag_file_imports_without_errors(dagbag):
@@ -234,7 +240,7 @@ def test_both_dags_read_keys_in_a_registry_format_from_the_environment(monkeypat
     monkeypatch.setenv("KAFKA_BATCH_VALUE_FORMAT", "bytes")
     refused = DagBag(str(DAGS)).import_errors
     errors = [e for e in refused.values() if "key format protobuf decodes with a schema registry" in e]
-    assert len(errors) == 2, f"expected both DAG files refused for keys without a registry, found {refused}"
+    assert len(errors) == 3, f"expected the three ingesting DAG files refused for keys without a registry: {refused}"
 
 
 def test_airflow_checks_iceberg_assets_with_this_providers_handler():
@@ -263,3 +269,22 @@ def test_the_ingest_group_reads_its_topics_as_inlets_and_announces_batches_throu
     for task_id in ("kafka_ingest.commit", "kafka_ingest.spark_write"):
         assert dag.task_dict[task_id].outlets == [AssetAlias(name="kafka-batch:lake")], task_id
     assert dag.task_dict["kafka_ingest.plan"].outlets == [], "only the tasks that end a batch announce it"
+
+
+def test_the_lag_fired_dag_is_scheduled_on_a_watched_asset_with_no_cron_and_no_sensor(dagbag):
+    from kafka_batch_provider.triggers.lag import KafkaLagEventTrigger
+
+    dag = dagbag.dags["kafka_batch_ingest_on_lag"]
+    assert dag.max_active_runs == 1, "events during a run must queue at most one more run"
+    assert [t.task_id for t in dag.topological_sort()] == [
+        "ingest.plan",
+        "ingest.spark_write",
+        "ingest.commit",
+        "ingest.lag_health",
+    ], "the trigger judged the lag: no sensor"
+    (asset,) = dag.timetable.asset_condition.objects  # schedule=[the watched asset]
+    (watcher,) = asset.watchers
+    assert isinstance(watcher.trigger, KafkaLagEventTrigger), watcher
+    classpath, kwargs = watcher.trigger.serialize()
+    assert classpath == "kafka_batch_provider.triggers.lag.KafkaLagEventTrigger"
+    assert (kwargs["group_id"], kwargs["topics"], kwargs["min_records"]) == ("kafka-batch-ingest", ["orders"], 1)

@@ -26,7 +26,7 @@ Statuses, most severe first (a partition gets the first that applies):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import Enum
 
@@ -308,3 +308,15 @@ def ready_to_ingest(
         )
     oldest = f", oldest unconsumed record {_human(max(ages))} old" if ages else ""
     return False, f"total lag {total} < min_lag {min_lag}{oldest}"
+
+
+def beyond_taken(states: Iterable[PartitionOffsets], taken: Mapping[TopicPartition, int]) -> list[PartitionOffsets]:
+    """The partitions with the offsets a running batch is already taking counted as consumed: each
+    position moved up to ``taken`` (a pending plan's ends, a batch just fired for), never back."""
+    moved = []
+    for s in states:
+        end = taken.get(s.tp)
+        if end is not None and (s.committed is None or end > s.committed):
+            s = replace(s, committed=min(end, s.log_end))
+        moved.append(s)
+    return moved

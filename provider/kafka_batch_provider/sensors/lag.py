@@ -71,7 +71,7 @@ class KafkaLagSensor(TemplatedOutput, BaseSensorOperator):
     def _check(self) -> tuple[bool, str, int]:
         # Errors stay plain exceptions: a sensor with soft_fail turns Airflow's fail
         # exceptions into skips, and a bad topic or an unreachable broker must fail the run.
-        return check_lag(
+        ready, reason, total, _ = check_lag(
             self.kafka_config_id,
             self.group_id,
             as_list(self.topics),
@@ -80,6 +80,7 @@ class KafkaLagSensor(TemplatedOutput, BaseSensorOperator):
             self.kafka_timeout,
             self.output_dict(),
         )
+        return ready, reason, total
 
     def output_dict(self) -> dict[str, Any] | None:
         output = self.batch_output

@@ -8,13 +8,21 @@ resumes from there and restores the group.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
-from kafka_batch_provider.core.lag_health import BatchPoint, HealthPolicy, HealthReport, PartitionLag, evaluate
+from kafka_batch_provider.core.lag_health import (
+    BatchPoint,
+    HealthPolicy,
+    HealthReport,
+    PartitionLag,
+    beyond_taken,
+    evaluate,
+)
 from kafka_batch_provider.core.manifest import log_position
 from kafka_batch_provider.core.offsets import PartitionOffsets, TopicPartition
+from kafka_batch_provider.core.plan import INCREMENTAL
 from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.output.store import BatchStore
@@ -36,16 +44,19 @@ def partition_lags(
     topics: Sequence[str],
     with_ages: bool = True,
     store: BatchStore | None = None,
+    taken: Mapping[TopicPartition, int] | None = None,
 ) -> list[PartitionLag]:
     """Committed, log start, end (isolation-aware), age of the oldest unconsumed record, retention.
 
     :param store: the ingestion's output; its log's position stands in where the group has no offset.
+    :param taken: offsets a running batch is already taking (:func:`taken_offsets`), counted as consumed.
     """
     logged = output_positions(store, kafka, topics)
     states = [
         replace(s, committed=logged[s.tp]) if s.committed is None and s.tp in logged else s
         for s in kafka.partition_offsets(group_id, topics)
     ]
+    states = beyond_taken(states, taken or {})
     retention = kafka.topic_retention_ms(topics) if with_ages else {}
     stamps = kafka.first_record_timestamps({s.tp: s.position for s in states if s.lag > 0}) if with_ages else {}
     return [
@@ -60,6 +71,28 @@ def partition_lags(
         )
         for s in states
     ]
+
+
+def taken_offsets(
+    store: BatchStore | None, group_id: str, now: datetime, in_flight: timedelta
+) -> dict[TopicPartition, int]:
+    """The ends a running batch of ``group_id`` is taking: its pending plan (planned less than
+    ``in_flight`` ago and not yet in the log), or its logged batch whose Kafka commit is still to
+    come. An older pending plan belongs to a run that failed: its records count as lag again."""
+    if store is None:
+        return {}
+    tail = store.log.tail()
+    taken: dict[TopicPartition, int] = {}
+    if tail is not None and tail.get("mode") == INCREMENTAL and tail.get("group_id") == group_id:
+        for r in tail.get("ranges") or ():
+            taken[TopicPartition(r["topic"], int(r["partition"]))] = int(r["end"])
+    for plan in store.plans_after(int(tail["seq"]) if tail else 0):
+        created = datetime.fromisoformat(plan.created_at) if plan.created_at else None
+        if plan.mode != INCREMENTAL or plan.group_id != group_id or created is None or now - created > in_flight:
+            continue
+        for r in plan.ranges:
+            taken[r.tp] = max(taken.get(r.tp, 0), r.end)
+    return taken
 
 
 def batch_history(store: BatchStore, group_id: str, last: int | None = None) -> list[BatchPoint]:

@@ -1,4 +1,5 @@
-"""``KafkaLagTrigger``: the lag sensor's waiting, done in the triggerer (no worker slot held)."""
+"""Lag, watched in the triggerer: ``KafkaLagTrigger`` (the lag sensor's waiting, no worker slot
+held) and ``KafkaLagEventTrigger`` (an asset watcher's: ingestion fired by lag, no cron)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 from asgiref.sync import sync_to_async
 
 from kafka_batch_provider.core.lag_health import ready_to_ingest
@@ -22,25 +23,38 @@ def check_lag(
     max_data_age_seconds: float | None,
     kafka_timeout: float,
     output: Mapping[str, Any] | None = None,
-) -> tuple[bool, str, int]:
-    """One look at the group's lag: (ready, why, total lag). Blocking: Kafka and storage I/O.
+    in_flight_seconds: float | None = None,
+    fired: Mapping[str, int] | None = None,
+) -> tuple[bool, str, int, dict[str, int]]:
+    """One look at the group's lag: (ready, why, total lag, each partition's end offset). Blocking:
+    Kafka and storage I/O.
 
     With an output (``BatchOutput.to_dict()``: a path, or a table for Iceberg), the output's
-    offset log gives the position where the group has none.
+    offset log gives the position where the group has none. With ``in_flight_seconds`` the
+    offsets a running batch is taking do not count: its pending plan's (or its logged but not yet
+    committed batch's), and ``fired`` (``topic:partition`` -> end offset an event was fired for).
     """
+    from kafka_batch_provider.core.offsets import TopicPartition
     from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
     from kafka_batch_provider.operators.output import BatchOutput, open_existing_output
-    from kafka_batch_provider.steps.lag import partition_lags
+    from kafka_batch_provider.steps.lag import partition_lags, taken_offsets
 
     store = open_existing_output(BatchOutput(**output)) if output else None
+    taken: dict[TopicPartition, int] = {}
+    if in_flight_seconds is not None:
+        now = datetime.now(timezone.utc)
+        taken = taken_offsets(store, group_id, now, timedelta(seconds=in_flight_seconds))
+        for key, end in (fired or {}).items():
+            tp = TopicPartition.from_key(key)
+            taken[tp] = max(taken.get(tp, 0), int(end))
     kafka = KafkaOffsetsHook(kafka_config_id, timeout=kafka_timeout).get_conn
     try:
-        states = partition_lags(kafka, group_id, list(topics), max_data_age_seconds is not None, store)
+        states = partition_lags(kafka, group_id, list(topics), max_data_age_seconds is not None, store, taken)
     finally:
         kafka.close()
     max_age = None if max_data_age_seconds is None else timedelta(seconds=max_data_age_seconds)
     ready, reason = ready_to_ingest(states, min_lag, max_age, datetime.now(timezone.utc))
-    return ready, reason, sum(s.lag for s in states)
+    return ready, reason, sum(s.lag for s in states), {s.tp.key: s.log_end for s in states}
 
 
 class KafkaLagTrigger(BaseTrigger):
@@ -95,7 +109,7 @@ class KafkaLagTrigger(BaseTrigger):
         check = sync_to_async(check_lag, thread_sensitive=False)
         while True:
             try:
-                ready, reason, total = await check(
+                ready, reason, total, _ = await check(
                     self.kafka_config_id,
                     self.group_id,
                     self.topics,
@@ -112,4 +126,89 @@ class KafkaLagTrigger(BaseTrigger):
             if ready:
                 yield TriggerEvent({"status": "ready", "reason": reason, "total_lag": total})
                 return
+            await asyncio.sleep(self.poke_interval)
+
+
+class KafkaLagEventTrigger(BaseEventTrigger):
+    """An asset watcher's trigger: an event whenever the group's lag on ``topics`` reaches
+    ``min_records``, or its oldest unconsumed record is older than ``max_age_seconds``. It commits
+    nothing and reads no record (it asks Kafka for offsets and one timestamp per partition), so the
+    ingestion that the event starts sees every record.
+
+    Bursts: lag a running batch is already taking does not fire again. That is the lag up to the
+    ends an event was fired for, and up to the ends of the output's pending plan, for
+    ``in_flight_seconds`` (then a run that failed is fired for again). Events that come while a run
+    is going coalesce into at most one queued run (Airflow keeps one queued request per asset and
+    DAG; the DAG has ``max_active_runs=1``), and the protocol makes an extra run harmless anyway.
+    Checks every ``poke_interval`` seconds; a Kafka error is logged and the next check retries.
+    """
+
+    def __init__(
+        self,
+        group_id: str,
+        topics: Sequence[str],
+        kafka_config_id: str = "kafka_default",
+        min_records: int = 1,
+        max_age_seconds: float | None = None,
+        poke_interval: float = 5.0,
+        kafka_timeout: float = 30.0,
+        output: Mapping[str, Any] | None = None,
+        in_flight_seconds: float = 900.0,
+    ) -> None:
+        super().__init__()
+        self.group_id = group_id
+        self.topics = list(topics)
+        self.kafka_config_id = kafka_config_id
+        self.min_records = min_records
+        self.max_age_seconds = max_age_seconds
+        self.poke_interval = poke_interval
+        self.kafka_timeout = kafka_timeout
+        self.output = dict(output) if output else None
+        self.in_flight_seconds = in_flight_seconds
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "group_id": self.group_id,
+                "topics": self.topics,
+                "kafka_config_id": self.kafka_config_id,
+                "min_records": self.min_records,
+                "max_age_seconds": self.max_age_seconds,
+                "poke_interval": self.poke_interval,
+                "kafka_timeout": self.kafka_timeout,
+                "output": self.output,
+                "in_flight_seconds": self.in_flight_seconds,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        check = sync_to_async(check_lag, thread_sensitive=False)
+        fired: dict[str, int] = {}  # the ends the last event was fired for
+        fired_at = 0.0
+        loop = asyncio.get_running_loop()
+        while True:
+            if fired and loop.time() - fired_at > self.in_flight_seconds:
+                fired = {}  # the run it started never took them: fire again
+            try:
+                ready, reason, total, ends = await check(
+                    self.kafka_config_id,
+                    self.group_id,
+                    self.topics,
+                    self.min_records,
+                    self.max_age_seconds,
+                    self.kafka_timeout,
+                    self.output,
+                    self.in_flight_seconds,
+                    fired,
+                )
+            except KafkaBatchError as exc:  # an event trigger has nobody to fail: say it, and look again
+                self.log.warning("group %s: lag not known (%s)", self.group_id, exc)
+                ready = False
+            if ready:
+                self.log.info("group %s: %s: firing", self.group_id, reason)
+                fired, fired_at = ends, loop.time()
+                yield TriggerEvent(
+                    {"group_id": self.group_id, "topics": self.topics, "reason": reason, "lag": total, "ends": ends}
+                )
             await asyncio.sleep(self.poke_interval)
