@@ -44,6 +44,23 @@ def get_provider_info() -> dict:
             {
                 "hook-class-name": "kafka_batch_provider.hooks.schema_registry.SchemaRegistryHook",
                 "connection-type": "schema_registry",
+                "hook-name": "Schema Registry (Confluent-compatible)",
+                # The form as the hook's get_ui_field_behaviour gives it, for the providers manager
+                # that reads the provider info without importing the hook.
+                "ui-field-behaviour": {
+                    "hidden-fields": [],
+                    "relabeling": {
+                        "host": "Registry URL or host",
+                        "schema": "Scheme (http or https, when the host has none)",
+                        "login": "User (basic auth; Confluent Cloud: API key)",
+                        "password": "Password (basic auth; Confluent Cloud: API secret)",
+                    },
+                    "placeholders": {
+                        "host": "https://registry.example.com",
+                        "port": "8081",
+                        "extra": '{"ssl.ca.location": "/etc/ssl/registry-ca.pem"}',
+                    },
+                },
             }
         ],
         "sensors": [{"integration-name": "Kafka Batch", "python-modules": ["kafka_batch_provider.sensors.lag"]}],

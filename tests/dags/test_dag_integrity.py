@@ -288,3 +288,21 @@ def test_the_lag_fired_dag_is_scheduled_on_a_watched_asset_with_no_cron_and_no_s
     classpath, kwargs = watcher.trigger.serialize()
     assert classpath == "kafka_batch_provider.triggers.lag.KafkaLagEventTrigger"
     assert (kwargs["group_id"], kwargs["topics"], kwargs["min_records"]) == ("kafka-batch-ingest", ["orders"], 1)
+
+
+def test_the_provider_info_describes_the_schema_registry_form_as_the_hook_does():
+    from kafka_batch_provider import get_provider_info
+    from kafka_batch_provider.hooks.schema_registry import SchemaRegistryHook
+
+    (declared,) = get_provider_info()["connection-types"]
+    hook = SchemaRegistryHook.get_ui_field_behaviour()
+    form = declared["ui-field-behaviour"]
+    assert (form["hidden-fields"], form["relabeling"], form["placeholders"]) == (
+        hook["hidden_fields"],
+        hook["relabeling"],
+        hook["placeholders"],
+    ), "the provider info and the hook must describe one form"
+    assert declared["hook-name"] == SchemaRegistryHook.hook_name
+    info = get_provider_info()
+    assert [m for s in info["triggers"] for m in s["python-modules"]] == ["kafka_batch_provider.triggers.lag"]
+    assert [m for s in info["sensors"] for m in s["python-modules"]] == ["kafka_batch_provider.sensors.lag"]
