@@ -23,6 +23,7 @@ at once are safe, the commit is compare-and-set, but they would take turns on th
 | fire when the oldest waits longer than (s) | `KAFKA_BATCH_MAX_DATA_AGE_SECONDS`, else `3600` |
 | check every (s) | `KAFKA_BATCH_LAG_POKE_SECONDS`, else `5` |
 | a fired batch counts as running for (s) | `KAFKA_BATCH_IN_FLIGHT_SECONDS`, else `900` |
+| its own output beside the scheduled DAG's (parquet, delta) | `KAFKA_BATCH_LAG_OUTPUT`, else `KAFKA_BATCH_OUTPUT` |
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from kafka_batch_provider.triggers.lag import KafkaLagEventTrigger
 TOPICS = [t.strip() for t in os.environ.get("KAFKA_BATCH_TOPICS", "orders").split(",") if t.strip()]
 GROUP = os.environ.get("KAFKA_BATCH_GROUP", "kafka-batch-ingest")
 KAFKA_CONN_ID = os.environ.get("KAFKA_BATCH_KAFKA_CONN_ID", "kafka_default")
-OUTPUT = static_output()
+OUTPUT = static_output(os.environ.get("KAFKA_BATCH_LAG_OUTPUT") or None)
 MAX_AGE = float(os.environ.get("KAFKA_BATCH_MAX_DATA_AGE_SECONDS", "3600"))
 
 lag = Asset(

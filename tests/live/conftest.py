@@ -21,6 +21,7 @@ DAGS = Path(__file__).resolve().parents[2] / "dags"
 INGEST = "kafka_batch_ingest"
 BACKFILL = "kafka_batch_backfill"
 DOWNSTREAM = "kafka_batch_downstream"
+ON_LAG = "kafka_batch_ingest_on_lag"
 
 # What the ingest DAG reads when it is parsed (its environment knobs) for the live stack.
 LIVE_DAG_ENV = {
@@ -44,18 +45,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def airflow_stack(kafka_bootstrap_servers: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
     home = tmp_path_factory.mktemp("airflow-live")
+    lag_name = f"live-lag-{uuid.uuid4().hex[:8]}"
     env = {
         **LIVE_DAG_ENV,
         # Defaults only: every test sets its own through the Variables.
-        "KAFKA_BATCH_TOPICS": "live-unused",
         "KAFKA_BATCH_OUTPUT": str(home / "lake-default"),  # the downstream DAG's asset: its test's output
         "KAFKA_BATCH_REPORT_DB": str(home / "batch_report.sqlite"),
+        # The lag-fired DAG's trigger is fixed at parse time: a topic, group and output of its own.
+        "KAFKA_BATCH_TOPICS": lag_name,
+        "KAFKA_BATCH_GROUP": lag_name,
+        "KAFKA_BATCH_LAG_OUTPUT": str(home / "lake-lag"),
+        "KAFKA_BATCH_LAG_POKE_SECONDS": "1",
+        "KAFKA_BATCH_MAX_DATA_AGE_SECONDS": "3600",
     }
     stack = AirflowStack(home=home, dags_folder=DAGS, env=env)
     with stack:
         stack.set_connection("kafka_default", "kafka", extra={"bootstrap.servers": kafka_bootstrap_servers})
         stack.set_connection("spark_default", "spark", host="local[2]")
-        stack.wait_for_dags([INGEST, BACKFILL, DOWNSTREAM])
+        stack.wait_for_dags([INGEST, BACKFILL, DOWNSTREAM, ON_LAG])
         yield stack
     left = [f"{p.pid} {' '.join(p.cmdline())[:100]}" for p in orphans_of(home)]
     assert not left, f"expected every process of the Airflow stack to be gone after stop(), found {left}"

@@ -102,15 +102,16 @@ def ingest_output_asset():
     return Asset(uri=output_asset_uri(described, {"name": os.environ.get("KAFKA_BATCH_CATALOG_NAME") or None}))
 
 
-def static_output() -> BatchOutput:
-    """The output by the parse-time environment alone (``KAFKA_BATCH_FORMAT``, ``KAFKA_BATCH_OUTPUT``,
-    ``KAFKA_BATCH_TABLE``, ``KAFKA_BATCH_PARTITION_BY``, the connection ids): for what is fixed
-    when the DAG is parsed, such as a trigger's arguments."""
+def static_output(output_path: str | None = None) -> BatchOutput:
+    """The output by the parse-time environment alone (``KAFKA_BATCH_FORMAT``, ``KAFKA_BATCH_OUTPUT``
+    unless ``output_path`` is given, ``KAFKA_BATCH_TABLE``, ``KAFKA_BATCH_PARTITION_BY``, the
+    connection ids): for what is fixed when the DAG is parsed, such as a trigger's arguments."""
     output_format = os.environ.get("KAFKA_BATCH_FORMAT", "parquet")
     tables = output_format == "iceberg"
+    path = output_path or os.environ.get("KAFKA_BATCH_OUTPUT", "/tmp/kafka-batch/lake")
     return BatchOutput(
         output_format=output_format,
-        output_path="" if tables else os.environ.get("KAFKA_BATCH_OUTPUT", "/tmp/kafka-batch/lake"),
+        output_path="" if tables else path,
         table=os.environ.get("KAFKA_BATCH_TABLE", "") if tables else "",
         partition_by=os.environ.get("KAFKA_BATCH_PARTITION_BY", ""),
         storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
