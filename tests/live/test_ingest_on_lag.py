@@ -12,7 +12,7 @@ from tests.live.conftest import ON_LAG
 from tests.live.helpers import committed, runs_since, wait_for
 
 #: Seconds of trigger checks (one a second) in which a run must not start.
-IDLE = 8
+IDLE = 5
 
 
 def test_records_fire_the_lag_dag_once_and_no_records_leave_it_idle(airflow_stack, kafka_config):
