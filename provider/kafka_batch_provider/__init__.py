@@ -18,6 +18,8 @@ __version__ = "0.1.0"
 
 def get_provider_info() -> dict:
     """Provider metadata for Airflow's ``apache_airflow_provider`` entry point."""
+    from kafka_batch_provider.hooks.schema_registry import REGISTRY_FORM
+
     return {
         "package-name": "airflow-provider-kafka-batch",
         "name": "Kafka Batch (offset-checkpointed Kafka to lake ingestion with PySpark)",
@@ -45,22 +47,9 @@ def get_provider_info() -> dict:
                 "hook-class-name": "kafka_batch_provider.hooks.schema_registry.SchemaRegistryHook",
                 "connection-type": "schema_registry",
                 "hook-name": "Schema Registry (Confluent-compatible)",
-                # The form as the hook's get_ui_field_behaviour gives it, for the providers manager
-                # that reads the provider info without importing the hook.
-                "ui-field-behaviour": {
-                    "hidden-fields": [],
-                    "relabeling": {
-                        "host": "Registry URL or host",
-                        "schema": "Scheme (http or https, when the host has none)",
-                        "login": "User (basic auth; Confluent Cloud: API key)",
-                        "password": "Password (basic auth; Confluent Cloud: API secret)",
-                    },
-                    "placeholders": {
-                        "host": "https://registry.example.com",
-                        "port": "8081",
-                        "extra": '{"ssl.ca.location": "/etc/ssl/registry-ca.pem"}',
-                    },
-                },
+                # The form the hook's get_ui_field_behaviour gives, for a providers manager that
+                # reads the provider info without importing the hook.
+                "ui-field-behaviour": {key.replace("_", "-"): value for key, value in REGISTRY_FORM.items()},
             }
         ],
         "sensors": [{"integration-name": "Kafka Batch", "python-modules": ["kafka_batch_provider.sensors.lag"]}],
@@ -83,6 +72,7 @@ def get_provider_info() -> dict:
                     "kafka_batch_provider.operators.commit",
                     "kafka_batch_provider.operators.health",
                     "kafka_batch_provider.operators.upkeep",
+                    "kafka_batch_provider.operators.batch_report",
                 ],
             }
         ],

@@ -15,6 +15,7 @@ the pickled function (Spark Connect), never XCom, logs, plans or argv.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from airflow.sdk import BaseHook
@@ -55,20 +56,24 @@ class SchemaRegistryHook(BaseHook):
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
         """The connection form: what the fields mean for a schema registry."""
-        return {
-            "hidden_fields": [],
-            "relabeling": {
-                "host": "Registry URL or host",
-                "schema": "Scheme (http or https, when the host has none)",
-                "login": "User (basic auth; Confluent Cloud: API key)",
-                "password": "Password (basic auth; Confluent Cloud: API secret)",
-            },
-            "placeholders": {
-                "host": "https://registry.example.com",
-                "port": "8081",
-                "extra": '{"ssl.ca.location": "/etc/ssl/registry-ca.pem"}',
-            },
-        }
+        return copy.deepcopy(REGISTRY_FORM)
+
+
+#: The ``schema_registry`` connection's form (also in the provider info, in its hyphenated keys).
+REGISTRY_FORM: dict[str, Any] = {
+    "hidden_fields": [],
+    "relabeling": {
+        "host": "Registry URL or host",
+        "schema": "Scheme (http or https, when the host has none)",
+        "login": "User (basic auth; Confluent Cloud: API key)",
+        "password": "Password (basic auth; Confluent Cloud: API secret)",
+    },
+    "placeholders": {
+        "host": "https://registry.example.com",
+        "port": "8081",
+        "extra": '{"ssl.ca.location": "/etc/ssl/registry-ca.pem"}',
+    },
+}
 
 
 def registry_conn_for(value_format: str, conn_id: str | None, key_format: str = "bytes") -> str | None:
