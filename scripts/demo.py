@@ -200,6 +200,7 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str |
     store = BatchStore(lake, s3.storage_options())
     entries = list(store.log.entries())
     resumed = "resuming from the output's log" in (WORK / "airflow-ingest-run3.log").read_text()
+    events, counted = asset_events_and_downstream(lake)
 
     # The backfill: by time where the broker maps times to offsets, else by offsets.
     window_start, window_end = hour_ago - timedelta(minutes=5), hour_ago + timedelta(minutes=5)
@@ -267,6 +268,13 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str |
         f"  backfill ({how.split(' (')[0]}): {replay_rows:,} rows in {replay_out}; "
         f"group offsets {'unchanged' if committed_before == committed_after else 'CHANGED'}"
     )
+    say(f"  asset events on {events['uri']} (one per committed batch, in Airflow's metadata DB):")
+    for extra in events["extras"]:
+        ranges = " ".join(f"{r['topic']}:{r['partition']}=[{r['start']},{r['end']})" for r in extra["ranges"])
+        say(f"    batch {extra['batch_id']} (log entry {extra['seq']}): {extra['rows']:,} rows; {ranges}")
+    say("  downstream (kafka_batch_downstream's count_batch on those events; each batch read back by its ranges):")
+    for row in counted:
+        say(f"    batch {row['batch_id']}: {', '.join(f'{t} {n:,}' for t, n in row['rows_by_topic'].items())}")
     health = lag_report(kafka, group, names, store)
     say(f"  lag health: {health.message()} (what the DAG's last task, ingest.lag_health, judged too)")
     say(
@@ -399,6 +407,30 @@ def avro_demo(config: dict, registry_url: str, spark_remote: str | None, suffix:
         "dead_letter_glob": glob,
         "letters": letters,
     }
+
+
+def asset_events_and_downstream(lake: str) -> tuple[dict, list[dict]]:
+    """The asset events the ingest runs emitted on the lake's asset, and the downstream DAG's task
+    run on them (as the scheduler would run it, asset-triggered), its report in the demo's folder."""
+    from types import SimpleNamespace
+
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.sdk import Asset
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    from kafka_batch_provider.operators.assets import output_asset_uri
+    from kafka_batch_provider.operators.batch_report import KafkaBatchReportOperator
+
+    uri = output_asset_uri({"format": "parquet", "output": lake})
+    with create_session() as session:
+        query = select(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id).where(AssetModel.uri == uri)
+        extras = [dict(e.extra) for e in session.scalars(query.order_by(AssetEvent.id)).all()]
+    report = KafkaBatchReportOperator(
+        task_id="count_batch", report_db=str(WORK / "batch_report.sqlite"), storage_conn_id="demo_lake"
+    )
+    triggering = {Asset(uri=uri): [SimpleNamespace(extra=e, asset=SimpleNamespace(uri=uri)) for e in extras]}
+    return {"uri": uri, "extras": extras}, report.execute({"triggering_asset_events": triggering})
 
 
 def read_delta(path: Path) -> tuple[int, bool, int]:
