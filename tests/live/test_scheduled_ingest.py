@@ -1,23 +1,26 @@
 """The scheduler runs kafka_batch_ingest on its schedule: two batches, the second only new records.
 Each committed batch is one asset event with its facts, and the downstream DAG, scheduled on the
-output's asset (no cron), counts exactly those batches."""
+output's asset (no cron), counts exactly those batches. OpenLineage's file transport holds each
+task's START and COMPLETE events with the topic, the output and the batch's offsets."""
 
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 from kafka_batch_provider.operators.assets import output_asset_uri
 from kafka_batch_provider.output.store import BatchStore
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.integration.helpers import assert_exactly_once
-from tests.live.conftest import DOWNSTREAM, INGEST
+from tests.live.conftest import DOWNSTREAM, INGEST, LINEAGE_NAMESPACE
 from tests.live.helpers import committed, runs_since, wait_for
+from tests.support.openlineage_events import check_run_event, read_events
 
 EVERY_TASK = {"ingest.wait_for_data", "ingest.plan", "ingest.spark_write", "ingest.commit", "ingest.lag_health"}
 
 
 def test_scheduler_runs_the_ingest_dag_twice_and_the_downstream_dag_counts_each_batch_by_its_asset_event(
-    airflow_stack, live_ingest, kafka_config
+    airflow_stack, live_ingest, kafka_config, kafka_bootstrap_servers
 ):
     topic, group = live_ingest["topic"], live_ingest["group"]
     output = airflow_stack.env["KAFKA_BATCH_OUTPUT"]  # the downstream DAG's asset is fixed at parse time
@@ -57,7 +60,7 @@ def test_scheduler_runs_the_ingest_dag_twice_and_the_downstream_dag_counts_each_
     uri = output_asset_uri({"format": "parquet", "output": output})
     assets = airflow_stack.api("GET", "/assets", params={"uri_pattern": uri})["assets"]
     assert [a["uri"] for a in assets] == [uri], f"expected the output's asset {uri}, found {assets}"
-    events = airflow_stack.api("GET", "/assets/events", params={"asset_id": assets[0]["id"]})["asset_events"]
+    events = wait_for("the output's asset events", lambda: asset_events(airflow_stack, assets[0]["id"]), timeout=60)
     extras = sorted((e["extra"] for e in events), key=lambda x: x["seq"])
     assert [(x["batch_id"], x["seq"], x["rows"]) for x in extras] == [
         (e["batch_id"], e["seq"], e["rows"]) for e in entries
@@ -78,3 +81,76 @@ def test_scheduler_runs_the_ingest_dag_twice_and_the_downstream_dag_counts_each_
     assert rows == [(e["batch_id"], topic, e["rows"]) for e in entries], f"found {rows}"
     runs = runs_since(airflow_stack, DOWNSTREAM, set())
     assert runs and {r["run_type"] for r in runs} == {"asset_triggered"}, f"expected asset-triggered runs: {runs}"
+    check_lineage(airflow_stack, topic, output, entries, finished, kafka_bootstrap_servers)
+
+
+def check_lineage(stack, topic: str, output: str, entries: list, runs: list, bootstrap_servers: str) -> None:
+    """Each batch's plan, Spark and commit tasks sent START and COMPLETE events (the plan's START
+    precedes its batch id) that validate, name the topic and the output, and carry the offsets;
+    the commit's COMPLETE has the batch's rows, files and version; spark-submit got its parent job."""
+    jobs = {f"{INGEST}.ingest.{t}" for t in ("plan", "spark_write", "commit")}
+    wanted = {(job, kind) for job in jobs for kind in ("START", "COMPLETE")}
+
+    def events_of(events: list[dict], batch_id: str) -> list[dict]:
+        return [
+            e for e in events if (e["run"].get("facets") or {}).get("kafkaBatchOffsets", {}).get("batchId") == batch_id
+        ]
+
+    def collected() -> tuple[list | None, dict]:
+        events = [e for e in read_events(stack.home / "lineage") if e["job"]["name"] in jobs and reads_topic(e, topic)]
+        seen = {
+            x["batch_id"]: {(e["job"]["name"], e["eventType"]) for e in events_of(events, x["batch_id"])}
+            for x in entries
+        }
+        plan_starts = [e for e in events if e["job"]["name"].endswith(".plan") and e["eventType"] == "START"]
+        # The plan's START comes before the plan, so before its batch id: counted apart.
+        complete = len(plan_starts) == len(entries) and all(
+            wanted - s == {(f"{INGEST}.ingest.plan", "START")} for s in seen.values()
+        )
+        return (events if complete else None), seen
+
+    ours = wait_for("each batch's START and COMPLETE lineage events", collected, timeout=60)
+    server = bootstrap_servers.split(",")[0]
+    for event in ours:
+        check_run_event(event)
+        assert event["job"]["namespace"] == LINEAGE_NAMESPACE, event["job"]
+        assert [(d["namespace"], d["name"]) for d in event["inputs"]] == [(f"kafka://{server}", topic)], event["inputs"]
+        assert [(d["namespace"], d["name"]) for d in event["outputs"]] == [("file", str(Path(output).resolve()))], (
+            f"expected the output as a file dataset, found {event['outputs']}"
+        )
+    for entry in entries:
+        (done,) = [
+            e
+            for e in events_of(ours, entry["batch_id"])
+            if e["job"]["name"].endswith(".commit") and e["eventType"] == "COMPLETE"
+        ]
+        offsets = done["run"]["facets"]["kafkaBatchOffsets"]
+        assert (offsets["seq"], offsets["ranges"]) == (
+            entry["seq"],
+            [{k: r[k] for k in ("topic", "partition", "start", "end")} for r in entry["ranges"]],
+        ), f"expected the batch's ranges in the commit's offsets facet, found {offsets}"
+        (dataset,) = done["outputs"]
+        statistics = dataset["outputFacets"]["outputStatistics"]
+        assert (statistics["rowCount"], statistics["fileCount"]) == (entry["rows"], len(entry["files"])), statistics
+        assert dataset["facets"]["version"]["datasetVersion"] == str(entry["seq"]), dataset["facets"]["version"]
+        columns = {f["name"] for f in dataset["facets"]["schema"]["fields"]}
+        assert {"topic", "partition", "offset", "value"} <= columns, f"expected the files' columns, found {columns}"
+    log = stack.task_log(INGEST, runs[0]["dag_run_id"], "ingest.spark_write")
+    assert f"spark.openlineage.parentJobName={INGEST}.ingest.spark_write" in log, (
+        "expected spark-submit to get the task as the OpenLineage parent job (--conf spark.openlineage.parentJobName)"
+    )
+
+
+def asset_events(stack, asset_id: int) -> tuple[list | None, str]:
+    """The asset's events; ``None`` while Airflow's API fails to list them (3.3.2 answers HTTP 500
+    while an event's asset-triggered run is queued but not started: its start_date is null)."""
+    from kafka_batch_provider.dev.airflow_live import AirflowStackError
+
+    try:
+        return stack.api("GET", "/assets/events", params={"asset_id": asset_id})["asset_events"], "listed"
+    except AirflowStackError as exc:
+        return None, str(exc)[:200]
+
+
+def reads_topic(event: dict, topic: str) -> bool:
+    return any(d["name"] == topic for d in event.get("inputs") or ())

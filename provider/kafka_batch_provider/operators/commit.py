@@ -13,12 +13,13 @@ from kafka_batch_provider.core.validation import positive_seconds
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.assets import emit_batch_event
 from kafka_batch_provider.operators.errors import task_errors
+from kafka_batch_provider.operators.lineage import BatchFacts, BatchLineage, planned_task_facts
 from kafka_batch_provider.operators.output import BatchOutput, connections_of, open_output
 from kafka_batch_provider.operators.xcom import load_plan, pull_summary
 from kafka_batch_provider.steps.commit import commit_batch
 
 
-class KafkaOffsetCommitOperator(BaseOperator):
+class KafkaOffsetCommitOperator(BatchLineage, BaseOperator):
     """Check the batch's entry in the output's offset log and its files, then commit its end offsets.
 
     Synchronous and compare-and-set (the group must still be at the plan's starts); every
@@ -74,6 +75,7 @@ class KafkaOffsetCommitOperator(BaseOperator):
         record = store.commit_record(plan.seq, plan.batch_id) or {}
         with task_errors():
             entry = store.entry_of(plan)
+            self.lineage_entry = entry  # for OpenLineage's COMPLETE event
             event = entry and emit_batch_event(
                 self, context, entry, spec.describe(), False, self.emit_empty_batches, spec.catalog_properties
             )
@@ -84,3 +86,7 @@ class KafkaOffsetCommitOperator(BaseOperator):
             "dead_letters": recorded_dead_letters(record),
             "asset_event": event or None,
         }
+
+    def batch_facts(self, task_instance: Any) -> BatchFacts:
+        """For OpenLineage (:mod:`~kafka_batch_provider.operators.lineage`): the committed batch."""
+        return planned_task_facts(self, task_instance)

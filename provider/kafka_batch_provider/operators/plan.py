@@ -14,6 +14,7 @@ from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
 from kafka_batch_provider.core.validation import check_group_id, check_topics, positive_seconds
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import task_errors
+from kafka_batch_provider.operators.lineage import BatchFacts, BatchLineage, plan_task_facts
 from kafka_batch_provider.operators.output import (
     OUTPUT_TEMPLATE_FIELDS,
     BatchOutput,
@@ -101,7 +102,7 @@ def epoch_ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
-class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BaseOperator):
+class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, BaseOperator):
     """Reconcile the group with the output's offset log, then plan the next batch and persist it.
 
     Exactly as ``kafka-batch plan``: resumes from the output where the group lost its offsets,
@@ -252,10 +253,15 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BaseOperator):
                     on_group_mismatch=self.on_group_mismatch,
                     reader_schema=request,
                 )
-        return plan_xcom(outcome, spec, store)
+        self.lineage_summary = plan_xcom(outcome, spec, store)
+        return self.lineage_summary
+
+    def batch_facts(self, task_instance: Any) -> BatchFacts:
+        """For OpenLineage (:mod:`~kafka_batch_provider.operators.lineage`): the topics, this run's output, the plan."""
+        return plan_task_facts(self, task_instance, self.output_of_run)
 
 
-class KafkaReplayPlanOperator(ValueSchemaChoice, TemplatedOutput, BaseOperator):
+class KafkaReplayPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, BaseOperator):
     """Plan a replay of explicit offsets or a time range (the manual backfill); never commits.
 
     Give either ``start_offsets``/``end_offsets`` (``{partition: offset}``; the partitions
@@ -373,4 +379,9 @@ class KafkaReplayPlanOperator(ValueSchemaChoice, TemplatedOutput, BaseOperator):
                 reader_schema=request,
                 **chosen,
             )
-        return plan_xcom(outcome, spec, store, dry_run=dry_run)
+        self.lineage_summary = plan_xcom(outcome, spec, store, dry_run=dry_run)
+        return self.lineage_summary
+
+    def batch_facts(self, task_instance: Any) -> BatchFacts:
+        """For OpenLineage (:mod:`~kafka_batch_provider.operators.lineage`): topics, replay output, plan."""
+        return plan_task_facts(self, task_instance, lambda _context: self.batch_output)

@@ -19,6 +19,7 @@ from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.hooks.schema_registry import registry_conn_for, registry_settings
 from kafka_batch_provider.operators.errors import spark_step_error, task_errors
+from kafka_batch_provider.operators.lineage import BatchFacts, BatchLineage, planned_task_facts
 from kafka_batch_provider.operators.output import BatchOutput, connections_of, open_output
 from kafka_batch_provider.operators.xcom import load_plan, pull_summary
 from kafka_batch_provider.output.formats import open_store
@@ -83,6 +84,8 @@ def batch_result(spec: Any, plan: Any, task: Any = None, context: Any = None) ->
         "dead_letters": dead_letter_count(entry),
         "location": store.data_uri(entry),
     }
+    if task is not None:
+        task.lineage_entry = entry  # for OpenLineage's COMPLETE event
     if task is not None and not plan.commits_group:
         from kafka_batch_provider.operators.assets import emit_batch_event
 
@@ -92,7 +95,7 @@ def batch_result(spec: Any, plan: Any, task: Any = None, context: Any = None) ->
     return result
 
 
-class KafkaSparkBatchOperator(SparkSubmitOperator):
+class KafkaSparkBatchOperator(BatchLineage, SparkSubmitOperator):
     """Run the Spark application on the plan pushed by ``plan_task_id``, through a ``spark`` connection.
 
     Skips when the plan has nothing to read or is a dry run. The output (format, path or
@@ -123,6 +126,10 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
     :param conn_id: the ``spark`` connection (default ``spark_default``).
     :param output: the same :class:`~kafka_batch_provider.operators.output.BatchOutput` as the
         plan task's: its connections open the output; the format and location come from the plan.
+    :param openlineage_inject_parent_job_info: (the Spark provider's) hand the OpenLineage Spark
+        listener this task as its parent job (``spark.openlineage.parent*``; default from
+        ``[openlineage] spark_inject_parent_job_info``). Injecting the transport's settings is
+        refused: they would be on the command line.
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "plan_task_id")
@@ -147,8 +154,18 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
         on_bad_record: str = "fail",
         key_format: str = "bytes",
         emit_empty_batches: bool = False,
+        openlineage_inject_transport_info: bool | None = None,
         **kwargs: Any,
     ) -> None:
+        if openlineage_inject_transport_info:
+            raise ConfigError(
+                "openlineage_inject_transport_info would put the OpenLineage transport's settings, its "
+                "credentials included, on spark-submit's command line (--conf): set spark.openlineage.transport.* "
+                "in the cluster's spark-defaults.conf instead"
+            )
+        # Never from [openlineage] spark_inject_transport_info either, for the same reason; the parent
+        # job's names and run ids (openlineage_inject_parent_job_info) are no secret and pass as --conf.
+        kwargs["openlineage_inject_transport_info"] = False
         super().__init__(application=application, name=name, **kwargs)
         self.plan_task_id = plan_task_id
         self.kafka_config_id = kafka_config_id
@@ -193,6 +210,10 @@ class KafkaSparkBatchOperator(SparkSubmitOperator):
                 raise self._spark_step_error(exc) from None
         with task_errors():
             return batch_result(spec, plan, self, context)
+
+    def batch_facts(self, task_instance: Any) -> BatchFacts:
+        """For OpenLineage (:mod:`~kafka_batch_provider.operators.lineage`): the plan, then the written entry."""
+        return planned_task_facts(self, task_instance)
 
     def _spark_step_error(self, exc: AirflowException) -> AirflowException:
         """The application's one error line instead of the hook's command line and output tail

@@ -12,12 +12,13 @@ from kafka_batch_provider.core.write_options import DEFAULT_MAX_OFFSETS_PER_TASK
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.hooks.schema_registry import registry_conn_for, registry_settings
 from kafka_batch_provider.operators.errors import task_errors
+from kafka_batch_provider.operators.lineage import BatchFacts, BatchLineage, planned_task_facts
 from kafka_batch_provider.operators.output import BatchOutput, connections_of
 from kafka_batch_provider.operators.spark import batch_result, planned_batch, shippable
 from kafka_batch_provider.output.formats import open_store
 
 
-class KafkaSparkConnectBatchOperator(BaseOperator):
+class KafkaSparkConnectBatchOperator(BatchLineage, BaseOperator):
     """Write the batch planned by ``plan_task_id`` through a ``spark_connect`` connection.
 
     The sibling of :class:`~kafka_batch_provider.operators.spark.KafkaSparkBatchOperator` for a
@@ -116,6 +117,10 @@ class KafkaSparkConnectBatchOperator(BaseOperator):
                 self._running = None
         with task_errors():
             return batch_result(spec, plan, self, context)
+
+    def batch_facts(self, task_instance: Any) -> BatchFacts:
+        """For OpenLineage (:mod:`~kafka_batch_provider.operators.lineage`): the plan, then the written entry."""
+        return planned_task_facts(self, task_instance)
 
     def _remember_session(self, session_id: str) -> None:
         self._session_id = session_id

@@ -1,0 +1,181 @@
+"""OpenLineage of a batch: dataset names by the naming spec, the batch's facts as facets, and the
+events they make checked as a lineage backend reads them (tests/support/openlineage_events.py)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pyarrow as pa
+import pytest
+
+from kafka_batch_provider.core.lineage import (
+    OFFSETS_FACET,
+    dataset_name,
+    dataset_version,
+    offsets_run_facet,
+    output_statistics,
+    rows_by_topic,
+    schema_fields,
+)
+from kafka_batch_provider.errors import ConfigError
+from tests.support.openlineage_events import check_run_event
+
+
+@pytest.mark.parametrize(
+    "uri, expected",
+    [
+        ("kafka://b1:9092/orders", ("kafka://b1:9092", "orders")),
+        ("kafka://b1:9092/a%2Fb", ("kafka://b1:9092", "a/b")),
+        ("file:///tmp/lake%20dir", ("file", "/tmp/lake dir")),
+        ("s3://bucket/lake/orders", ("s3://bucket", "lake/orders")),
+        ("gs://bucket/lake", ("gs://bucket", "lake")),
+        ("abfs://c@acct.dfs.core.windows.net/lake", ("abfss://c@acct.dfs.core.windows.net", "lake")),
+        ("iceberg://prod/a.b/orders", ("iceberg://prod", "a.b.orders")),
+    ],
+)
+def test_datasets_are_named_by_the_openlineage_naming_spec(uri, expected):
+    assert dataset_name(uri) == expected
+
+
+def test_a_scheme_without_a_naming_is_refused():
+    with pytest.raises(ValueError, match="no OpenLineage dataset name for 'hdfs://nn/lake'"):
+        dataset_name("hdfs://nn/lake")
+
+
+ENTRY = {
+    "batch_id": "20261124T000000-abc",
+    "seq": 3,
+    "mode": "incremental",
+    "group_id": "orders-ingest",
+    "rows": 7,
+    "files": [{"name": "a.parquet", "bytes": 100, "rows": 4}, {"name": "b.parquet", "bytes": 50, "rows": 3}],
+    "ranges": [
+        {"topic": "orders", "partition": 0, "start": 0, "end": 5, "rows": 5},
+        {"topic": "refunds", "partition": 0, "start": 2, "end": 4, "rows": 2},
+    ],
+}
+
+
+def test_a_logged_batch_gives_its_statistics_version_and_offsets():
+    assert output_statistics(ENTRY) == {"rowCount": 7, "size": 150, "fileCount": 2}
+    assert rows_by_topic(ENTRY) == {"orders": 5, "refunds": 2}
+    assert dataset_version(ENTRY) == "3", "the Parquet layout's version is the log sequence number"
+    assert dataset_version({**ENTRY, "table_version": 12}) == "12"
+    assert dataset_version({**ENTRY, "snapshot_id": 987654321}) == "987654321"
+    facet = offsets_run_facet(ENTRY, replay=False)
+    assert facet["ranges"] == [
+        {"topic": "orders", "partition": 0, "start": 0, "end": 5},
+        {"topic": "refunds", "partition": 0, "start": 2, "end": 4},
+    ]
+    assert (facet["batchId"], facet["seq"], facet["replay"], facet["groupId"]) == (
+        ENTRY["batch_id"],
+        3,
+        False,
+        "orders-ingest",
+    )
+
+
+def test_nested_columns_become_nested_schema_fields():
+    schema = pa.schema(
+        [
+            ("offset", pa.int64()),
+            ("value", pa.struct([("id", pa.int64()), ("tags", pa.list_(pa.string()))])),
+            ("attrs", pa.map_(pa.string(), pa.int32())),
+        ]
+    )
+    fields = schema_fields(schema)
+    assert [f["name"] for f in fields] == ["offset", "value", "attrs"]
+    assert [f["name"] for f in fields[1]["fields"]] == ["id", "tags"]
+    assert fields[1]["fields"][1]["fields"] == [{"name": "_element", "type": "string"}]
+    assert [f["name"] for f in fields[2]["fields"]] == ["key", "value"]
+
+
+def event_of(lineage, event_type: str = "COMPLETE") -> dict:
+    """A run event with an operator's lineage, serialized as a transport sends it."""
+    from openlineage.client.event_v2 import Job, Run, RunEvent, RunState
+    from openlineage.client.serde import Serde
+
+    event = RunEvent(
+        eventType=RunState(event_type),
+        eventTime="2026-11-24T12:00:00+00:00",
+        run=Run(runId=str(uuid.uuid4()), facets=lineage.run_facets),
+        job=Job(namespace="default", name="kafka_batch_ingest.ingest.commit"),
+        producer="https://example.org/producer",
+        inputs=lineage.inputs,
+        outputs=lineage.outputs,
+    )
+    return json.loads(Serde.to_json(event))
+
+
+def test_a_written_batchs_lineage_makes_a_valid_event_with_every_fact():
+    pytest.importorskip("airflow.providers.openlineage", reason="the openlineage extra is installed by make test")
+    from kafka_batch_provider.operators.lineage import BatchFacts, operator_lineage
+
+    schema = pa.schema([("topic", pa.string()), ("value", pa.struct([("id", pa.int64())]))])
+    facts = BatchFacts(
+        "b1:9092,b2:9092",
+        ["orders", "refunds"],
+        {"format": "delta", "output": "s3://lake/orders"},
+        {},
+        summary=ENTRY,
+        entry={**ENTRY, "table_version": 4},
+        schema=schema,
+    )
+    event = event_of(operator_lineage(facts))
+    check_run_event(event)
+    assert [(d["namespace"], d["name"]) for d in event["inputs"]] == [
+        ("kafka://b1:9092", "orders"),
+        ("kafka://b1:9092", "refunds"),
+    ]
+    assert [d["inputFacets"]["inputStatistics"]["rowCount"] for d in event["inputs"]] == [5, 2]
+    (output,) = event["outputs"]
+    assert (output["namespace"], output["name"]) == ("s3://lake", "orders")
+    assert output["facets"]["version"]["datasetVersion"] == "4"
+    assert output["outputFacets"]["outputStatistics"] == {
+        **{k: v for k, v in output["outputFacets"]["outputStatistics"].items() if k.startswith("_")},
+        "rowCount": 7,
+        "size": 150,
+        "fileCount": 2,
+    }
+    assert [f["name"] for f in output["facets"]["schema"]["fields"]] == ["topic", "value"]
+    assert event["run"]["facets"][OFFSETS_FACET]["ranges"][1] == {
+        "topic": "refunds",
+        "partition": 0,
+        "start": 2,
+        "end": 4,
+    }
+
+
+def test_a_batch_not_yet_planned_has_inputs_and_output_but_no_offsets():
+    pytest.importorskip("airflow.providers.openlineage", reason="the openlineage extra is installed by make test")
+    from kafka_batch_provider.operators.lineage import BatchFacts, operator_lineage
+
+    lineage = operator_lineage(BatchFacts("b1:9092", ["orders"], {"format": "iceberg", "table": "shop.orders"}, {}))
+    event = event_of(lineage, "START")
+    check_run_event(event)
+    assert [(d["namespace"], d["name"]) for d in event["outputs"]] == [("iceberg://kafka_batch", "shop.orders")]
+    assert OFFSETS_FACET not in event["run"].get("facets", {}) and event["inputs"][0]["name"] == "orders"
+
+
+def test_the_check_refuses_an_offsets_facet_that_breaks_its_schema():
+    pytest.importorskip("airflow.providers.openlineage", reason="the openlineage extra is installed by make test")
+    from kafka_batch_provider.operators.lineage import BatchFacts, operator_lineage
+
+    event = event_of(operator_lineage(BatchFacts("b1:9092", ["orders"], None, summary=ENTRY)))
+    event["run"]["facets"][OFFSETS_FACET]["ranges"][0]["start"] = -1
+    with pytest.raises(AssertionError, match="kafkaBatchOffsets does not validate"):
+        check_run_event(event)
+    event = event_of(operator_lineage(BatchFacts("b1:9092", ["orders"], None, summary=ENTRY)))
+    del event["run"]["runId"]
+    with pytest.raises(AssertionError, match="not a valid RunEvent"):
+        check_run_event(event)
+
+
+def test_the_spark_operator_refuses_to_put_the_lineage_transport_on_the_command_line():
+    from kafka_batch_provider.operators.spark import KafkaSparkBatchOperator
+
+    with pytest.raises(ConfigError, match="on spark-submit's command line"):
+        KafkaSparkBatchOperator(task_id="spark", plan_task_id="plan", openlineage_inject_transport_info=True)
+    task = KafkaSparkBatchOperator(task_id="spark2", plan_task_id="plan", openlineage_inject_parent_job_info=True)
+    assert task._openlineage_inject_parent_job_info and not task._openlineage_inject_transport_info
