@@ -9,11 +9,10 @@ from __future__ import annotations
 import os
 import shutil
 import urllib.parse
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.live.conftest import BACKFILL
@@ -22,27 +21,12 @@ from tests.live.trigger_form import SECTIONS, open_dag, open_section, open_trigg
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path(os.environ.get("KAFKA_BATCH_CHROMIUM", "/usr/bin/chromium"))
 DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 
 
-@pytest.fixture(scope="module")
-def browser(airflow_stack) -> Iterator[Browser]:
-    assert CHROMIUM.exists(), f"expected Chromium at {CHROMIUM} (make test installs it: apt-get install chromium)"
+@pytest.fixture(scope="module", autouse=True)
+def backfill_unpaused(airflow_stack) -> None:
     airflow_stack.set_paused(BACKFILL, False)  # no schedule: runs only when triggered
-    with sync_playwright() as playwright:
-        # --no-sandbox: the tests may run as root, where Chromium's sandbox refuses to start.
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    page = browser.new_page(viewport={"width": 1400, "height": 1300})
-    page.set_default_timeout(30_000)
-    yield page
-    page.close()
 
 
 @pytest.fixture
@@ -75,9 +59,7 @@ def show_task_log(page: Page, base_url: str, run_id: str, task_id: str, expected
     expect(page.get_by_text(expected, exact=False).first).to_be_visible(timeout=60_000)
 
 
-def test_trigger_form_dry_run_by_offsets_shows_its_ranges_in_the_task_log(
-    airflow_stack, page, topic, tmp_path, browser
-):
+def test_trigger_form_dry_run_by_offsets_shows_its_ranges_in_the_task_log(airflow_stack, page, topic, tmp_path):
     replay = tmp_path / "replay"
     known = {r["dag_run_id"] for r in airflow_stack.dag_runs(BACKFILL)}
     form = open_trigger_form(page, airflow_stack.base_url, BACKFILL)

@@ -1,17 +1,21 @@
 """The scheduler runs kafka_batch_ingest on its schedule: two batches, the second only new records.
 Each committed batch is one asset event with its facts, and the downstream DAG, scheduled on the
-output's asset (no cron), counts exactly those batches. OpenLineage's file transport holds each
-task's START and COMPLETE events with the topic, the output and the batch's offsets."""
+output's asset (no cron), counts exactly those batches; the UI's asset page (Chromium) draws the
+chain and lists the events. OpenLineage's file transport holds each task's START and COMPLETE
+events with the topic, the output and the batch's offsets."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from kafka_batch_provider.operators.assets import output_asset_uri
 from kafka_batch_provider.output.store import BatchStore
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.integration.helpers import assert_exactly_once
+from tests.live.asset_page import check_asset_page
 from tests.live.conftest import DOWNSTREAM, INGEST, LINEAGE_NAMESPACE
 from tests.live.helpers import committed, runs_since, wait_for
 from tests.support.openlineage_events import check_run_event, read_events
@@ -19,8 +23,9 @@ from tests.support.openlineage_events import check_run_event, read_events
 EVERY_TASK = {"ingest.wait_for_data", "ingest.plan", "ingest.spark_write", "ingest.commit", "ingest.lag_health"}
 
 
+@pytest.mark.browser
 def test_scheduler_runs_the_ingest_dag_twice_and_the_downstream_dag_counts_each_batch_by_its_asset_event(
-    airflow_stack, live_ingest, kafka_config, kafka_bootstrap_servers
+    airflow_stack, live_ingest, kafka_config, kafka_bootstrap_servers, page, tmp_path
 ):
     topic, group = live_ingest["topic"], live_ingest["group"]
     output = airflow_stack.env["KAFKA_BATCH_OUTPUT"]  # the downstream DAG's asset is fixed at parse time
@@ -82,6 +87,7 @@ def test_scheduler_runs_the_ingest_dag_twice_and_the_downstream_dag_counts_each_
     runs = runs_since(airflow_stack, DOWNSTREAM, set())
     assert runs and {r["run_type"] for r in runs} == {"asset_triggered"}, f"expected asset-triggered runs: {runs}"
     check_lineage(airflow_stack, topic, output, entries, finished, kafka_bootstrap_servers)
+    check_asset_page(page, airflow_stack.base_url, assets[0]["id"], uri, "kafka-batch:ingest", len(entries), tmp_path)
 
 
 def check_lineage(stack, topic: str, output: str, entries: list, runs: list, bootstrap_servers: str) -> None:
