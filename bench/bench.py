@@ -558,6 +558,9 @@ def main() -> int:
     parser.add_argument("--large-records", type=int, default=5_000_000, help="the large batch (0: skip)")
     parser.add_argument("--rss-gb", type=float, default=2.0, help="GB of 64 KB records for the RSS run (0: skip)")
     parser.add_argument("--soak-batches", type=int, default=1000, help="batches of the soak (under 200: skip)")
+    parser.add_argument(
+        "--freshness-bursts", type=int, default=5, help="1,000-record bursts through the lag-fired DAG (0: skip)"
+    )
     args = parser.parse_args()
     output = result_stream()
     formats = list(dict.fromkeys(f.strip() for f in args.formats.split(",") if f.strip()))
@@ -672,6 +675,13 @@ def main() -> int:
         if not args.no_writers:
             say("writers: Spark's Parquet writer and the pyarrow task writer on the same DataFrame ...")
             summary["writers"] = compare_writers(config, topic, ends, work, args.spark_master)
+        if args.freshness_bursts:
+            from freshness import freshness_measures  # bench/ is this script's folder
+
+            say(f"freshness: {args.freshness_bursts} bursts through kafka_batch_ingest_on_lag in a live Airflow ...")
+            summary["freshness"] = freshness_measures(bootstrap, work, args.freshness_bursts)
+            summary["freshness_seconds"] = summary["freshness"]["freshness_seconds"]
+            summary["downstream_seconds"] = summary["freshness"]["downstream_seconds"]
         from year import year_measures  # bench/ is this script's folder
 
         summary["year"] = year_measures(config, topic, work, args.soak_batches)
