@@ -92,10 +92,11 @@ def test_scheduler_runs_the_ingest_dag_twice_and_the_downstream_dag_counts_each_
 
 def check_lineage(stack, topic: str, output: str, entries: list, runs: list, bootstrap_servers: str) -> None:
     """Each batch's plan, Spark and commit tasks sent START and COMPLETE events (the plan's START
-    precedes its batch id) that validate, name the topic and the output, and carry the offsets;
-    the commit's COMPLETE has the batch's rows, files and version; spark-submit got its parent job."""
+    precedes its batch id) that validate and name the topic; only the Spark task names the output,
+    and its COMPLETE has the batch's rows, files, version and columns; the commit's carries the
+    batch's offsets; spark-submit got its parent job."""
     jobs = {f"{INGEST}.ingest.{t}" for t in ("plan", "spark_write", "commit")}
-    wanted = {(job, kind) for job in jobs for kind in ("START", "COMPLETE")}
+    wanted = {(job, kind) for job in jobs for kind in ("START", "COMPLETE")} - {(f"{INGEST}.ingest.plan", "START")}
 
     def events_of(events: list[dict], batch_id: str) -> list[dict]:
         return [
@@ -108,34 +109,36 @@ def check_lineage(stack, topic: str, output: str, entries: list, runs: list, boo
             x["batch_id"]: {(e["job"]["name"], e["eventType"]) for e in events_of(events, x["batch_id"])}
             for x in entries
         }
-        plan_starts = [e for e in events if e["job"]["name"].endswith(".plan") and e["eventType"] == "START"]
-        # The plan's START comes before the plan, so before its batch id: counted apart.
-        complete = len(plan_starts) == len(entries) and all(
-            wanted - s == {(f"{INGEST}.ingest.plan", "START")} for s in seen.values()
-        )
+        # The plan's START comes before the plan, so before its batch id: one per DAG run (its parent).
+        plan_runs = {
+            e["run"]["facets"]["parent"]["run"]["runId"]
+            for e in events
+            if e["job"]["name"].endswith(".plan") and e["eventType"] == "START"
+        }
+        complete = len(plan_runs) == len(entries) and all(wanted <= s for s in seen.values())
         return (events if complete else None), seen
 
     ours = wait_for("each batch's START and COMPLETE lineage events", collected, timeout=60)
     server = bootstrap_servers.split(",")[0]
+    lake = ("file", str(Path(output).resolve()))
     for event in ours:
         check_run_event(event)
         assert event["job"]["namespace"] == LINEAGE_NAMESPACE, event["job"]
         assert [(d["namespace"], d["name"]) for d in event["inputs"]] == [(f"kafka://{server}", topic)], event["inputs"]
-        assert [(d["namespace"], d["name"]) for d in event["outputs"]] == [("file", str(Path(output).resolve()))], (
-            f"expected the output as a file dataset, found {event['outputs']}"
+        writes = [lake] if event["job"]["name"].endswith(".spark_write") else []
+        assert [(d["namespace"], d["name"]) for d in event["outputs"]] == writes, (
+            f"expected {event['job']['name']} to name {writes or 'no output'}, found {event['outputs']}"
         )
     for entry in entries:
-        (done,) = [
-            e
-            for e in events_of(ours, entry["batch_id"])
-            if e["job"]["name"].endswith(".commit") and e["eventType"] == "COMPLETE"
-        ]
-        offsets = done["run"]["facets"]["kafkaBatchOffsets"]
+        batch = events_of(ours, entry["batch_id"])
+        (committed,) = [e for e in batch if e["job"]["name"].endswith(".commit") and e["eventType"] == "COMPLETE"]
+        offsets = committed["run"]["facets"]["kafkaBatchOffsets"]
         assert (offsets["seq"], offsets["ranges"]) == (
             entry["seq"],
             [{k: r[k] for k in ("topic", "partition", "start", "end")} for r in entry["ranges"]],
         ), f"expected the batch's ranges in the commit's offsets facet, found {offsets}"
-        (dataset,) = done["outputs"]
+        (written,) = [e for e in batch if e["job"]["name"].endswith(".spark_write") and e["eventType"] == "COMPLETE"]
+        (dataset,) = written["outputs"]
         statistics = dataset["outputFacets"]["outputStatistics"]
         assert (statistics["rowCount"], statistics["fileCount"]) == (entry["rows"], len(entry["files"])), statistics
         assert dataset["facets"]["version"]["datasetVersion"] == str(entry["seq"]), dataset["facets"]["version"]

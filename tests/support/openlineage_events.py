@@ -2,9 +2,9 @@
 
 openlineage-python (1.54) ships the spec's model as Python classes generated from the
 OpenLineage JSON schemas (``openlineage.client.generated``), not the schema files themselves.
-So an event is checked by building it back, field by field, into those classes, whose
-constructors refuse a missing or unknown field and whose validators check the event time and
-the run id; every facet must carry ``_producer`` and ``_schemaURL`` as URIs; the facets this
+So an event's keys must be a RunEvent's and its datasets', and its fields are built back into
+those classes, whose constructors refuse a missing or unknown field and whose validators check
+the event time and the run id; every facet must carry ``_producer`` and ``_schemaURL`` as URIs; the facets this
 package sets are built into their own classes, and its ``kafkaBatchOffsets`` run facet is
 validated against its JSON Schema (:data:`~kafka_batch_provider.core.lineage.OFFSETS_FACET_JSON_SCHEMA`)
 with ``jsonschema``.
@@ -19,6 +19,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kafka_batch_provider.core.lineage import OFFSETS_FACET, OFFSETS_FACET_JSON_SCHEMA
+
+EVENT_KEYS = {"eventType", "eventTime", "run", "job", "producer", "schemaURL", "inputs", "outputs"}
+DATASET_KEYS = {"namespace", "name", "facets", "inputFacets", "outputFacets"}
 
 
 def read_events(folder: Path) -> list[dict[str, Any]]:
@@ -36,6 +39,10 @@ def check_run_event(event: Mapping[str, Any]) -> None:
     from openlineage.client.generated.schema_dataset import SchemaDatasetFacet
 
     where = f"{event.get('eventType')} event of {event.get('job', {}).get('name')}"
+    unknown = set(event) - EVENT_KEYS
+    assert not unknown, f"{where}: keys a RunEvent does not have: {sorted(unknown)}"
+    for dataset in [*(event.get("inputs") or ()), *(event.get("outputs") or ())]:
+        assert not set(dataset) - DATASET_KEYS, f"{where}: unknown dataset keys {sorted(set(dataset) - DATASET_KEYS)}"
     try:
         RunEvent(
             eventType=RunState(event["eventType"]),

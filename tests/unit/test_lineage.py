@@ -3,6 +3,7 @@ events they make checked as a lineage backend reads them (tests/support/openline
 
 from __future__ import annotations
 
+import inspect
 import json
 import uuid
 
@@ -120,6 +121,7 @@ def test_a_written_batchs_lineage_makes_a_valid_event_with_every_fact():
         {},
         summary=ENTRY,
         entry={**ENTRY, "table_version": 4},
+        wrote=True,
         schema=schema,
     )
     event = event_of(operator_lineage(facts))
@@ -172,10 +174,137 @@ def test_the_check_refuses_an_offsets_facet_that_breaks_its_schema():
         check_run_event(event)
 
 
-def test_the_spark_operator_refuses_to_put_the_lineage_transport_on_the_command_line():
+def test_the_spark_operator_refuses_to_put_the_lineage_transport_on_the_command_line(monkeypatch):
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
     from kafka_batch_provider.operators.spark import KafkaSparkBatchOperator
 
     with pytest.raises(ConfigError, match="on spark-submit's command line"):
         KafkaSparkBatchOperator(task_id="spark", plan_task_id="plan", openlineage_inject_transport_info=True)
+    # [openlineage] spark_inject_transport_info = True becomes the Spark operator's default: ignored here.
+    defaults = inspect.unwrap(SparkSubmitOperator.__init__).__kwdefaults__
+    monkeypatch.setitem(defaults, "openlineage_inject_transport_info", True)
+    assert SparkSubmitOperator(task_id="plain", application="app.py")._openlineage_inject_transport_info
     task = KafkaSparkBatchOperator(task_id="spark2", plan_task_id="plan", openlineage_inject_parent_job_info=True)
     assert task._openlineage_inject_parent_job_info and not task._openlineage_inject_transport_info
+
+
+def test_the_facets_json_schema_in_docs_is_the_one_the_events_are_checked_against():
+    from pathlib import Path
+
+    from kafka_batch_provider.core.lineage import OFFSETS_FACET_JSON_SCHEMA, OFFSETS_FACET_SCHEMA_URL
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "KafkaBatchOffsetsRunFacet.json"
+    assert json.loads(docs.read_text()) == OFFSETS_FACET_JSON_SCHEMA, "regenerate docs/KafkaBatchOffsetsRunFacet.json"
+    assert OFFSETS_FACET_SCHEMA_URL.endswith("KafkaBatchOffsetsRunFacet.json#/$defs/KafkaBatchOffsetsRunFacet")
+
+
+class RunningTask:
+    """What the OpenLineage provider passes on complete: a task instance with its XCom."""
+
+    def __init__(self, xcoms: dict) -> None:
+        self.xcoms = xcoms
+
+    def xcom_pull(self, task_ids: str):
+        return self.xcoms.get(task_ids)
+
+
+SUMMARY = {
+    "batch_id": ENTRY["batch_id"],
+    "seq": 3,
+    "mode": "incremental",
+    "group_id": "orders-ingest",
+    "ranges": [{"topic": "orders", "partition": 0, "start": 0, "end": 5}],
+    "plan_path": "/lake/_plans/3-b.json",
+    "output": {"format": "iceberg", "table": "shop.orders"},
+    "dry_run": False,
+}
+
+
+@pytest.fixture
+def kafka_connection(monkeypatch):
+    connection = {"conn_type": "kafka", "extra": {"bootstrap.servers": "b1:9092", "sasl.password": "s3cret"}}
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps(connection))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_ICEBERG_DEFAULT",
+        json.dumps({"conn_type": "generic", "extra": {"name": "prod", "type": "sql", "uri": "sqlite:///:memory:"}}),
+    )
+
+
+def lineage_of(task, ti) -> dict:
+    pytest.importorskip("airflow.providers.openlineage", reason="the openlineage extra is installed by make test")
+    event = event_of(task.get_openlineage_facets_on_complete(ti))
+    check_run_event(event)
+    assert "s3cret" not in json.dumps(event), "a connection's secret reached the event"
+    return event
+
+
+def test_only_the_spark_task_names_the_output_and_its_statistics(kafka_connection):
+    from kafka_batch_provider.operators.commit import KafkaOffsetCommitOperator
+    from kafka_batch_provider.operators.output import BatchOutput
+    from kafka_batch_provider.operators.spark_connect import KafkaSparkConnectBatchOperator
+
+    output = BatchOutput(output_format="iceberg", table="shop.orders", catalog_conn_id="iceberg_default")
+    entry = {**ENTRY, "snapshot_id": 77, "files": [], "ranges": [{**SUMMARY["ranges"][0], "rows": 5}], "rows": 5}
+    spark = KafkaSparkConnectBatchOperator(task_id="spark", plan_task_id="plan", output=output)
+    spark.lineage_entry = entry
+    written = lineage_of(spark, RunningTask({"plan": SUMMARY}))
+    (dataset,) = written["outputs"]
+    assert (dataset["namespace"], dataset["name"]) == ("iceberg://prod", "shop.orders")
+    assert dataset["facets"]["version"]["datasetVersion"] == "77"
+    assert dataset["outputFacets"]["outputStatistics"]["rowCount"] == 5
+    assert [(d["namespace"], d["name"]) for d in written["inputs"]] == [("kafka://b1:9092", "orders")]
+
+    commit = KafkaOffsetCommitOperator(task_id="commit", plan_task_id="plan", output=output)
+    commit.lineage_entry = entry
+    committed = lineage_of(commit, RunningTask({"plan": SUMMARY}))
+    assert committed["outputs"] == [], "the commit writes no data: a backend would count the batch twice"
+    assert committed["run"]["facets"][OFFSETS_FACET]["ranges"] == SUMMARY["ranges"]
+
+
+@pytest.mark.parametrize(
+    "summary, why",
+    [
+        (None, "the plan task failed before planning"),
+        ({**SUMMARY, "plan_path": None, "ranges": []}, "nothing new to plan"),
+        ({**SUMMARY, "dry_run": True}, "a dry run"),
+    ],
+)
+def test_a_task_without_a_batch_names_no_output_and_no_offsets(kafka_connection, summary, why):
+    from kafka_batch_provider.operators.output import BatchOutput
+    from kafka_batch_provider.operators.plan import KafkaReplayPlanOperator
+    from kafka_batch_provider.operators.spark_connect import KafkaSparkConnectBatchOperator
+
+    spark = KafkaSparkConnectBatchOperator(task_id="spark", plan_task_id="plan")
+    event = lineage_of(spark, RunningTask({"plan": summary}))
+    assert (event["outputs"], event["inputs"]) == ([], []), f"{why}: expected no datasets, found {event}"
+    assert OFFSETS_FACET not in event["run"].get("facets", {}), why
+    replay = KafkaReplayPlanOperator(
+        task_id="replay", topics=["orders"], output=BatchOutput(output_path="/lake_replay"), whole_topic=True
+    )
+    event = lineage_of(replay, RunningTask({"replay": summary}))
+    assert [d["name"] for d in event["inputs"]] == ["orders"] and event["outputs"] == [], event
+    assert OFFSETS_FACET not in event["run"].get("facets", {}), why
+
+
+def test_a_replay_plan_names_its_batch_as_a_replay(kafka_connection):
+    from kafka_batch_provider.operators.output import BatchOutput
+    from kafka_batch_provider.operators.plan import KafkaReplayPlanOperator
+
+    replay = KafkaReplayPlanOperator(
+        task_id="replay", topics=["orders"], output=BatchOutput(output_path="/lake_replay"), whole_topic=True
+    )
+    event = lineage_of(replay, RunningTask({"replay": {**SUMMARY, "mode": "replay", "group_id": None}}))
+    facet = event["run"]["facets"][OFFSETS_FACET]
+    assert (facet["mode"], facet["replay"]) == ("replay", True), facet
+
+
+def test_a_connection_without_servers_leaves_out_the_topics_not_the_batch(monkeypatch):
+    from kafka_batch_provider.operators.spark_connect import KafkaSparkConnectBatchOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": {}}))
+    spark = KafkaSparkConnectBatchOperator(task_id="spark", plan_task_id="plan")
+    spark.lineage_entry = {**ENTRY, "ranges": [{**SUMMARY["ranges"][0], "rows": 5}]}
+    event = lineage_of(spark, RunningTask({"plan": {**SUMMARY, "output": {"format": "parquet", "output": "/lake"}}}))
+    assert event["inputs"] == [] and [(d["namespace"], d["name"]) for d in event["outputs"]] == [("file", "/lake")]
+    assert event["run"]["facets"][OFFSETS_FACET]["batchId"] == ENTRY["batch_id"]

@@ -30,15 +30,14 @@ from urllib.parse import unquote, urlsplit
 OFFSETS_FACET = "kafkaBatchOffsets"
 OFFSETS_FACET_SCHEMA_URL = (
     "https://github.com/airflow-provider-kafka-batch/airflow-provider-kafka-batch/blob/main/docs/"
-    "openlineage.md#kafkabatchoffsets"
+    "KafkaBatchOffsetsRunFacet.json#/$defs/KafkaBatchOffsetsRunFacet"
 )
 
 #: The facet's JSON Schema (draft 2020-12), in OpenLineage's form: a ``RunFacet`` (``_producer``,
-#: ``_schemaURL``) with the batch's fields. docs/openlineage.md shows it; the tests validate
+#: ``_schemaURL``) with the batch's fields, under ``$defs`` as ``_schemaURL`` names it.
+#: docs/KafkaBatchOffsetsRunFacet.json is this (a test keeps them equal); the tests validate
 #: every emitted facet against it.
-OFFSETS_FACET_JSON_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": OFFSETS_FACET_SCHEMA_URL,
+OFFSETS_FACET_DEFINITION: dict[str, Any] = {
     "title": "KafkaBatchOffsetsRunFacet",
     "type": "object",
     "required": ["_producer", "_schemaURL", "batchId", "seq", "mode", "replay", "ranges"],
@@ -66,6 +65,12 @@ OFFSETS_FACET_JSON_SCHEMA: dict[str, Any] = {
         },
     },
     "additionalProperties": False,
+}
+OFFSETS_FACET_JSON_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": OFFSETS_FACET_SCHEMA_URL.split("#")[0],
+    "$ref": "#/$defs/KafkaBatchOffsetsRunFacet",
+    "$defs": {"KafkaBatchOffsetsRunFacet": OFFSETS_FACET_DEFINITION},
 }
 
 
@@ -152,7 +157,16 @@ def _field(name: str, kind: Any) -> dict[str, Any]:
     field: dict[str, Any] = {"name": name, "type": str(kind)}
     if pa.types.is_struct(kind):
         field["fields"] = [_field(kind.field(i).name, kind.field(i).type) for i in range(kind.num_fields)]
-    elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+    elif any(
+        check(kind)
+        for check in (
+            pa.types.is_list,
+            pa.types.is_large_list,
+            pa.types.is_fixed_size_list,
+            pa.types.is_list_view,
+            pa.types.is_large_list_view,
+        )
+    ):
         field["fields"] = [_field("_element", kind.value_type)]
     elif pa.types.is_map(kind):
         field["fields"] = [_field("key", kind.key_type), _field("value", kind.item_type)]

@@ -89,4 +89,4 @@ class KafkaOffsetCommitOperator(BatchLineage, BaseOperator):
 
     def batch_facts(self, task_instance: Any) -> BatchFacts:
         """For OpenLineage (:mod:`~kafka_batch_provider.operators.lineage`): the committed batch."""
-        return planned_task_facts(self, task_instance)
+        return planned_task_facts(self, task_instance, wrote=False)

@@ -9,13 +9,16 @@ slow never touches a batch. Names and facts come from :mod:`kafka_batch_provider
 
 An event carries:
 
-* inputs: the batch's topics (``kafka://host:port``, topic), with the offsets it spans per topic
-  and, once written, the rows read from each (input statistics);
-* output: the output by its store's scheme (a folder, a Delta table or an Iceberg table), and,
-  once written, its statistics (rows, bytes, files), its version (Delta version, Iceberg
-  snapshot id, or the log sequence number) and the batch files' schema;
+* inputs: the batch's topics (``kafka://host:port``, topic), and, once the Spark task wrote the
+  batch, the rows read from each (input statistics);
+* output: only the Spark task's, which writes the batch: the output by its store's scheme (a
+  folder, a Delta table or an Iceberg table) and, once written, its statistics (rows, bytes,
+  files), its version (Delta version, Iceberg snapshot id, or the log sequence number) and the
+  batch files' schema. The plan and commit tasks read and commit offsets: a backend that counted
+  them as writers would see three versions of the output per batch;
 * the ``kafkaBatchOffsets`` run facet: batch id, log sequence number, mode and each
-  partition's range (no standard facet carries Kafka offsets).
+  partition's range (no standard facet carries Kafka offsets); none for a dry run or a plan
+  with nothing new.
 """
 
 from __future__ import annotations
@@ -43,10 +46,11 @@ class BatchFacts:
 
     bootstrap_servers: str | None
     topics: list[str]
-    output: Mapping[str, Any] | None  # format, output, table (OutputSpec.describe())
+    output: Mapping[str, Any] | None  # format, output, table (OutputSpec.describe()); None: writes nothing
     catalog_properties: Mapping[str, Any] = field(default_factory=dict)
     summary: Mapping[str, Any] | None = None  # the plan's XCom
     entry: Mapping[str, Any] | None = None  # the batch's log entry, once written
+    wrote: bool = False  # the task that wrote the batch (Spark): its statistics, version and schema
     schema: Any = None  # the Arrow schema of the batch's files, once written
 
 
@@ -54,23 +58,22 @@ class BatchLineage:
     """OpenLineage methods of a batch's task; an operator says what it knows in :meth:`batch_facts`.
 
     :attr:`lineage_entry` is the batch's log entry, kept by ``execute`` once the batch is written
-    (the Spark task) or committed (the commit task); :attr:`lineage_schema` the Arrow schema of its files.
+    (the Spark task) or committed (the commit task).
     """
 
     lineage_entry: Mapping[str, Any] | None = None
-    lineage_schema: Any = None
 
     def batch_facts(self, task_instance: Any) -> BatchFacts:  # pragma: no cover - each operator's own
         raise NotImplementedError
 
     def get_openlineage_facets_on_start(self) -> Any:
-        return operator_lineage(self.batch_facts(None))
+        return operator_lineage(self.batch_facts(None), getattr(self, "log", None))
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        return operator_lineage(self.batch_facts(task_instance))
+        return operator_lineage(self.batch_facts(task_instance), getattr(self, "log", None))
 
     def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
-        return operator_lineage(self.batch_facts(task_instance))
+        return operator_lineage(self.batch_facts(task_instance), getattr(self, "log", None))
 
 
 def running_task_instance(task_instance: Any) -> Any:
@@ -83,69 +86,94 @@ def running_task_instance(task_instance: Any) -> Any:
 
 
 def bootstrap_servers_of(kafka_config_id: str) -> str | None:
-    """The ``kafka`` connection's ``bootstrap.servers`` (no credentials are read into the event)."""
+    """The ``kafka`` connection's ``bootstrap.servers`` (no credentials are read into the event);
+    ``None`` when the connection has none or cannot be read (the event then names no topics)."""
     from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 
-    return KafkaOffsetsHook(kafka_config_id).kafka_config.get("bootstrap.servers")
+    try:
+        return KafkaOffsetsHook(kafka_config_id).kafka_config.get("bootstrap.servers") or None
+    except Exception:  # noqa: BLE001 - lineage must not fail for a connection the task itself reports
+        return None
 
 
-def plan_task_facts(task: Any, task_instance: Any, output_of_run: Any) -> BatchFacts:
-    """A plan task's batch: its topics and the output this run plans into; its plan once made."""
+def plan_task_facts(task: Any, task_instance: Any) -> BatchFacts:
+    """A plan task's batch: its topics, and its plan once made (none for a dry run or a plan with
+    nothing new)."""
     from kafka_batch_provider.core.validation import check_topics
     from kafka_batch_provider.operators.xcom import as_list
 
-    ti = running_task_instance(task_instance)
-    spec = output_of_run(ti.get_template_context()).spec()
     summary = getattr(task, "lineage_summary", None)
     if summary is None and task_instance is not None:
-        summary = ti.xcom_pull(task_ids=task.task_id)
+        summary = task_instance.xcom_pull(task_ids=task.task_id)
+    planned = bool(summary and summary.get("plan_path") and not summary.get("dry_run"))
     return BatchFacts(
         bootstrap_servers_of(task.kafka_config_id),
         check_topics(as_list(task.topics)),
-        spec.describe(),
-        spec.catalog_properties,
-        summary=summary or None,
+        None,  # the plan writes no data: the Spark task names the output
+        summary=summary if planned else None,
     )
 
 
-def planned_task_facts(task: Any, task_instance: Any) -> BatchFacts:
-    """A Spark or commit task's batch: the plan's XCom, and once written the batch's log entry
-    (:attr:`BatchLineage.lineage_entry`) and its files' schema."""
-    from kafka_batch_provider.output.formats import open_store
-    from kafka_batch_provider.output.tables import files_schema
-
+def planned_task_facts(task: Any, task_instance: Any, wrote: bool) -> BatchFacts:
+    """A Spark (``wrote``) or commit task's batch: the plan's XCom, and once written the batch's
+    log entry (:attr:`BatchLineage.lineage_entry`); the Spark task adds its files' schema."""
     ti = running_task_instance(task_instance)
     summary = ti.xcom_pull(task_ids=task.plan_task_id)
     bootstrap = bootstrap_servers_of(task.kafka_config_id)
-    if not summary or not summary.get("plan_path"):  # no batch: the topics are not even known
+    if not summary or not summary.get("plan_path") or summary.get("dry_run"):  # no batch to name
         return BatchFacts(bootstrap, [], None)
     spec = task.batch_output.planned(summary).spec()
     entry = task.lineage_entry
-    schema = files_schema(open_store(spec, create=False).data, entry) if entry and entry.get("files") else None
     return BatchFacts(
         bootstrap,
         sorted({r["topic"] for r in summary.get("ranges") or ()}),
-        spec.describe(),
+        spec.describe() if wrote else None,  # the commit task writes no data
         spec.catalog_properties,
         summary=summary,
         entry=entry,
-        schema=schema,
+        wrote=wrote,
+        schema=batch_schema(spec, entry) if wrote and entry and entry.get("files") else None,
     )
 
 
-def operator_lineage(facts: BatchFacts) -> Any:
-    """The provider's ``OperatorLineage`` of a batch's task."""
+def batch_schema(spec: Any, entry: Mapping[str, Any]) -> Any:
+    """The Arrow schema of the batch's files (one Parquet footer; a table's store opens the table
+    first), or ``None`` when they cannot be read (compacted away before a cleared task reran)."""
+    from kafka_batch_provider.output.formats import open_store
+    from kafka_batch_provider.output.tables import files_schema
+
+    try:
+        return files_schema(open_store(spec, create=False).data, entry)
+    except Exception:  # noqa: BLE001 - the event goes without its schema facet rather than not at all
+        return None
+
+
+def operator_lineage(facts: BatchFacts, log: Any = None) -> Any:
+    """The provider's ``OperatorLineage`` of a batch's task. Each part is built on its own: one
+    that fails (an unnamed scheme, say) is left out with a warning, and the rest is still sent."""
     from airflow.providers.openlineage.extractors import OperatorLineage
 
     summary, entry = facts.summary, facts.entry
     ranges = (entry or summary or {}).get("ranges") or ()
+
+    def part(name: str, build: Any, empty: Any) -> Any:
+        try:
+            return build()
+        except Exception as exc:  # noqa: BLE001 - lineage never fails a batch, and never loses all of it
+            if log is not None:
+                log.warning("OpenLineage: the %s of batch %s left out: %s", name, (summary or {}).get("batch_id"), exc)
+            return empty
+
     run_facets = {}
     if summary or entry:
-        replay = (entry or summary or {}).get("mode") != "incremental"
-        run_facets[OFFSETS_FACET] = offsets_facet_class()(**offsets_run_facet(entry or summary, replay))
+        record = entry or summary
+        replay = record.get("mode") != "incremental"
+        offsets = part("offsets facet", lambda: offsets_facet_class()(**offsets_run_facet(record, replay)), None)
+        if offsets is not None:
+            run_facets[OFFSETS_FACET] = offsets
     return OperatorLineage(
-        inputs=input_datasets(facts, ranges),
-        outputs=output_datasets(facts),
+        inputs=part("inputs", lambda: input_datasets(facts, ranges), []),
+        outputs=part("output", lambda: output_datasets(facts), []),
         run_facets=run_facets,
     )
 
@@ -159,7 +187,7 @@ def input_datasets(facts: BatchFacts, ranges: Any) -> list[Any]:
     if not facts.bootstrap_servers:
         return []
     spans = offsets_by_topic(ranges)
-    rows = rows_by_topic(facts.entry) if facts.entry else {}
+    rows = rows_by_topic(facts.entry) if facts.entry and facts.wrote else {}
     found = []
     for topic in facts.topics or sorted(spans):
         namespace, name = dataset_name(topic_uri(facts.bootstrap_servers, topic))
@@ -183,7 +211,7 @@ def output_datasets(facts: BatchFacts) -> list[Any]:
     namespace, name = dataset_name(output_asset_uri(facts.output, facts.catalog_properties))
     facets: dict[str, Any] = {}
     output_facets: dict[str, Any] = {}
-    if facts.entry:
+    if facts.entry and facts.wrote:  # the Spark task wrote them; the commit task only commits offsets
         facets["version"] = DatasetVersionDatasetFacet(datasetVersion=dataset_version(facts.entry))
         output_facets["outputStatistics"] = OutputStatisticsOutputDatasetFacet(**output_statistics(facts.entry))
     if facts.schema is not None:
@@ -212,7 +240,7 @@ def offsets_facet_class() -> type:
 
         batchId: str  # noqa: N815 - OpenLineage's camelCase
         seq: int
-        mode: str | None
+        mode: str
         replay: bool
         groupId: str | None  # noqa: N815
         ranges: list[dict[str, Any]]

@@ -257,8 +257,8 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
         return self.lineage_summary
 
     def batch_facts(self, task_instance: Any) -> BatchFacts:
-        """For OpenLineage (:mod:`~kafka_batch_provider.operators.lineage`): the topics, this run's output, the plan."""
-        return plan_task_facts(self, task_instance, self.output_of_run)
+        """For OpenLineage (:mod:`~kafka_batch_provider.operators.lineage`): the topics and the plan."""
+        return plan_task_facts(self, task_instance)
 
 
 class KafkaReplayPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, BaseOperator):
@@ -383,5 +383,5 @@ class KafkaReplayPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
         return self.lineage_summary
 
     def batch_facts(self, task_instance: Any) -> BatchFacts:
-        """For OpenLineage (:mod:`~kafka_batch_provider.operators.lineage`): topics, replay output, plan."""
-        return plan_task_facts(self, task_instance, lambda _context: self.batch_output)
+        """For OpenLineage (:mod:`~kafka_batch_provider.operators.lineage`): the topics and the plan."""
+        return plan_task_facts(self, task_instance)

@@ -213,7 +213,7 @@ class KafkaSparkBatchOperator(BatchLineage, SparkSubmitOperator):
 
     def batch_facts(self, task_instance: Any) -> BatchFacts:
         """For OpenLineage (:mod:`~kafka_batch_provider.operators.lineage`): the plan, then the written entry."""
-        return planned_task_facts(self, task_instance)
+        return planned_task_facts(self, task_instance, wrote=True)
 
     def _spark_step_error(self, exc: AirflowException) -> AirflowException:
         """The application's one error line instead of the hook's command line and output tail

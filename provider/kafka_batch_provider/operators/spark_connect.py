@@ -120,7 +120,7 @@ class KafkaSparkConnectBatchOperator(BatchLineage, BaseOperator):
 
     def batch_facts(self, task_instance: Any) -> BatchFacts:
         """For OpenLineage (:mod:`~kafka_batch_provider.operators.lineage`): the plan, then the written entry."""
-        return planned_task_facts(self, task_instance)
+        return planned_task_facts(self, task_instance, wrote=True)
 
     def _remember_session(self, session_id: str) -> None:
         self._session_id = session_id
