@@ -308,3 +308,30 @@ def test_a_connection_without_servers_leaves_out_the_topics_not_the_batch(monkey
     event = lineage_of(spark, RunningTask({"plan": {**SUMMARY, "output": {"format": "parquet", "output": "/lake"}}}))
     assert event["inputs"] == [] and [(d["namespace"], d["name"]) for d in event["outputs"]] == [("file", "/lake")]
     assert event["run"]["facets"][OFFSETS_FACET]["batchId"] == ENTRY["batch_id"]
+
+
+def test_the_operators_and_dags_work_without_the_openlineage_provider(tmp_path):
+    """Nothing of OpenLineage is imported unless its provider calls: with it absent, the operators
+    import, build and parse (the DAG files) as before."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    dags = Path(__file__).resolve().parents[2] / "dags"
+    script = f"""
+import sys
+# import fails, as when the packages are not installed (the provider's metadata stays findable)
+for name in ("openlineage", "airflow.providers.openlineage.extractors", "airflow.providers.openlineage.plugins"):
+    sys.modules[name] = None
+from airflow.dag_processing.dagbag import DagBag
+from kafka_batch_provider.operators.spark import KafkaSparkBatchOperator
+KafkaSparkBatchOperator(task_id="spark", plan_task_id="plan")
+bag = DagBag({str(dags)!r})
+assert not bag.import_errors, bag.import_errors
+assert not [m for m, v in sys.modules.items() if m.startswith("openlineage") and v], "openlineage was imported"
+print(len(bag.dags))
+"""
+    env = {"AIRFLOW_HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, f"expected the DAGs to parse without OpenLineage, found: {done.stderr[-800:]}"
+    assert int(done.stdout.split()[-1]) >= 4, f"expected the shipped DAGs, found {done.stdout}"
