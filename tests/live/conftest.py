@@ -48,9 +48,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 CHROMIUM = Path(os.environ.get("KAFKA_BATCH_CHROMIUM", "/usr/bin/chromium"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium():
-    """A headless Chromium (Playwright) for the browser tests of the live UI."""
+    """A headless Chromium (Playwright) for the browser tests of the live UI. Per module, not per
+    session: Playwright's sync API keeps an event loop running in this thread while it is open,
+    and later tests on the same worker call asyncio.run()."""
     from playwright.sync_api import sync_playwright
 
     assert CHROMIUM.exists(), f"expected Chromium at {CHROMIUM} (make test installs it: apt-get install chromium)"
