@@ -32,7 +32,8 @@ def test_backfill_create_replays_two_intervals_into_the_replay_output_without_co
     known = {r["dag_run_id"] for r in airflow_stack.dag_runs(INGEST)}
 
     # Created while the DAG is paused: unpausing makes the scheduler write too, and SQLite
-    # refuses a second writer's read-then-write transaction ("database is locked") at once.
+    # refuses a second writer's read-then-write transaction ("database is locked") at once; the
+    # triggerer and the dag-processor still write, so a refusal is retried (one transaction).
     airflow_stack.run_cli(
         "backfill",
         "create",
@@ -42,6 +43,7 @@ def test_backfill_create_replays_two_intervals_into_the_replay_output_without_co
         INTERVAL_START.isoformat(),
         "--to-date",
         (INTERVAL_START + timedelta(minutes=1)).isoformat(),
+        retry_locked=60,
     )
     airflow_stack.set_paused(INGEST, False)  # backfill runs start only on an unpaused DAG
     runs = wait_for(

@@ -128,11 +128,21 @@ class AirflowStack:
         )
         config.chmod(0o600)
 
-    def run_cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        """``airflow <args>`` against this stack; fails with one line naming the command."""
-        result = subprocess.run(
-            [airflow_bin(), *args], env=self.service_env(), capture_output=True, text=True, timeout=timeout
-        )
+    def run_cli(self, *args: str, timeout: float = 300, retry_locked: float = 0) -> subprocess.CompletedProcess:
+        """``airflow <args>`` against this stack; fails with one line naming the command.
+
+        :param retry_locked: for a command whose writes are one transaction, the seconds within
+            which it is run again when SQLite refused it ("database is locked": another service's
+            read-then-write transaction held the lock; SQLite does not wait in that case).
+        """
+        deadline = time.monotonic() + retry_locked
+        while True:
+            result = subprocess.run(
+                [airflow_bin(), *args], env=self.service_env(), capture_output=True, text=True, timeout=timeout
+            )
+            if result.returncode == 0 or "database is locked" not in result.stderr or time.monotonic() > deadline:
+                break
+            time.sleep(1)
         if result.returncode != 0:
             lines = result.stderr.strip().splitlines()
             # The exception's own line says more than SQLAlchemy's statement dump after it.
