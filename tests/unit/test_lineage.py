@@ -64,7 +64,7 @@ def test_a_logged_batch_gives_its_statistics_version_and_offsets():
     assert dataset_version(ENTRY) == "3", "the Parquet layout's version is the log sequence number"
     assert dataset_version({**ENTRY, "table_version": 12}) == "12"
     assert dataset_version({**ENTRY, "snapshot_id": 987654321}) == "987654321"
-    facet = offsets_run_facet(ENTRY, replay=False)
+    facet = offsets_run_facet(ENTRY)
     assert facet["ranges"] == [
         {"topic": "orders", "partition": 0, "start": 0, "end": 5},
         {"topic": "refunds", "partition": 0, "start": 2, "end": 4},

@@ -67,16 +67,21 @@ def batch_event_extra(entry: Mapping[str, Any], output: Mapping[str, Any], repla
         "replay": bool(replay),
         "rows": int(entry.get("rows") or 0),
         "dead_letters": int(dead.get("rows") or 0),
-        "ranges": [
-            {"topic": r["topic"], "partition": int(r["partition"]), "start": int(r["start"]), "end": int(r["end"])}
-            for r in entry.get("ranges") or ()
-        ],
+        "ranges": offset_ranges(entry.get("ranges") or ()),
         "output": {k: output.get(k) for k in ("format", "output", "table")},
     }
     for key in ("table_version", "snapshot_id"):
         if entry.get(key) is not None:
             extra[key] = int(entry[key])
     return extra
+
+
+def offset_ranges(ranges: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A plan's or log entry's ranges as plain ``{topic, partition, start, end}`` (end exclusive)."""
+    return [
+        {"topic": r["topic"], "partition": int(r["partition"]), "start": int(r["start"]), "end": int(r["end"])}
+        for r in ranges
+    ]
 
 
 def emits_event(extra: Mapping[str, Any], emit_empty: bool) -> bool:

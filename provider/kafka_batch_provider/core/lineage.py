@@ -22,9 +22,13 @@ partition's range ``[start, end)``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit
+
+from kafka_batch_provider.core.assets import offset_ranges
+from kafka_batch_provider.core.manifest import entry_files
+from kafka_batch_provider.core.plan import INCREMENTAL
 
 #: The run facet's key in an OpenLineage event, and where its JSON schema is documented.
 OFFSETS_FACET = "kafkaBatchOffsets"
@@ -94,27 +98,17 @@ def dataset_name(asset_uri: str) -> tuple[str, str]:
     raise ValueError(f"no OpenLineage dataset name for {asset_uri!r}")
 
 
-def offsets_run_facet(summary: Mapping[str, Any], replay: bool) -> dict[str, Any]:
-    """The fields of the ``kafkaBatchOffsets`` run facet, from a plan's summary or a log entry."""
+def offsets_run_facet(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of the ``kafkaBatchOffsets`` run facet, from a plan's summary or a log entry
+    (a batch that does not commit the group, ``mode`` ``replay``, is a replay)."""
     return {
         "batchId": summary["batch_id"],
         "seq": int(summary["seq"]),
         "mode": summary.get("mode"),
-        "replay": bool(replay),
+        "replay": summary.get("mode") != INCREMENTAL,
         "groupId": summary.get("group_id"),
-        "ranges": [
-            {"topic": r["topic"], "partition": int(r["partition"]), "start": int(r["start"]), "end": int(r["end"])}
-            for r in summary.get("ranges") or ()
-        ],
+        "ranges": offset_ranges(summary.get("ranges") or ()),
     }
-
-
-def offsets_by_topic(ranges: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """The offsets a batch spans in each topic (``end - start`` summed over its partitions)."""
-    found: dict[str, int] = {}
-    for r in ranges:
-        found[r["topic"]] = found.get(r["topic"], 0) + int(r["end"]) - int(r["start"])
-    return found
 
 
 def rows_by_topic(entry: Mapping[str, Any]) -> dict[str, int]:
@@ -128,12 +122,8 @@ def rows_by_topic(entry: Mapping[str, Any]) -> dict[str, int]:
 def output_statistics(entry: Mapping[str, Any]) -> dict[str, int]:
     """``rowCount``, ``size`` (bytes) and ``fileCount`` of the files a logged batch wrote (dead
     letters are in their own folder and not counted)."""
-    files = entry.get("files") or ()
-    return {
-        "rowCount": int(entry.get("rows") or 0),
-        "size": sum(int(f["bytes"]) for f in files),
-        "fileCount": len(files),
-    }
+    files = entry_files(entry)
+    return {"rowCount": int(entry.get("rows") or 0), "size": sum(files.values()), "fileCount": len(files)}
 
 
 def dataset_version(entry: Mapping[str, Any]) -> str:

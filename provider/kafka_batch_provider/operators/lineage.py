@@ -32,7 +32,6 @@ from kafka_batch_provider.core.lineage import (
     OFFSETS_FACET,
     dataset_name,
     dataset_version,
-    offsets_by_topic,
     offsets_run_facet,
     output_statistics,
     rows_by_topic,
@@ -116,23 +115,27 @@ def plan_task_facts(task: Any, task_instance: Any) -> BatchFacts:
 
 def planned_task_facts(task: Any, task_instance: Any, wrote: bool) -> BatchFacts:
     """A Spark (``wrote``) or commit task's batch: the plan's XCom, and once written the batch's
-    log entry (:attr:`BatchLineage.lineage_entry`); the Spark task adds its files' schema."""
+    log entry (:attr:`BatchLineage.lineage_entry`); the Spark task adds the output and its files'
+    schema (the only one to read the output's connections)."""
     ti = running_task_instance(task_instance)
     summary = ti.xcom_pull(task_ids=task.plan_task_id)
     bootstrap = bootstrap_servers_of(task.kafka_config_id)
     if not summary or not summary.get("plan_path") or summary.get("dry_run"):  # no batch to name
         return BatchFacts(bootstrap, [], None)
-    spec = task.batch_output.planned(summary).spec()
+    topics = sorted({r["topic"] for r in summary.get("ranges") or ()})
     entry = task.lineage_entry
+    if not wrote:  # the commit task writes no data
+        return BatchFacts(bootstrap, topics, None, summary=summary, entry=entry)
+    spec = task.batch_output.planned(summary).spec()
     return BatchFacts(
         bootstrap,
-        sorted({r["topic"] for r in summary.get("ranges") or ()}),
-        spec.describe() if wrote else None,  # the commit task writes no data
+        topics,
+        spec.describe(),
         spec.catalog_properties,
         summary=summary,
         entry=entry,
-        wrote=wrote,
-        schema=batch_schema(spec, entry) if wrote and entry and entry.get("files") else None,
+        wrote=True,
+        schema=batch_schema(spec, entry) if entry and entry.get("files") else None,
     )
 
 
@@ -154,7 +157,6 @@ def operator_lineage(facts: BatchFacts, log: Any = None) -> Any:
     from airflow.providers.openlineage.extractors import OperatorLineage
 
     summary, entry = facts.summary, facts.entry
-    ranges = (entry or summary or {}).get("ranges") or ()
 
     def part(name: str, build: Any, empty: Any) -> Any:
         try:
@@ -167,18 +169,17 @@ def operator_lineage(facts: BatchFacts, log: Any = None) -> Any:
     run_facets = {}
     if summary or entry:
         record = entry or summary
-        replay = record.get("mode") != "incremental"
-        offsets = part("offsets facet", lambda: offsets_facet_class()(**offsets_run_facet(record, replay)), None)
+        offsets = part("offsets facet", lambda: offsets_facet_class()(**offsets_run_facet(record)), None)
         if offsets is not None:
             run_facets[OFFSETS_FACET] = offsets
     return OperatorLineage(
-        inputs=part("inputs", lambda: input_datasets(facts, ranges), []),
+        inputs=part("inputs", lambda: input_datasets(facts), []),
         outputs=part("output", lambda: output_datasets(facts), []),
         run_facets=run_facets,
     )
 
 
-def input_datasets(facts: BatchFacts, ranges: Any) -> list[Any]:
+def input_datasets(facts: BatchFacts) -> list[Any]:
     from openlineage.client.event_v2 import InputDataset
     from openlineage.client.generated.input_statistics_input_dataset import InputStatisticsInputDatasetFacet
 
@@ -186,10 +187,9 @@ def input_datasets(facts: BatchFacts, ranges: Any) -> list[Any]:
 
     if not facts.bootstrap_servers:
         return []
-    spans = offsets_by_topic(ranges)
     rows = rows_by_topic(facts.entry) if facts.entry and facts.wrote else {}
     found = []
-    for topic in facts.topics or sorted(spans):
+    for topic in facts.topics:
         namespace, name = dataset_name(topic_uri(facts.bootstrap_servers, topic))
         facets = {}
         if topic in rows:
