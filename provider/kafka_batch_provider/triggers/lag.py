@@ -4,6 +4,7 @@ held) and ``KafkaLagEventTrigger`` (an asset watcher's: ingestion fired by lag, 
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -57,6 +58,13 @@ def check_lag(
     return ready, reason, sum(s.lag for s in states), {s.tp.key: s.log_end for s in states}
 
 
+def serialized(trigger: BaseTrigger, signature: inspect.Signature) -> tuple[str, dict[str, Any]]:
+    """A trigger as the triggerer rebuilds it: its class path and every argument of its
+    ``__init__``, each kept as an attribute of the same name."""
+    names = [n for n in signature.parameters if n != "self"]
+    return f"{type(trigger).__module__}.{type(trigger).__qualname__}", {n: getattr(trigger, n) for n in names}
+
+
 class KafkaLagTrigger(BaseTrigger):
     """Fires once the group's lag on ``topics`` is at least ``min_lag``, or its oldest
     unconsumed record is older than ``max_data_age_seconds``. Checks every ``poke_interval``
@@ -88,19 +96,7 @@ class KafkaLagTrigger(BaseTrigger):
         self.output = dict(output) if output else None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "group_id": self.group_id,
-                "topics": self.topics,
-                "kafka_config_id": self.kafka_config_id,
-                "min_lag": self.min_lag,
-                "max_data_age_seconds": self.max_data_age_seconds,
-                "poke_interval": self.poke_interval,
-                "kafka_timeout": self.kafka_timeout,
-                "output": self.output,
-            },
-        )
+        return serialized(self, inspect.signature(KafkaLagTrigger.__init__))
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         # Kafka and storage calls block for up to kafka_timeout: run them in a thread of their own.
@@ -167,20 +163,7 @@ class KafkaLagEventTrigger(BaseEventTrigger):
         self.in_flight_seconds = in_flight_seconds
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "group_id": self.group_id,
-                "topics": self.topics,
-                "kafka_config_id": self.kafka_config_id,
-                "min_records": self.min_records,
-                "max_age_seconds": self.max_age_seconds,
-                "poke_interval": self.poke_interval,
-                "kafka_timeout": self.kafka_timeout,
-                "output": self.output,
-                "in_flight_seconds": self.in_flight_seconds,
-            },
-        )
+        return serialized(self, inspect.signature(KafkaLagEventTrigger.__init__))
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         check = sync_to_async(check_lag, thread_sensitive=False)
