@@ -56,3 +56,42 @@ def test_a_settings_file_holds_the_credentials_and_the_url_comes_from_the_flag(t
         settings_from("http://registry:8081", str(path))
     with pytest.raises(ConfigError, match="cannot read schema registry settings file"):
         settings_from("http://registry:8081", str(tmp_path / "missing.json"))
+
+
+#: URLs whose credentials stand outside the authority a URL parser finds (a slash too few or too
+#: many, no scheme, a colon for the scheme's slashes): the refusal must not repeat them.
+MALFORMED_WITH_CREDENTIALS = [
+    "http:/alice:s3cr3t@registry:8081",
+    "http:///alice:s3cr3t@registry:8081",
+    "https:alice:s3cr3t@registry",
+    "http//alice:s3cr3t@registry",
+    "alice:s3cr3t@registry:8081",
+    "http://registry:8081,http:/alice:s3cr3t@other:8081",
+    "http://alice:s3cr3t@registry:notaport",
+    "ftp://alice:s3cr3t@registry",
+]
+
+
+@pytest.mark.parametrize("url", MALFORMED_WITH_CREDENTIALS)
+def test_a_malformed_url_with_credentials_is_refused_without_repeating_them(url):
+    with pytest.raises(ConfigError) as refused:
+        settings_from(url)
+    message = str(refused.value)
+    assert "s3cr3t" not in message and "alice" not in message, f"the refusal repeats the credentials: {message}"
+    assert "carries credentials" in message, f"expected the credentials refusal, found: {message}"
+
+
+@pytest.mark.parametrize("host", ["http:/alice:s3cr3t@registry", "alice:s3cr3t@registry", "http:///alice:s3cr3t@r"])
+def test_a_connection_host_with_credentials_is_refused_without_repeating_them(host):
+    with pytest.raises(ConfigError) as refused:
+        settings_from_connection(connection(host=host, port=8081, login="bob", password="pw-9"))
+    message = str(refused.value)
+    for secret in ("s3cr3t", "alice", "pw-9"):
+        assert secret not in message, f"the refusal repeats {secret!r}: {message}"
+
+
+@pytest.mark.parametrize("url", ["http:/registry:8081", "registry:8081", "http://registry:port", "file:///tmp/x"])
+def test_a_malformed_url_without_credentials_is_refused_naming_it(url):
+    with pytest.raises(ConfigError, match="schema registry URL .* is not") as refused:
+        settings_from(url)
+    assert url in str(refused.value), f"the refusal should name the URL {url!r}: {refused.value}"

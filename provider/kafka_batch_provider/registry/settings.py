@@ -48,43 +48,35 @@ class RegistrySettings:
 
     @property
     def shown_url(self) -> str:
-        return ",".join(without_userinfo(u) for u in self.url.split(","))
+        """The URL as messages show it (:func:`check_url` made sure it carries no credentials)."""
+        return self.url
 
 
 def check_url(url: str) -> None:
-    """Every URL of the (comma-separated) list is http(s) and carries no credentials; the
-    refusal never repeats what came before the host, where credentials would be."""
+    """Every URL of the (comma-separated) list is http(s) and carries no credentials. The
+    credentials are looked for first, anywhere in the text (a URL with a slash too few or too many
+    has them outside its authority), so no refusal repeats them."""
     for one in url.split(","):
-        try:
-            parts = urlsplit(one.strip())
-            parts.port  # noqa: B018 - parses the port: a bad one raises here, not in the client
-        except ValueError:
-            raise ConfigError(
-                f"schema registry URL {without_userinfo(one)!r} is not a valid URL ({Setting('schema_registry_url')})",
-                setting=Setting("schema_registry_url"),
-            ) from None
-        if "@" in parts.netloc or without_userinfo(one) != one.strip():
+        if "@" in one:
             raise ConfigError(
                 "the schema registry URL carries credentials, which would show in logs and the process table: "
                 "put them in the settings file as basic.auth.user.info (--schema-registry-config-file)",
                 setting=Setting("schema_registry_url"),
             )
+        try:
+            parts = urlsplit(one.strip())
+            parts.port  # noqa: B018 - parses the port: a bad one raises here, not in the client
+        except ValueError:
+            raise ConfigError(
+                f"schema registry URL {one.strip()!r} is not a valid URL ({Setting('schema_registry_url')})",
+                setting=Setting("schema_registry_url"),
+            ) from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(
-                f"schema registry URL {without_userinfo(one)!r} is not an http:// or https:// URL "
+                f"schema registry URL {one.strip()!r} is not an http:// or https:// URL "
                 f"({Setting('schema_registry_url')})",
                 setting=Setting("schema_registry_url"),
             )
-
-
-def without_userinfo(url: str) -> str:
-    """A URL fit to show: anything before an ``@`` of its authority is left out."""
-    scheme, sep, rest = url.strip().partition("://")
-    if not sep:
-        scheme, rest = "", scheme
-    authority, slash, path = rest.partition("/")
-    shown = authority.rsplit("@", 1)[-1]
-    return f"{scheme}{sep}{shown}{slash}{path}"
 
 
 def settings_from(
