@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -66,12 +67,12 @@ def native_reader() -> Any | None:
 
 
 class AvroBlocks:
-    """Decodes values written with ``schema_text`` (parsed: ``schema``, named types ``named``) in blocks."""
+    """Decodes values written with ``schema`` (parsed, self-contained; named types ``named``) in blocks."""
 
-    def __init__(self, schema_text: str, schema: Any, named: Mapping[str, Any]) -> None:
+    def __init__(self, schema: Any, named: Mapping[str, Any]) -> None:
         self.schema = schema
         self.named = named
-        self.header = container_header(schema_text)
+        self.header = container_header(json.dumps(namespaced(schema)))
         self.reader = native_reader()
 
     def read(self, values: pa.Array, columns: pa.Schema) -> pa.Table | None:
@@ -289,6 +290,23 @@ def data_of(payloads: pa.Array) -> pa.Buffer:
     if data is None:
         return pa.py_buffer(b"")
     return data.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+
+
+def namespaced(avro: Any) -> Any:
+    """A parsed schema with each named type defined by its short name and namespace (an empty one for
+    the null namespace): fastavro writes full names (``lab.Colour``), which Avro allows and the
+    compiled reader does not resolve."""
+    if isinstance(avro, list):
+        return [namespaced(branch) for branch in avro]
+    if not isinstance(avro, Mapping):
+        return avro
+    found = {k: namespaced(v) if k in ("type", "items", "values") else v for k, v in avro.items()}
+    if "fields" in avro:
+        found["fields"] = [{**f, "type": namespaced(f["type"])} for f in avro["fields"]]
+    if avro.get("type") in ("record", "error", "enum", "fixed") and "name" in avro:
+        namespace, _, found["name"] = str(avro["name"]).rpartition(".")
+        found["namespace"] = namespace
+    return found
 
 
 def container_header(schema_text: str) -> bytes:

@@ -32,13 +32,16 @@ import numpy as np
 import pyarrow as pa
 
 from kafka_batch_provider.decoding.avro_blocks import MIN_VALUES, AvroBlocks, unsupported
+from kafka_batch_provider.decoding.avro_defaults import with_default_values
 from kafka_batch_provider.decoding.avro_types import FAMILIES, branch_kind, branch_names, columns_of, parsed
 from kafka_batch_provider.decoding.wire import HEADER_BYTES, schema_ids
-from kafka_batch_provider.errors import SchemaError
+from kafka_batch_provider.errors import ConfigError, SchemaError
 
+#: A schema the registry references: the name the reference was registered with, and its text.
+Reference = tuple[str, str]
 #: A writer schema as the registry gives it: its type (``AVRO``, ``PROTOBUF``, ``JSON``), its
-#: text, and the texts of the schemas it references (imported first).
-WriterSchema = tuple[str, str, Sequence[str]]
+#: text, and the schemas it references (each before those that import it).
+WriterSchema = tuple[str, str, Sequence[Reference]]
 
 
 @dataclass
@@ -58,27 +61,27 @@ class AvroDecoder:
     """:param reader_schema: the batch's reader schema (Avro JSON text).
     :param writer_schema: schema id -> :data:`WriterSchema` (the registry; called once per id,
         raising :class:`SchemaError` for an id it does not know).
-    :param references: the texts of the schemas the reader schema references."""
+    :param references: the schemas the reader schema references."""
 
     def __init__(
-        self, reader_schema: str, writer_schema: Callable[[int], WriterSchema], references: Sequence[str] = ()
+        self, reader_schema: str, writer_schema: Callable[[int], WriterSchema], references: Sequence[Reference] = ()
     ) -> None:
         import fastavro
 
         self._read = fastavro.schemaless_reader
         named: dict[str, Any] = {}
-        self.reader = parsed(json.loads(reader_schema), named, [json.loads(r) for r in references])
+        self.reader = parsed(json.loads(reader_schema), named, [json.loads(text) for _, text in references])
         self.arrow = columns_of(self.reader, named)
+        self._reading = readable(self.reader, default_values=True)
         self._writer_schema = writer_schema
         self._writers: dict[int, Any] = {}
+        self._reading_writers: dict[int, Any] = {}  # each writer schema as fastavro's reader takes it
         self._unknown: dict[int, str] = {}  # ids whose records cannot be read: why (asked once)
         # Per column that needs it, how fastavro's value becomes what pyarrow takes (the rest are as they are).
         found = {f["name"]: converter(f["type"], named) for f in self.reader["fields"]}
         self._converters = {name: convert for name, convert in found.items() if convert is not None}
         # The reader schema's own values in blocks, unless it has parts the blocks do not cover.
-        self.blocks = (
-            None if references or unsupported(self.reader, named) else AvroBlocks(reader_schema, self.reader, named)
-        )
+        self.blocks = None if unsupported(self.reader, named) else AvroBlocks(self.reader, named)
         #: how many values each way (the tests and the benchmark read it)
         self.counts = {"blocks": 0, "one_by_one": 0}
 
@@ -96,7 +99,12 @@ class AvroDecoder:
                 kind, text, references = self._writer_schema(schema_id)
                 if kind != "AVRO":
                     raise SchemaError(f"schema id {schema_id} is a {kind} schema, not Avro")
-                self._writers[schema_id] = parsed(json.loads(text), {}, [json.loads(r) for r in references])
+                try:
+                    writer = parsed(json.loads(text), {}, [json.loads(r) for _, r in references])
+                except ConfigError as exc:  # an invalid writer schema is its records' fault, not the batch's
+                    raise SchemaError(str(exc)) from None
+                self._reading_writers[schema_id] = readable(writer)
+                self._writers[schema_id] = writer
             except (SchemaError, ValueError) as exc:
                 self._unknown[schema_id] = f"schema id {schema_id}: {exc}" if "schema id" not in str(exc) else str(exc)
                 raise SchemaError(self._unknown[schema_id]) from None
@@ -136,7 +144,10 @@ class AvroDecoder:
                 try:
                     # return_record_name: a record read from a union comes as (its full name, the record)
                     record = self._read(
-                        io.BytesIO(raw[HEADER_BYTES:]), self._writers[schema_id], self.reader, return_record_name=True
+                        io.BytesIO(raw[HEADER_BYTES:]),
+                        self._reading_writers[schema_id],
+                        self._reading,
+                        return_record_name=True,
                     )
                     records[row] = self.converted(record)
                 except Exception as exc:  # a corrupt or truncated payload, a writer schema that cannot resolve
@@ -178,6 +189,15 @@ class AvroDecoder:
             for column in self.arrow
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=self.arrow)
+
+
+def readable(schema: Any, default_values: bool = False) -> Any:
+    """A parsed, self-contained schema as fastavro's reader takes it: marked parsed, so the reader does
+    not parse it again for every value, with its defaults as values when it is the reader's."""
+    import fastavro
+
+    found = fastavro.parse_schema(schema, {})
+    return with_default_values(found, found["__named_schemas"]) if default_values else found
 
 
 def placed(columns: pa.RecordBatch, in_blocks: list[tuple[np.ndarray, pa.Table]]) -> pa.RecordBatch:
@@ -233,8 +253,6 @@ def converter(avro: Any, named: dict[str, Any], seen: frozenset[str] = frozenset
         return converter(kind, named, seen)
     if avro.get("logicalType") == "uuid" and kind == "string":
         return str
-    if (avro.get("logicalType"), kind) in MILLIS:
-        return millis_to_micros
     if kind in ("record", "error"):
         inner_seen = seen | {str(avro.get("name", ""))}
         fields = [(f["name"], converter(f["type"], named, inner_seen)) for f in avro["fields"]]
@@ -248,16 +266,6 @@ def converter(avro: Any, named: dict[str, Any], seen: frozenset[str] = frozenset
         value = converter(avro["values"], named, seen)
         return None if value is None else (lambda v: {k: None if x is None else value(x) for k, x in v.items()})
     return None
-
-
-#: Logical types in milliseconds, whose columns are in microseconds (avro_types.LOGICAL).
-MILLIS = {("timestamp-millis", "long"), ("local-timestamp-millis", "long"), ("time-millis", "int")}
-
-
-def millis_to_micros(value: Any) -> Any:
-    """fastavro converts what it reads, but fills a field added since the writer's schema with
-    its default as the bare number of milliseconds: in a microsecond column that is 1000x too early."""
-    return value * 1000 if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 #: The Python types fastavro reads each family of union branch as (avro_types.FAMILIES).

@@ -95,17 +95,49 @@ def columns_of(schema: Any, named: dict[str, Any]) -> pa.Schema:
 
 
 def parsed(avro: Any, named: dict[str, Any], references: Sequence[Any] = ()) -> Any:
-    """The schema as fastavro parses it (every name fully qualified, references by full name),
-    with every named type in ``named``; an invalid schema is refused in one line."""
+    """The schema as fastavro parses it (every name fully qualified), self-contained: each named
+    type of its references defined where it is first used (:func:`inlined`), so the schema reads
+    alone, as fastavro's reader (which parses it again) and a container file's header need it.
+    Every named type is in ``named``; an invalid schema is refused in one line."""
     import fastavro
 
     try:
         for reference in references:
             fastavro.parse_schema(reference, named, _write_hint=False)
-        return fastavro.parse_schema(avro, named, _write_hint=False)
+        found = fastavro.parse_schema(avro, named, _write_hint=False)
     except Exception as exc:  # fastavro's SchemaParseException, UnknownType, ...
         text = " ".join(str(exc).split())
         raise ConfigError(f"invalid Avro schema ({type(exc).__name__}: {text or short(avro)})") from None
+    return inlined(found, named, set()) if references else found
+
+
+def inlined(avro: Any, named: Mapping[str, Any], defined: set[str]) -> Any:
+    """A parsed schema with each named type it refers to defined at its first use (in the order Avro
+    reads a schema: depth first, fields in order) and referred to by its full name after that.
+
+    :param defined: the names defined so far (filled in).
+    """
+    if isinstance(avro, str):
+        if avro in PRIMITIVES or avro in defined or avro not in named:
+            return avro
+        return inlined(named[avro], named, defined)
+    if isinstance(avro, list):
+        return [inlined(branch, named, defined) for branch in avro]
+    if not isinstance(avro, Mapping):
+        return avro
+    found = dict(avro)
+    kind = found.get("type")
+    if kind in ("record", "error", "enum", "fixed") and "name" in found:
+        defined.add(str(found["name"]))
+    if kind in ("record", "error"):
+        found["fields"] = [{**f, "type": inlined(f["type"], named, defined)} for f in found["fields"]]
+    elif kind == "array":
+        found["items"] = inlined(found["items"], named, defined)
+    elif kind == "map":
+        found["values"] = inlined(found["values"], named, defined)
+    elif isinstance(kind, (str, list, Mapping)) and kind not in PRIMITIVES and kind not in ("enum", "fixed"):
+        found["type"] = inlined(kind, named, defined)
+    return found
 
 
 def arrow_field(name: str, avro: Any, named: dict[str, Any], seen: tuple[str, ...]) -> pa.Field:

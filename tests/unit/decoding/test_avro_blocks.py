@@ -155,7 +155,7 @@ def test_blocks_give_exactly_the_columns_of_one_by_one_for_every_type(registry):
 def test_sizes_are_the_payloads_sizes(registry):
     rng = random.Random(11)
     payloads = [value[5:] for value in encoded(registry, EVERY, [some_reading(rng, n) for n in range(200)])]
-    blocks = AvroBlocks(json.dumps(EVERY), fastavro.parse_schema(EVERY, _write_hint=False), named_types(EVERY))
+    blocks = AvroBlocks(fastavro.parse_schema(EVERY, _write_hint=False), named_types(EVERY))
     table = blocks.native(pa.array([b"\x00\x00\x00\x00\x01" + p for p in payloads], pa.binary()))
     sizes = record_sizes(table, fastavro.parse_schema(EVERY, _write_hint=False), named_types(EVERY))
     expected = np.array([len(p) for p in payloads])
