@@ -19,31 +19,36 @@ from typing import Any
 
 import pyarrow as pa
 
-from kafka_batch_provider.decoding.avro_decoder import Decoded, WriterSchema, one_line
+from kafka_batch_provider.decoding.avro_decoder import Decoded, Reference, WriterSchema, one_line
 from kafka_batch_provider.decoding.json_schema_types import arrow_schema, value_columns
 from kafka_batch_provider.decoding.wire import HEADER_BYTES, schema_ids
 from kafka_batch_provider.errors import KafkaBatchError, SchemaError
 
 
-def validator(text: str, references: Sequence[str]) -> Any:
-    """A ``jsonschema`` validator of a registered schema; its references resolve by their ``$id``."""
+def validator(text: str, references: Sequence[Reference]) -> Any:
+    """A ``jsonschema`` validator of a registered schema; its references resolve by the name they
+    were registered with (as confluent-kafka's deserializer resolves them) and by their ``$id``."""
     from jsonschema.validators import validator_for
     from referencing import Registry, Resource
     from referencing.jsonschema import DRAFT7
 
     schema = json.loads(text)
-    resources = [Resource.from_contents(json.loads(r), default_specification=DRAFT7) for r in references]
-    registry = Registry().with_resources((r.id(), r) for r in resources if r.id())
+    resources = [(name, Resource.from_contents(json.loads(r), default_specification=DRAFT7)) for name, r in references]
+    by_id = [(resource.id(), resource) for _, resource in resources if resource.id()]
+    registry = Registry().with_resources([*by_id, *resources])
     cls = validator_for(schema, default=validator_for({"$schema": "http://json-schema.org/draft-07/schema#"}))
     return cls(schema, registry=registry)
 
 
 class JsonSchemaDecoder:
     """:param reader_schema: the batch's reader schema (JSON Schema text).
-    :param writer_schema: schema id -> :data:`~kafka_batch_provider.decoding.avro_decoder.WriterSchema`."""
+    :param writer_schema: schema id -> :data:`~kafka_batch_provider.decoding.avro_decoder.WriterSchema`.
+    :param references: the schemas the reader schema references."""
 
-    def __init__(self, reader_schema: str, writer_schema: Callable[[int], WriterSchema]) -> None:
-        self.columns = value_columns(json.loads(reader_schema))
+    def __init__(
+        self, reader_schema: str, writer_schema: Callable[[int], WriterSchema], references: Sequence[Reference] = ()
+    ) -> None:
+        self.columns = value_columns(json.loads(reader_schema), references=references)
         self.arrow = arrow_schema(self.columns)
         self._writer_schema = writer_schema
         self._validators: dict[int, Any] = {}

@@ -18,9 +18,11 @@ properties, ``enum`` of non-strings)
 
 Every column and field is nullable: JSON has no required value that a type could hold (a
 missing property and ``null`` read alike). Properties a value has beyond the schema's are not
-columns (``additionalProperties``); keep the bytes with ``--keep-raw-value``. Local references
-(``#/definitions/...``, ``#/$defs/...``) are followed; a schema that refers to itself has no
-column type and is refused in one line.
+columns (``additionalProperties``); keep the bytes with ``--keep-raw-value``. References are
+followed: local ones (``#/definitions/...``, ``#/$defs/...``) and those to the registry's
+referenced schemas, by the name the reference was registered with (``address.json``, Confluent's
+convention) or by their ``$id``, with a pointer into them (``address.json#/$defs/Street``) or not.
+A schema that refers to itself has no column type and is refused in one line.
 
 Each part's type comes with how a JSON value becomes what pyarrow takes for it
 (:class:`Column`): the decoder converts a value by walking the same tree.
@@ -30,9 +32,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urljoin
 
 import pyarrow as pa
 
@@ -49,43 +52,93 @@ class Column:
     convert: Callable[[Any], Any]
 
 
-def value_columns(schema: Mapping[str, Any], part: str = "value") -> dict[str, Column]:
-    """The columns of a value (or key) schema: one per property of its top-level object."""
-    found = resolved(schema, schema, ())
+@dataclass(frozen=True)
+class Scope:
+    """Where references resolve: ``root``, the document a part is in (``#/...`` points into it), and
+    ``documents``, the registry's referenced schemas by their reference name and by their ``$id``."""
+
+    root: Mapping[str, Any]
+    documents: Mapping[str, Any]
+
+    def at(self, root: Mapping[str, Any]) -> Scope:
+        return Scope(root, self.documents)
+
+
+def documents_of(references: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """The referenced schemas (``(name, text)`` pairs, as the registry gives them) by name and by ``$id``."""
+    found: dict[str, Any] = {}
+    for name, text in references:
+        document = json.loads(text)
+        found[name] = document
+        if isinstance(document, Mapping) and isinstance(document.get("$id"), str):
+            found.setdefault(document["$id"], document)
+    return found
+
+
+def value_columns(
+    schema: Mapping[str, Any], part: str = "value", references: Sequence[tuple[str, str]] = ()
+) -> dict[str, Column]:
+    """The columns of a value (or key) schema: one per property of its top-level object.
+
+    :param references: the registry's referenced schemas, ``(name, text)``.
+    """
+    scope = Scope(schema, documents_of(references))
+    found, scope = resolved(schema, scope, ())
     if not (isinstance(found, Mapping) and isinstance(found.get("properties"), Mapping) and found["properties"]):
         raise ConfigError(f"the {part}'s JSON Schema must be an object with properties to become columns")
-    return properties(found, schema, ())
+    return properties(found, scope, ())
 
 
 def arrow_schema(columns: Mapping[str, Column]) -> pa.Schema:
     return pa.schema([pa.field(name, column.type) for name, column in columns.items()])
 
 
-def resolved(part: Any, root: Mapping[str, Any], seen: tuple[str, ...]) -> Any:
-    """``part`` with a local ``$ref`` followed (``#/definitions/X``, ``#/$defs/X``)."""
+def resolved(part: Any, scope: Scope, seen: tuple[str, ...]) -> tuple[Any, Scope]:
+    """``part`` with its ``$ref`` followed, and the scope of what it points at."""
     if not isinstance(part, Mapping) or "$ref" not in part:
-        return part
+        return part, scope
     reference = str(part["$ref"])
-    if reference in seen:
+    document, _, pointer = reference.partition("#")
+    where = place(reference, scope)
+    if where in seen:
         raise ConfigError(f"JSON Schema {reference} refers to itself: a recursive schema has no column type")
-    if reference != "#" and not reference.startswith("#/"):
-        return {}  # another document's: kept as JSON text
-    target: Any = root
-    for step in reference[2:].split("/") if reference != "#" else []:
+    if document:
+        root = referenced(document, scope)
+        if root is None:
+            return {}, scope  # a document the registry did not give: kept as JSON text
+        scope = scope.at(root)
+    target: Any = scope.root
+    for step in pointer.lstrip("/").split("/") if pointer.strip("/") else []:
         target = target.get(step.replace("~1", "/").replace("~0", "~")) if isinstance(target, Mapping) else None
     if target is None:
         raise ConfigError(f"JSON Schema reference {reference} points at nothing")
-    return resolved(target, root, (*seen, reference))
+    return resolved(target, scope, (*seen, where))
 
 
-def properties(schema: Mapping[str, Any], root: Mapping[str, Any], seen: tuple[str, ...]) -> dict[str, Column]:
-    return {name: column_of(part, root, seen) for name, part in schema["properties"].items()}
+def referenced(document: str, scope: Scope) -> Mapping[str, Any] | None:
+    """A referenced document: by the reference's registered name, or by ``$id`` (as given, or
+    relative to the ``$id`` of the document it is referred to from)."""
+    if document in scope.documents:
+        return scope.documents[document]
+    base = scope.root.get("$id") if isinstance(scope.root, Mapping) else None
+    return scope.documents.get(urljoin(base, document)) if isinstance(base, str) else None
 
 
-def column_of(part: Any, root: Mapping[str, Any], seen: tuple[str, ...]) -> Column:
+def properties(schema: Mapping[str, Any], scope: Scope, seen: tuple[str, ...]) -> dict[str, Column]:
+    return {name: column_of(part, scope, seen) for name, part in schema["properties"].items()}
+
+
+def place(reference: str, scope: Scope) -> str:
+    """Where a reference points, the same for every way of writing it from the same document."""
+    document, _, pointer = reference.partition("#")
+    return f"{document or id(scope.root)}#{pointer.rstrip('/')}"
+
+
+def column_of(part: Any, scope: Scope, seen: tuple[str, ...]) -> Column:
     reference = part.get("$ref") if isinstance(part, Mapping) else None
-    found = resolved(part, root, seen)
-    return part_column(found, root, (*seen, str(reference)) if reference else seen)
+    where = place(str(reference), scope) if reference else None
+    found, scope = resolved(part, scope, seen)
+    return part_column(found, scope, (*seen, where) if where else seen)
 
 
 def json_text(value: Any) -> str:
@@ -95,7 +148,7 @@ def json_text(value: Any) -> str:
 JSON_TEXT = Column(pa.string(), json_text)
 
 
-def part_column(part: Any, root: Mapping[str, Any], seen: tuple[str, ...]) -> Column:
+def part_column(part: Any, scope: Scope, seen: tuple[str, ...]) -> Column:
     if not isinstance(part, Mapping):
         return JSON_TEXT  # a true / false schema
     kind = part.get("type")
@@ -104,7 +157,7 @@ def part_column(part: Any, root: Mapping[str, Any], seen: tuple[str, ...]) -> Co
             if isinstance(part.get(key), list):
                 others = [b for b in part[key] if not (isinstance(b, Mapping) and b.get("type") == "null")]
                 if len(others) == 1:
-                    return column_of(others[0], root, seen)
+                    return column_of(others[0], scope, seen)
         if isinstance(part.get("enum"), list) and all(isinstance(v, str) for v in part["enum"]):
             return Column(pa.string(), checked(str))
         if not isinstance(part.get("properties"), Mapping):
@@ -129,15 +182,15 @@ def part_column(part: Any, root: Mapping[str, Any], seen: tuple[str, ...]) -> Co
         return Column(pa.bool_(), checked(bool))
     if kind == "object":
         if isinstance(part.get("properties"), Mapping) and part["properties"]:
-            fields = properties(part, root, seen)
+            fields = properties(part, scope, seen)
             return Column(pa.struct([pa.field(n, c.type) for n, c in fields.items()]), struct_of(fields))
         values = part.get("additionalProperties")
         if isinstance(values, Mapping) and values:
-            value = column_of(values, root, seen)
+            value = column_of(values, scope, seen)
             return Column(pa.map_(pa.string(), value.type), map_of(value))
         return JSON_TEXT
     if kind == "array" and isinstance(part.get("items"), Mapping):
-        item = column_of(part["items"], root, seen)
+        item = column_of(part["items"], scope, seen)
         return Column(pa.list_(pa.field("element", item.type)), list_of(item))
     return JSON_TEXT
 

@@ -65,8 +65,8 @@ class SchemaRegistry:
         except (ValueError, TypeError, OSError) as exc:  # OSError: a TLS file missing or not PEM
             raise ConfigError(f"schema registry settings refused: {first_line(exc)}") from None
 
-    def writer_schema(self, schema_id: int) -> tuple[str, str, list[str]]:
-        """What the decoders need of an id: its type, its text and its references' texts (imported first)."""
+    def writer_schema(self, schema_id: int) -> tuple[str, str, list[tuple[str, str]]]:
+        """What the decoders need of an id: its type, its text and its references (:meth:`referenced`)."""
         schema = self.by_id(schema_id)
         return schema.schema_type, schema.text, self.referenced(schema.references)
 
@@ -126,16 +126,19 @@ class SchemaRegistry:
         files[f"schema-{schema_id}.proto"] = file_of(schema.schema_str, f"schema-{schema_id}.proto")
         return descriptor_pb2.FileDescriptorSet(file=list(files.values())).SerializeToString()
 
-    def referenced(self, references: tuple[tuple[str, str, int], ...], seen: frozenset[str] = frozenset()) -> list[str]:
-        """The texts of the referenced schemas and of theirs, each before the schemas that import it."""
-        texts: list[str] = []
-        for _, subject, version in references:
+    def referenced(
+        self, references: tuple[tuple[str, str, int], ...], seen: frozenset[str] = frozenset()
+    ) -> list[tuple[str, str]]:
+        """The referenced schemas and theirs as ``(name, text)``, each before the schemas that import
+        it: the name is the one the reference was registered with (JSON Schema's ``$ref`` uses it)."""
+        found_all: list[tuple[str, str]] = []
+        for name, subject, version in references:
             key = f"{subject}/{version}"
             if key in seen:
                 continue
             found = self.version(subject, version)
-            texts += self.referenced(found.references, seen | {key}) + [found.text]
-        return list(dict.fromkeys(texts))
+            found_all += [*self.referenced(found.references, seen | {key}), (name, found.text)]
+        return list(dict.fromkeys(found_all))
 
     def latest(self, subject: str) -> RegisteredSchema:
         return self.registered(

@@ -92,8 +92,8 @@ class ReaderSchemas:
         return {k: v for r in self.requests for k, v in r.pins(topics).items()}
 
 
-def fetch_reader_schema(registry: SchemaRegistry, pinned: ReaderSchema) -> tuple[str, list[str]]:
-    """The pinned schema's text and its references' texts (by id: the id never changes meaning)."""
+def fetch_reader_schema(registry: SchemaRegistry, pinned: ReaderSchema) -> tuple[str, list[tuple[str, str]]]:
+    """The pinned schema's text and its references, ``(name, text)`` (by id: the id never changes meaning)."""
     found = registry.by_id(pinned.schema_id)
     check_type(found.schema_type, pinned.value_format, str(pinned))
     return found.text, registry.referenced(found.references)

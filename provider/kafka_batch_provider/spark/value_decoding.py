@@ -47,7 +47,8 @@ class KeyDecoding:
 
     key_format: str
     text: str
-    references: tuple[str, ...] = ()
+    #: the schemas it references, ``(name, text)``
+    references: tuple[tuple[str, str], ...] = ()
 
     def column(self) -> pa.Field:
         """The ``key`` column: a struct of the key's fields, or (Avro) the key's own type."""
@@ -62,11 +63,12 @@ class KeyDecoding:
         if self.key_format == "json-schema":
             from kafka_batch_provider.decoding.json_schema_types import arrow_schema, value_columns
 
-            return pa.field("key", pa.struct(arrow_schema(value_columns(json.loads(self.text), "key"))))
+            columns = value_columns(json.loads(self.text), "key", self.references)
+            return pa.field("key", pa.struct(arrow_schema(columns)))
         from kafka_batch_provider.decoding.avro_types import arrow_schema as avro_columns
         from kafka_batch_provider.decoding.avro_types import as_key_record
 
-        wrapped = avro_columns(as_key_record(json.loads(self.text)), [json.loads(r) for r in self.references])
+        wrapped = avro_columns(as_key_record(json.loads(self.text)), [json.loads(r) for _, r in self.references])
         return wrapped.field(0)
 
     def decoder(self, registry: Any) -> Any:
@@ -81,11 +83,11 @@ class KeyDecoding:
         if self.key_format == "json-schema":
             from kafka_batch_provider.decoding.json_schema_decoder import JsonSchemaDecoder
 
-            return JsonSchemaDecoder(self.text, registry.writer_schema)
+            return JsonSchemaDecoder(self.text, registry.writer_schema, self.references)
         from kafka_batch_provider.decoding.avro_decoder import AvroDecoder
         from kafka_batch_provider.decoding.avro_types import as_key_record
 
-        def wrapped_writer(schema_id: int) -> tuple[str, str, list[str]]:
+        def wrapped_writer(schema_id: int) -> tuple[str, str, list[tuple[str, str]]]:
             kind, text, references = registry.writer_schema(schema_id)
             return kind, json.dumps(as_key_record(json.loads(text))) if kind == "AVRO" else text, references
 
@@ -118,8 +120,8 @@ class ValueDecoding:
     registry_config: Mapping[str, Any] = field(repr=False)
     keep_raw_value: bool = False
     wait: float = 120.0
-    #: the texts of the schemas the reader schema references (imported first)
-    reader_references: tuple[str, ...] = ()
+    #: the schemas the reader schema references, ``(name, text)``, each before those that import it
+    reader_references: tuple[tuple[str, str], ...] = ()
     #: ``fail`` or ``dead-letter`` (:data:`~kafka_batch_provider.core.write_options.ON_BAD_RECORD`)
     on_bad_record: str = "fail"
     #: how the refusal names the dead-letter setting, in the caller's words (worded on the driver:
@@ -177,10 +179,10 @@ class ValueDecoding:
         if self.value_format == "json-schema":
             from kafka_batch_provider.decoding.json_schema_types import arrow_schema, value_columns
 
-            return arrow_schema(value_columns(json.loads(self.reader_schema)))
+            return arrow_schema(value_columns(json.loads(self.reader_schema), references=self.reader_references))
         from kafka_batch_provider.decoding.avro_types import arrow_schema as avro_columns
 
-        return avro_columns(json.loads(self.reader_schema), [json.loads(r) for r in self.reader_references])
+        return avro_columns(json.loads(self.reader_schema), [json.loads(r) for _, r in self.reader_references])
 
     def registry(self) -> Any:
         """One registry client for the task: each schema id is fetched once per task."""
@@ -203,7 +205,7 @@ class ValueDecoding:
         if self.value_format == "json-schema":
             from kafka_batch_provider.decoding.json_schema_decoder import JsonSchemaDecoder
 
-            return JsonSchemaDecoder(self.reader_schema, registry.writer_schema)
+            return JsonSchemaDecoder(self.reader_schema, registry.writer_schema, self.reader_references)
         from kafka_batch_provider.decoding.avro_decoder import AvroDecoder
 
         return AvroDecoder(self.reader_schema, registry.writer_schema, self.reader_references)
@@ -323,8 +325,8 @@ def value_decoding(plan: Any, options: Any, settings: Any) -> ValueDecoding | No
     )
 
 
-def reader_schema_text(registry: Any, pinned: Any) -> tuple[str, tuple[str, ...]]:
-    """A pinned schema as the tasks read it: its text and its references' texts, or for Protobuf its
+def reader_schema_text(registry: Any, pinned: Any) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """A pinned schema as the tasks read it: its text and its references, or for Protobuf its
     files (base64 ``FileDescriptorSet``: protobuf's descriptors, not .proto text)."""
     from kafka_batch_provider.registry.reader_schema import fetch_reader_schema
 
