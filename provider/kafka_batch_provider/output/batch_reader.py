@@ -64,6 +64,10 @@ def read_batch(store: BatchStore, event: Mapping[str, Any], columns: Sequence[st
     if not all(store.data.fs.exists(f) for f in files):  # compacted since: the layout's files hold the rows
         files = [f.split("://", 1)[1] if "://" in f else f for f in store.sink.readable_files()]  # fs paths
     dataset = ds.dataset(files, format="parquet", filesystem=store.data.fs)
+    # Every file's columns, not the first's: compacted files of older schema versions lack the
+    # columns a newer version added (they read as null there).
+    schema = pa.unify_schemas([f.physical_schema for f in dataset.get_fragments()], promote_options="permissive")
+    dataset = ds.dataset(files, schema=schema, format="parquet", filesystem=store.data.fs)
     return dataset.to_table(columns=wanted, filter=rows)
 
 

@@ -46,10 +46,11 @@ from kafka_batch_provider.output.tables import (
     files_schema,
     leaf_types,
     manifest_text,
-    new_columns,
     one_line,
     parse_manifest,
+    relaxed_schema,
     s3_settings,
+    schema_change,
 )
 
 #: How many partitions' ``txn`` actions the plan step checks against the newest batch's manifest.
@@ -388,9 +389,13 @@ class DeltaSink(TableFiles):
             return
         current = pa.schema(table.schema().to_arrow())
         self.check_partitioning(table)
-        if new_columns(current, schema, f"Delta table {self.name}"):
+        change = schema_change(current, schema, f"Delta table {self.name}")
+        if change.added:
             # e.g. the decoded value asked for after the first batch: a schema-only commit first
             self.evolve_schema(schema)
+            raise_commit_retry()
+        if change.relaxed:
+            self.relax_schema(relaxed_schema(current, schema))
             raise_commit_retry()
         table.create_write_transaction(
             actions, "append", schema=current, partition_by=partition_by, commit_properties=properties
@@ -405,6 +410,23 @@ class DeltaSink(TableFiles):
             schema.empty_table(),
             mode="append",
             schema_mode="merge",
+            partition_by=[DATE_COLUMN] if self.partition_by else None,
+            storage_options=self._options,
+        )
+
+    def relax_schema(self, schema: pa.Schema) -> None:
+        """Make the table's schema ``schema`` (the same columns, more of them nullable) in a commit
+        without files. Delta's schema merge keeps a column's "never null" and delta-rs can drop it
+        only from a top-level column, so this replaces the schema in an overwrite of no rows (the
+        predicate matches none: nothing is removed, only the schema is written)."""
+        from deltalake import write_deltalake
+
+        write_deltalake(
+            self._table_uri,
+            schema.empty_table(),
+            mode="overwrite",
+            predicate="false",
+            schema_mode="overwrite",
             partition_by=[DATE_COLUMN] if self.partition_by else None,
             storage_options=self._options,
         )

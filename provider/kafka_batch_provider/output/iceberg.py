@@ -40,9 +40,9 @@ from kafka_batch_provider.output.tables import (
     TableFiles,
     attempt_of,
     files_schema,
-    new_columns,
     one_line,
     same_type,
+    schema_change,
 )
 
 #: In a batch's snapshot summary and (for the newest batch) the table's properties.
@@ -295,7 +295,8 @@ class IcebergSink(TableFiles):
             raise StorageError(f"{self.name}: batch {manifest['batch_id']} not committed: {one_line(exc)}") from None
 
     def evolve_schema(self, table: Any, manifest: Mapping[str, Any]) -> bool:
-        """Add the columns (nested ones too) the batch's files bring; ``True`` if it did.
+        """Add the columns (nested ones too) the batch's files bring, and make optional those they
+        hold as nullable (pyiceberg's union by name does both); ``True`` if it did.
 
         The table is created with the Kafka columns before its first batch is read: that batch
         decides its columns (typed values without ``--keep-raw-value`` have no ``value``, and a
@@ -306,7 +307,7 @@ class IcebergSink(TableFiles):
         if table.current_snapshot() is None:
             unused = [f.name for f in current if f.name not in schema.names or not same_type(f, schema.field(f.name))]
             current = pa.schema([f for f in current if f.name not in unused])
-        if not new_columns(current, schema, self.name) and not unused:
+        if not schema_change(current, schema, self.name) and not unused:
             return False
         with without_retries(table).update_schema() as update:
             if unused:  # first, in a commit of its own: a column cannot be dropped and added at once

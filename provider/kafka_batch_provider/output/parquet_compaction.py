@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kafka_batch_provider.core.manifest import data_dir_name, entry_files
@@ -170,11 +171,12 @@ class Compactions:
                 f"{rows} rows, into files of ~{settings.target_file_mb} MB"
             )
         try:
+            schema = self.run_schema(run)
             for unit in run:
                 for name in unit.files:
                     with self.data.open_input(f"{unit.folder}/{name}") as source:
                         for batch in pq.ParquetFile(source).iter_batches(batch_size=COPY_ROWS):
-                            files.write(None, batch)
+                            files.write(None, batch.cast(schema))
         except BaseException:
             files.close(finish=False)
             self.data.delete_tree(staging)
@@ -208,6 +210,18 @@ class Compactions:
         for unit in run:
             self.data.delete_tree(unit.folder)
         return record
+
+
+    def run_schema(self, run: list[Unit]) -> pa.Schema | None:
+        """The schema a run's merged files are written with: the folders' own, which are alike but
+        for nullability (a later schema version made a nested field optional), nullable wherever any
+        folder's is (Spark's schema string, which runs are grouped by, does not tell)."""
+        found = []
+        for unit in run:
+            for name in unit.files:
+                with self.data.open_input(f"{unit.folder}/{name}") as source:
+                    found.append(pq.read_schema(source))
+        return pa.unify_schemas(found) if found else None
 
 
 def replaced(records: list[dict[str, Any]]) -> set[str]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -329,59 +330,79 @@ def _plain(kind: pa.DataType) -> pa.DataType:
 
 def _nested(kind: pa.DataType) -> tuple[str, list[pa.Field]] | None:
     """``(kind, children)`` of a struct, list or map (a list's element and a map's key and value as
-    fields); ``None`` for a leaf."""
+    fields, with their nullability); ``None`` for a leaf."""
     if pa.types.is_struct(kind):
         return "struct", [kind.field(i) for i in range(kind.num_fields)]
     if pa.types.is_map(kind):
-        return "map", [pa.field("key", kind.key_type), pa.field("value", kind.item_type)]
+        return "map", [kind.key_field.with_name("key"), kind.item_field.with_name("value")]
     if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_list_view(kind):
-        return "list", [pa.field("element", kind.value_type)]
+        return "list", [kind.value_field.with_name("element")]
     if pa.types.is_large_list_view(kind) or pa.types.is_fixed_size_list(kind):
-        return "list", [pa.field("element", kind.value_type)]
+        return "list", [kind.value_field.with_name("element")]
     return None
 
 
 def leaf_types(fields: list[pa.Field] | pa.Schema, prefix: str = "") -> list[tuple[str, pa.DataType]]:
-    """Every leaf column with its path (``a.b``, ``a.element.b``, ``a.value``), as :func:`new_columns` names them."""
+    """Every leaf column with its path (``a.b``, ``a.element.b``, ``a.value``), as :func:`schema_change` names them."""
     found = []
-    for field in fields:
-        path = f"{prefix}{field.name}"
-        nested = _nested(field.type)
-        found += leaf_types(nested[1], f"{path}.") if nested else [(path, field.type)]
+    for column in fields:
+        path = f"{prefix}{column.name}"
+        nested = _nested(column.type)
+        found += leaf_types(nested[1], f"{path}.") if nested else [(path, column.type)]
     return found
 
 
 def same_type(ours: pa.Field, theirs: pa.Field) -> bool:
-    """Whether two columns of one name have the same type, as :func:`new_columns` compares them."""
+    """Whether two columns of one name have the same type, as :func:`schema_change` compares them."""
     try:
-        new_columns([ours], [theirs], "")
+        schema_change([ours], [theirs], "")
     except ColumnTypeError:
         return False
     return True
 
 
-def new_columns(
+@dataclass
+class SchemaChange:
+    """How a batch's files differ from its table, in columns the table must change to hold them
+    (nested ones as ``a.b``, inside lists ``a.element.b``, maps ``a.value.b``)."""
+
+    #: columns (nested ones too) the files have and the table has not
+    added: list[str] = field(default_factory=list)
+    #: columns (nested fields, list elements, map values) the table holds as never null and the
+    #: files as nullable: a later schema version made them optional, so the table must too, or its
+    #: readers refuse the first null
+    relaxed: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.relaxed)
+
+
+def schema_change(
     table: list[pa.Field] | pa.Schema, files: list[pa.Field] | pa.Schema, where: str, prefix: str = ""
-) -> list[str]:
-    """Columns (nested ones as ``a.b``, inside lists ``a.element.b``, maps ``a.value.b``) the batch's
-    files have and the table has not. Names, nullability and Arrow's encodings of the same
-    values (large, view, dictionary) do not count as changes.
+) -> SchemaChange:
+    """What the table must change to hold the batch's files: the columns they add, and those they
+    make nullable. Names and Arrow's encodings of the same values (large, view, dictionary) do not
+    count as changes; a column the files hold as never null in a nullable table is no change.
 
     :raises ConfigError: when a column the table has is of another type in the files: a
         table's column keeps its type, so the batch is refused (nothing is committed).
     """
     known = {f.name: f for f in table}
-    added = []
-    for field in files:
-        path = f"{prefix}{field.name}"
-        if field.name not in known:
-            added.append(path)
+    change = SchemaChange()
+    for found in files:
+        path = f"{prefix}{found.name}"
+        if found.name not in known:
+            change.added.append(path)
             continue
-        theirs, ours = _nested(known[field.name].type), _nested(field.type)
+        if found.nullable and not known[found.name].nullable:
+            change.relaxed.append(path)
+        theirs, ours = _nested(known[found.name].type), _nested(found.type)
         if theirs is not None and ours is not None and theirs[0] == ours[0]:
-            added += new_columns(theirs[1], ours[1], where, f"{path}.")
-        elif theirs is not None or ours is not None or _plain(known[field.name].type) != _plain(field.type):
-            table_type, file_type = _plain(known[field.name].type), _plain(field.type)
+            inner = schema_change(theirs[1], ours[1], where, f"{path}.")
+            change.added += inner.added
+            change.relaxed += inner.relaxed
+        elif theirs is not None or ours is not None or _plain(known[found.name].type) != _plain(found.type):
+            table_type, file_type = _plain(known[found.name].type), _plain(found.type)
             raise ColumnTypeError(
                 f"{where}: column {path} is {table_type} in the table but {file_type} in this batch: a table's "
                 f"column keeps its type; write to a new table, or {as_before(path)}",
@@ -390,7 +411,31 @@ def new_columns(
                 str(table_type),
                 str(file_type),
             )
-    return added
+    return change
+
+
+def relaxed_schema(table: pa.Schema, files: pa.Schema) -> pa.Schema:
+    """The table's schema with every column the files hold as nullable made nullable too (at any
+    depth); nothing else changes (:attr:`SchemaChange.relaxed`)."""
+    by_name = {f.name: f for f in files}
+    return pa.schema([relaxed_field(f, by_name.get(f.name)) for f in table], metadata=table.metadata)
+
+
+def relaxed_field(ours: pa.Field, theirs: pa.Field | None) -> pa.Field:
+    if theirs is None:
+        return ours
+    kind, nested, other = ours.type, _nested(ours.type), _nested(theirs.type)
+    if nested is not None and other is not None and nested[0] == other[0]:
+        if nested[0] == "struct":
+            by_name = {f.name: f for f in other[1]}
+            kind = pa.struct([relaxed_field(f, by_name.get(f.name)) for f in nested[1]])
+        elif nested[0] == "map":
+            key, value = (relaxed_field(f, g) for f, g in zip(nested[1], other[1]))
+            kind = pa.map_(key.with_name(kind.key_field.name), value.with_name(kind.item_field.name), kind.keys_sorted)
+        elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            element = relaxed_field(nested[1][0], other[1][0]).with_name(kind.value_field.name)
+            kind = pa.list_(element) if pa.types.is_list(kind) else pa.large_list(element)
+    return ours.with_type(kind).with_nullable(ours.nullable or theirs.nullable)
 
 
 def as_before(path: str) -> str:

@@ -11,7 +11,7 @@ from kafka_batch_provider.kafka.config import is_secret, redact
 from kafka_batch_provider.output.delta import delta_storage_options
 from kafka_batch_provider.output.formats import OutputSpec, output_of_plan
 from kafka_batch_provider.output.location import Location
-from kafka_batch_provider.output.tables import new_columns
+from kafka_batch_provider.output.tables import relaxed_schema, schema_change
 from kafka_batch_provider.spark.submit import application_args
 
 TABLE = pa.schema(
@@ -32,7 +32,7 @@ def test_new_columns_are_found_at_any_depth():
             ("value_string", pa.string()),
         ]
     )
-    assert new_columns(TABLE, files, "t") == ["value_json.name", "headers.element.value", "value_string"]
+    assert schema_change(TABLE, files, "t").added == ["value_json.name", "headers.element.value", "value_string"]
 
 
 def test_the_same_values_in_another_arrow_encoding_are_not_a_change():
@@ -41,17 +41,45 @@ def test_the_same_values_in_another_arrow_encoding_are_not_a_change():
         [("k", pa.large_binary()), ("t", pa.timestamp("us", tz="+00:00")), ("l", pa.large_list(pa.string()))]
     )
     files = pa.schema([("k", pa.binary()), ("t", pa.timestamp("us", tz="UTC")), ("l", pa.list_(pa.large_string()))])
-    assert new_columns(table, files, "t") == []
+    assert schema_change(table, files, "t").added == []
 
 
 def test_maps_are_compared_inside_and_their_encodings_and_nullability_do_not_count():
     table = pa.schema([("m", pa.map_(pa.large_string(), pa.struct([("a", pa.int32())])))])
     same = pa.schema([("m", pa.map_(pa.string(), pa.field("v", pa.struct([("a", pa.int32())]), nullable=False)))])
     wider = pa.schema([("m", pa.map_(pa.string(), pa.struct([("a", pa.int32()), ("b", pa.string())])))])
-    assert new_columns(table, same, "t") == []
-    assert new_columns(table, wider, "t") == ["m.value.b"]
+    assert schema_change(table, same, "t").added == []
+    assert schema_change(table, wider, "t").added == ["m.value.b"]
     with pytest.raises(ConfigError, match="column m.key is string in the table but int64"):
-        new_columns(table, pa.schema([("m", pa.map_(pa.int64(), pa.struct([("a", pa.int32())])))]), "t")
+        schema_change(table, pa.schema([("m", pa.map_(pa.int64(), pa.struct([("a", pa.int32())])))]), "t")
+
+
+def test_columns_a_batch_makes_nullable_are_found_at_any_depth_and_relaxed_alone():
+    required = pa.field("qty", pa.int32(), nullable=False)
+    table = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("line", pa.struct([pa.field("sku", pa.string(), nullable=False), required])),
+            ("tags", pa.list_(pa.field("element", pa.int32(), nullable=False))),
+            ("counts", pa.map_(pa.string(), pa.field("value", pa.int64(), nullable=False))),
+        ]
+    )
+    files = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("line", pa.struct([pa.field("sku", pa.string(), nullable=False), required.with_nullable(True)])),
+            ("tags", pa.list_(pa.field("element", pa.int32()))),
+            ("counts", pa.map_(pa.string(), pa.int64())),
+        ]
+    )
+    change = schema_change(table, files, "t")
+    expected = ["line.qty", "tags.element", "counts.value"]
+    assert change.relaxed == expected and change.added == [], f"expected {expected} relaxed, found {change}"
+    relaxed = relaxed_schema(table, files)
+    assert not schema_change(relaxed, files, "t"), f"the relaxed schema still differs: {relaxed}"
+    assert relaxed.field("line").type.field("sku").nullable is False, "a field the batch keeps required stays so"
+    narrower = schema_change(files, table, "t")
+    assert not narrower, f"a batch holding nullable columns as never null is no change, found {narrower}"
 
 
 def test_saved_manifest_names_tell_seq_batch_and_attempt_apart():
@@ -73,7 +101,7 @@ def test_saved_manifest_names_tell_seq_batch_and_attempt_apart():
 )
 def test_a_column_of_another_type_is_refused_in_one_line(files, column):
     with pytest.raises(ConfigError) as refused:
-        new_columns(TABLE, files, "Delta table t")
+        schema_change(TABLE, files, "Delta table t")
     message = str(refused.value)
     assert "\n" not in message and f"column {column} is " in message and message.startswith("Delta table t"), message
 
