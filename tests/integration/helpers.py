@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -239,3 +240,22 @@ def one_partition_manifest(batch_id: str, rows: int, location: str, staging: str
         "staging": staging,
         "files": [{"name": "part-0.parquet", "bytes": size, "rows": rows}],
     }
+
+
+def duckdb_connection():
+    """DuckDB with its avro, delta and iceberg extensions loaded from the PyPI builds pinned for it
+    (it cannot download them here)."""
+    import duckdb
+    import duckdb_ext
+
+    extensions = os.path.join(list(duckdb_ext.__path__)[0], "extensions")
+    con = duckdb.connect(
+        config={
+            "extension_directory": extensions,
+            "autoinstall_known_extensions": False,
+            "autoload_known_extensions": False,
+        }
+    )
+    for name in ("avro", "delta", "iceberg"):
+        con.execute(f"LOAD {name}")
+    return con

@@ -21,6 +21,7 @@ from kafka_batch_provider.testing.producers import Record, produce, sample_recor
 from tests.integration.helpers import (
     TableOutput,
     assert_exactly_once,
+    duckdb_connection,
     one_partition_manifest,
     produce_committed_aborted_committed,
     race_two_writes,
@@ -79,19 +80,7 @@ def table_commits(output: TableOutput) -> int:
 
 def duckdb_keys(output: TableOutput) -> list[tuple[str, int, int]]:
     """(topic, partition, offset) of every row, as DuckDB's delta/iceberg extensions read the table."""
-    import duckdb
-    import duckdb_ext
-
-    extensions = os.path.join(list(duckdb_ext.__path__)[0], "extensions")
-    con = duckdb.connect(
-        config={
-            "extension_directory": extensions,
-            "autoinstall_known_extensions": False,
-            "autoload_known_extensions": False,
-        }
-    )
-    for name in ("avro", "delta", "iceberg"):
-        con.execute(f"LOAD {name}")
+    con = duckdb_connection()
     if output.format == "delta":
         source = f"delta_scan('{output.location.uri}')"  # a file:// URI: DuckDB drops non-ASCII in plain paths
     else:

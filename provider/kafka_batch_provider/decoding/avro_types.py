@@ -25,10 +25,13 @@ duration                                    fixed_size_binary(12), as Avro store
 ==========================================  =====================================================
 
 Names are resolved as fastavro parses the schema (fully qualified, the enclosing namespace
-for a short reference). A nested field is nullable when its type is a union with ``null``. The columns themselves
-are always nullable: a tombstone (a record whose value is null) gives a row whose value
-columns are null, and a column added by a newer schema is null in older rows. A recursive
-record (a linked list, a tree) has no Arrow type: it is refused in one line.
+for a short reference). Every column, nested field, list element and map value is nullable, as
+in the Protobuf and JSON Schema mappings: a tombstone (a record whose value is null) gives a row
+whose value columns are null, a column added by a newer schema is null in older rows, and a
+newer version may make any field optional (``"int"`` to ``["null", "int"]`` is BACKWARD
+compatible): a table, or a Parquet reader that takes its schema from the first file, that had
+learnt "never null" from older batches would refuse the newer ones. A recursive record (a linked
+list, a tree) has no Arrow type: it is refused in one line.
 """
 
 from __future__ import annotations
@@ -141,15 +144,13 @@ def inlined(avro: Any, named: Mapping[str, Any], defined: set[str]) -> Any:
 
 
 def arrow_field(name: str, avro: Any, named: dict[str, Any], seen: tuple[str, ...]) -> pa.Field:
-    """A field: nullable when its type is a union with ``null``."""
+    """A field, nullable (see the module's docstring)."""
     if isinstance(avro, list) and "null" in avro:
         others = [branch for branch in avro if branch != "null"]
-        inner = others[0] if len(others) == 1 else others
         if not others:
             return pa.field(name, pa.null())
-        return pa.field(name, arrow_type(inner, named, seen), nullable=True)
-    found = arrow_type(avro, named, seen)
-    return pa.field(name, found, nullable=found == pa.null())  # a null-typed field holds nothing but nulls
+        return pa.field(name, arrow_type(others[0] if len(others) == 1 else others, named, seen))
+    return pa.field(name, arrow_type(avro, named, seen))
 
 
 def arrow_type(avro: Any, named: dict[str, Any], seen: tuple[str, ...]) -> pa.DataType:

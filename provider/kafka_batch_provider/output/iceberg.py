@@ -291,6 +291,10 @@ class IcebergSink(TableFiles):
             return False  # the table moved (or we cannot tell): look again
         except KafkaBatchError:
             raise
+        except ValueError as exc:  # pyiceberg's schema check of the files: no retry makes them fit
+            raise ConfigError(
+                f"{self.name}: batch {manifest['batch_id']}'s files do not fit the table's schema: {one_line(exc)}"
+            ) from None
         except Exception as exc:  # noqa: BLE001 - catalogs raise their own (SQLAlchemy, HTTP, OS) errors
             raise StorageError(f"{self.name}: batch {manifest['batch_id']} not committed: {one_line(exc)}") from None
 
