@@ -186,6 +186,17 @@ CASES = [
         lambda s: run(s, "--value-format", "avro", "--schema-registry-url", "http://ingest:pw-123@127.0.0.1:8081"),
         "the schema registry URL carries credentials",
     ),
+    # a slash too few or too many puts the credentials outside the URL's authority: still refused as such
+    Case(
+        "registry-url-one-slash-with-credentials",
+        lambda s: run(s, "--value-format", "avro", "--schema-registry-url", "http:/ingest:pw-123@127.0.0.1:8081"),
+        "the schema registry URL carries credentials",
+    ),
+    Case(
+        "registry-url-three-slashes-with-credentials",
+        lambda s: run(s, "--value-format", "avro", "--schema-registry-url", "http:///ingest:pw-123@127.0.0.1:8081"),
+        "the schema registry URL carries credentials",
+    ),
     Case(
         "registry-url-not-http",
         lambda s: run(s, "--value-format", "avro", "--schema-registry-url", "ftp://127.0.0.1:8081"),

@@ -45,3 +45,35 @@ def test_the_deferred_sensor_raises_the_class_its_trigger_met(error):
     event = {"status": "error", "message": "refused", "error": error.__name__}
     with pytest.raises(error, match="lag sensor stopped waiting: refused"):
         sensor.execute_complete({}, event)
+
+
+REGISTRY_SECRET = "registry-pw-5e1f9"
+
+
+@pytest.mark.parametrize(
+    "host", [f"http:/ingest:{REGISTRY_SECRET}@127.0.0.1", f"http:///ingest:{REGISTRY_SECRET}@127.0.0.1"]
+)
+def test_a_registry_connection_host_with_credentials_fails_the_plan_at_once_without_them(
+    host, monkeypatch, tmp_path, caplog
+):
+    from kafka_batch_provider.operators.plan import KafkaOffsetPlanOperator
+
+    connection = {"conn_type": "schema_registry", "host": host, "port": 8081}
+    monkeypatch.setenv("AIRFLOW_CONN_REGISTRY", json.dumps(connection))
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA", json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": "x:1"}}))
+    task = KafkaOffsetPlanOperator(
+        task_id="plan",
+        topics="t",
+        group_id="g",
+        output=BatchOutput(output_path=str(tmp_path / "lake")),
+        kafka_config_id="kafka",
+        value_format="avro",
+        schema_registry_conn_id="registry",
+    )
+    with pytest.raises(Exception) as raised:
+        task.execute({})
+    assert isinstance(raised.value, AirflowFailException), f"expected no retry, found {type(raised.value).__name__}"
+    assert "carries credentials" in str(raised.value), f"expected the credentials refusal, found {raised.value}"
+    shown = f"{raised.value}\n{caplog.text}"
+    assert REGISTRY_SECRET not in shown and "ingest" not in str(raised.value), f"the credentials were echoed: {shown}"
+    assert not (tmp_path / "lake" / "_plans").exists(), "a refused task must not leave a plan behind"
