@@ -17,6 +17,7 @@ from tests.areas import DURATIONS
 from tests.bad_input import tally as _bad_input_tally  # noqa: F401 - registers its matrix
 from tests.faults import tally as _faults_tally  # noqa: F401 - registers its matrix
 from tests.matrix import MATRICES
+from tests.support import generated_tally as _generated_tally  # noqa: F401 - registers its counts
 
 pytest_plugins = ["kafka_batch_provider.testing.pytest_plugin", "tests.support.spark_cluster"]
 

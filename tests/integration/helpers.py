@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections import Counter
@@ -242,9 +243,10 @@ def one_partition_manifest(batch_id: str, rows: int, location: str, staging: str
     }
 
 
+@functools.cache
 def duckdb_connection():
     """DuckDB with its avro, delta and iceberg extensions loaded from the PyPI builds pinned for it
-    (it cannot download them here)."""
+    (it cannot download them here); one per test process (loading them takes half a second)."""
     import duckdb
     import duckdb_ext
 

@@ -299,8 +299,9 @@ class IcebergSink(TableFiles):
             raise StorageError(f"{self.name}: batch {manifest['batch_id']} not committed: {one_line(exc)}") from None
 
     def evolve_schema(self, table: Any, manifest: Mapping[str, Any]) -> bool:
-        """Add the columns (nested ones too) the batch's files bring, and make optional those they
-        hold as nullable (pyiceberg's union by name does both); ``True`` if it did.
+        """Add the columns (nested ones too) the batch's files bring, make optional those they hold
+        as nullable, and widen the numbers they promote (int to long, float to double: Iceberg's
+        type promotions); pyiceberg's union by name does all three. ``True`` if it changed the table.
 
         The table is created with the Kafka columns before its first batch is read: that batch
         decides its columns (typed values without ``--keep-raw-value`` have no ``value``, and a
@@ -311,7 +312,7 @@ class IcebergSink(TableFiles):
         if table.current_snapshot() is None:
             unused = [f.name for f in current if f.name not in schema.names or not same_type(f, schema.field(f.name))]
             current = pa.schema([f for f in current if f.name not in unused])
-        if not schema_change(current, schema, self.name) and not unused:
+        if not schema_change(current, schema, self.name, promotions=True) and not unused:
             return False
         with without_retries(table).update_schema() as update:
             if unused:  # first, in a commit of its own: a column cannot be dropped and added at once

@@ -372,17 +372,31 @@ class SchemaChange:
     #: files as nullable: a later schema version made them optional, so the table must too, or its
     #: readers refuse the first null
     relaxed: list[str] = field(default_factory=list)
+    #: columns the files hold in a wider number type than the table (a promotion, int to long or
+    #: float to double), where the format widens a column (``promotions``)
+    promoted: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.added or self.relaxed)
+        return bool(self.added or self.relaxed or self.promoted)
+
+
+#: Number types a table format may widen a column to (Iceberg's type promotions; Delta has none
+#: in delta-rs): (the narrower, the wider).
+WIDENINGS = {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}
 
 
 def schema_change(
-    table: list[pa.Field] | pa.Schema, files: list[pa.Field] | pa.Schema, where: str, prefix: str = ""
+    table: list[pa.Field] | pa.Schema,
+    files: list[pa.Field] | pa.Schema,
+    where: str,
+    prefix: str = "",
+    promotions: bool = False,
 ) -> SchemaChange:
-    """What the table must change to hold the batch's files: the columns they add, and those they
-    make nullable. Names and Arrow's encodings of the same values (large, view, dictionary) do not
-    count as changes; a column the files hold as never null in a nullable table is no change.
+    """What the table must change to hold the batch's files: the columns they add, those they make
+    nullable and, with ``promotions``, those they widen (:data:`WIDENINGS`). Names and Arrow's
+    encodings of the same values (large, view, dictionary) do not count as changes; a column the
+    files hold as never null in a nullable table is no change, nor (with ``promotions``) a number
+    narrower than its column (the format's readers widen it).
 
     :raises ConfigError: when a column the table has is of another type in the files: a
         table's column keeps its type, so the batch is refused (nothing is committed).
@@ -397,12 +411,17 @@ def schema_change(
         if found.nullable and not known[found.name].nullable:
             change.relaxed.append(path)
         theirs, ours = _nested(known[found.name].type), _nested(found.type)
+        table_type, file_type = _plain(known[found.name].type), _plain(found.type)
         if theirs is not None and ours is not None and theirs[0] == ours[0]:
-            inner = schema_change(theirs[1], ours[1], where, f"{path}.")
+            inner = schema_change(theirs[1], ours[1], where, f"{path}.", promotions)
             change.added += inner.added
             change.relaxed += inner.relaxed
-        elif theirs is not None or ours is not None or _plain(known[found.name].type) != _plain(found.type):
-            table_type, file_type = _plain(known[found.name].type), _plain(found.type)
+            change.promoted += inner.promoted
+        elif promotions and (table_type, file_type) in WIDENINGS:
+            change.promoted.append(path)
+        elif promotions and (file_type, table_type) in WIDENINGS:
+            pass  # a narrower number: read as the column's type
+        elif theirs is not None or ours is not None or table_type != file_type:
             raise ColumnTypeError(
                 f"{where}: column {path} is {table_type} in the table but {file_type} in this batch: a table's "
                 f"column keeps its type; write to a new table, or {as_before(path)}",

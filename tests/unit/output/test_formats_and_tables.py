@@ -82,6 +82,17 @@ def test_columns_a_batch_makes_nullable_are_found_at_any_depth_and_relaxed_alone
     assert not narrower, f"a batch holding nullable columns as never null is no change, found {narrower}"
 
 
+def test_numbers_a_batch_promotes_are_a_change_only_where_the_format_widens_columns():
+    table = pa.schema([("n", pa.int32()), ("line", pa.struct([("q", pa.float32())])), ("m", pa.int64())])
+    files = pa.schema([("n", pa.int64()), ("line", pa.struct([("q", pa.float64())])), ("m", pa.int32())])
+    change = schema_change(table, files, "t", promotions=True)
+    assert change.promoted == ["n", "line.q"], f"expected n and line.q promoted (m narrower is no change): {change}"
+    with pytest.raises(ConfigError, match="column n is int32 in the table but int64 in this batch"):
+        schema_change(table, files, "t")
+    with pytest.raises(ConfigError, match="column n is int32 in the table but string"):
+        schema_change(table, pa.schema([("n", pa.string())]), "t", promotions=True)
+
+
 def test_saved_manifest_names_tell_seq_batch_and_attempt_apart():
     from kafka_batch_provider.output.tables import parse_saved_name, saved_name
 
