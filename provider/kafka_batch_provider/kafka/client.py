@@ -42,7 +42,7 @@ from kafka_batch_provider.kafka.config import (
     consumer_config,
     reader_consumer_config,
 )
-from kafka_batch_provider.kafka.errors import is_transient, is_unreachable
+from kafka_batch_provider.kafka.errors import LEADERSHIP_MOVING, is_transient, is_unreachable
 
 log = logging.getLogger(__name__)
 
@@ -117,21 +117,38 @@ class KafkaOffsets:
         self._consumers.clear()
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run one broker request; its failure becomes one line naming the request and broker."""
-        try:
-            return fn()
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if isinstance(error, KafkaError) and is_unreachable(error):
-                raise KafkaUnavailableError(
-                    f"Kafka at {self.bootstrap_servers} did not answer {what} within {self.timeout:g}s "
-                    f"({error.name()}); is the broker running and reachable?"
-                ) from None
-            text = error.str() if isinstance(error, KafkaError) else str(exc)
-            if isinstance(error, KafkaError) and error.code() == KafkaError._INVALID_ARG:
-                # librdkafka refused the configuration (unknown key, bad value): no retry can fix it.
-                raise ConfigError(f"Kafka configuration refused: {text}") from None
-            raise broker_error(error, f"Kafka {what} failed: {text}") from None
+        """Run one broker request; its failure becomes one line naming the request and broker.
+
+        A broker that answers that the partition's leader or the group's coordinator is moving
+        (a new group's coordinator still loading, a leader election) is asked again until the
+        client's timeout: those answers last moments, and the request had no effect.
+        """
+        deadline = time.monotonic() + self.timeout
+        pause = 0.05
+        while True:
+            try:
+                return fn()
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                moving = isinstance(error, KafkaError) and error.code() in LEADERSHIP_MOVING
+                if not moving or time.monotonic() + pause > deadline:
+                    raise self._failure(what, exc) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+    def _failure(self, what: str, exc: KafkaException) -> Exception:
+        """A request's failure as one line naming the request and broker."""
+        error = exc.args[0] if exc.args else None
+        if isinstance(error, KafkaError) and is_unreachable(error):
+            return KafkaUnavailableError(
+                f"Kafka at {self.bootstrap_servers} did not answer {what} within {self.timeout:g}s "
+                f"({error.name()}); is the broker running and reachable?"
+            )
+        text = error.str() if isinstance(error, KafkaError) else str(exc)
+        if isinstance(error, KafkaError) and error.code() == KafkaError._INVALID_ARG:
+            # librdkafka refused the configuration (unknown key, bad value): no retry can fix it.
+            return ConfigError(f"Kafka configuration refused: {text}")
+        return broker_error(error, f"Kafka {what} failed: {text}")
 
     # -- metadata --------------------------------------------------------------------------
 

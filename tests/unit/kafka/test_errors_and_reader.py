@@ -146,3 +146,38 @@ def test_the_commit_consumer_accepts_every_group_protocol_and_timeout(timeout, e
         offsets._commit_synchronously("g", [KafkaTopicPartition("t", 0, 5)])
     error = failed.value.args[0]
     assert error.code() != KafkaError._INVALID_ARG, f"expected a failed commit, librdkafka refused the config: {error}"
+
+
+def test_a_request_answered_by_a_moving_coordinator_is_asked_again_within_the_timeout():
+    from confluent_kafka import KafkaException
+
+    from kafka_batch_provider.errors import KafkaRefusedError, KafkaUnavailableError
+    from kafka_batch_provider.kafka.client import KafkaOffsets
+
+    offsets = KafkaOffsets({"bootstrap.servers": "127.0.0.1:9"}, timeout=2)
+    answers = [KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR, None]
+
+    def request():
+        code = answers.pop(0)
+        if code is not None:
+            raise KafkaException(KafkaError(code))
+        return "answer"
+
+    assert offsets._call("committed(g)", request) == "answer", "expected the third attempt's answer"
+    assert answers == [], f"expected all three attempts made, {len(answers)} left"
+
+    def always_moving():
+        raise KafkaException(KafkaError(KafkaError.NOT_COORDINATOR))
+
+    with pytest.raises(KafkaUnavailableError, match="committed"):
+        offsets._call("committed(g)", always_moving)  # transient, after the 2 s timeout
+
+    calls = []
+
+    def refused():
+        calls.append(1)
+        raise KafkaException(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED))
+
+    with pytest.raises(KafkaRefusedError):
+        offsets._call("committed(g)", refused)
+    assert len(calls) == 1, f"an answer that is no outage is not asked again, asked {len(calls)} times"
