@@ -17,8 +17,9 @@ __version__ = "0.1.0"
 
 
 def get_provider_info() -> dict:
-    """Provider metadata for Airflow's ``apache_airflow_provider`` entry point."""
-    from kafka_batch_provider.hooks.schema_registry import REGISTRY_FORM
+    """Provider metadata for Airflow's ``apache_airflow_provider`` entry point: a plain dict that
+    imports neither Airflow nor a hook (it is read before Airflow starts, and while it does)."""
+    from kafka_batch_provider.connection_forms import REGISTRY_FORM
 
     return {
         "package-name": "airflow-provider-kafka-batch",

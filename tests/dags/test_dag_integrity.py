@@ -290,6 +290,38 @@ def test_the_lag_fired_dag_is_scheduled_on_a_watched_asset_with_no_cron_and_no_s
     assert (kwargs["group_id"], kwargs["topics"], kwargs["min_records"]) == ("kafka-batch-ingest", ["orders"], 1)
 
 
+FIRST_LOAD = """
+import importlib.metadata, json, sys
+(found,) = [e for e in importlib.metadata.entry_points(group="apache_airflow_provider") if e.name == "provider_info"
+            and e.value.startswith("kafka_batch_provider")]
+info = found.load()()
+loaded = sorted(m for m in sys.modules if m.split(".")[0] == "airflow" or m.startswith("kafka_batch_provider.hooks"))
+from airflow.providers_manager import ProvidersManager
+manager = ProvidersManager()
+manager.initialize_providers_hooks()
+print(json.dumps({"name": info["package-name"], "loaded": loaded, "providers": sorted(manager.providers),
+                  "registry_hook": "schema_registry" in manager.hooks}))
+"""
+
+
+def test_the_provider_info_loads_first_in_a_fresh_process_without_airflow_or_a_hook():
+    # What provider registries and validation tools do before Airflow is imported; then Airflow
+    # itself discovers the provider (its configuration calls the entry point again).
+    import json
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", FIRST_LOAD], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"the entry point failed when loaded first: {result.stderr[-1500:]}"
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["name"] == "airflow-provider-kafka-batch", found
+    assert found["loaded"] == [], (
+        f"get_provider_info imported {found['loaded']}; it must import neither Airflow nor a hook"
+    )
+    assert "airflow-provider-kafka-batch" in found["providers"], f"Airflow did not discover it: {found['providers']}"
+    assert found["registry_hook"], "Airflow's providers manager lists no schema_registry connection type"
+
+
 def test_the_provider_info_describes_the_schema_registry_form_as_the_hook_does():
     from kafka_batch_provider import get_provider_info
     from kafka_batch_provider.hooks.schema_registry import SchemaRegistryHook

@@ -20,6 +20,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from kafka_batch_provider.connection_forms import REGISTRY_FORM
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.registry.settings import RegistrySettings, settings_from_connection
 
@@ -57,23 +58,6 @@ class SchemaRegistryHook(BaseHook):
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
         """The connection form: what the fields mean for a schema registry."""
         return copy.deepcopy(REGISTRY_FORM)
-
-
-#: The ``schema_registry`` connection's form (also in the provider info, in its hyphenated keys).
-REGISTRY_FORM: dict[str, Any] = {
-    "hidden_fields": [],
-    "relabeling": {
-        "host": "Registry URL or host",
-        "schema": "Scheme (http or https, when the host has none)",
-        "login": "User (basic auth; Confluent Cloud: API key)",
-        "password": "Password (basic auth; Confluent Cloud: API secret)",
-    },
-    "placeholders": {
-        "host": "https://registry.example.com",
-        "port": "8081",
-        "extra": '{"ssl.ca.location": "/etc/ssl/registry-ca.pem"}',
-    },
-}
 
 
 def registry_conn_for(value_format: str, conn_id: str | None, key_format: str = "bytes") -> str | None:
