@@ -54,10 +54,16 @@ class ConfigError(KafkaBatchError):
 class ColumnTypeError(ConfigError):
     """A column the table has comes in another type in this batch: a table's column keeps its type."""
 
-    def __init__(self, message: str, where: str = "", column: str = "", table_type: str = "", batch_type: str = ""):
-        from kafka_batch_provider.core.settings import Setting
-
-        super().__init__(message, setting=Setting("value_schema"))
+    def __init__(
+        self,
+        message: str,
+        where: str = "",
+        column: str = "",
+        table_type: str = "",
+        batch_type: str = "",
+        setting: Any = None,
+    ) -> None:
+        super().__init__(message, setting=setting)
         self.where, self.column, self.table_type, self.batch_type = where, column, table_type, batch_type
 
 

@@ -211,7 +211,6 @@ class Compactions:
             self.data.delete_tree(unit.folder)
         return record
 
-
     def run_schema(self, run: list[Unit]) -> pa.Schema | None:
         """The schema a run's merged files are written with: the folders' own, which are alike but
         for nullability (a later schema version made a nested field optional), nullable wherever any

@@ -429,6 +429,7 @@ def schema_change(
                 path,
                 str(table_type),
                 str(file_type),
+                setting=Setting("value_schema"),
             )
     return change
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kafka_batch_provider.dev.schema_registry.compatibility import Problem
 from kafka_batch_provider.dev.schema_registry.formats import AVRO_PRIMITIVES
+from kafka_batch_provider.dev.schema_registry.problem import Problem
 
 PROMOTIONS = {
     ("int", "long"),

@@ -15,9 +15,11 @@ Each problem becomes one message in Confluent's verbose shape, ``{errorType:'...
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from kafka_batch_provider.dev.schema_registry.avro_resolution import AvroResolution
 from kafka_batch_provider.dev.schema_registry.formats import ParsedSchema
+from kafka_batch_provider.dev.schema_registry.json_subschema import JsonSubschema
+from kafka_batch_provider.dev.schema_registry.problem import Problem
+from kafka_batch_provider.dev.schema_registry.protobuf_diff import ProtobufDiff
 
 LEVELS = (
     "NONE",
@@ -29,19 +31,6 @@ LEVELS = (
     "FULL_TRANSITIVE",
 )
 DEFAULT_LEVEL = "BACKWARD"
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One reason a reader cannot read a writer's data; ``text`` says "the reader"/"the writer"."""
-
-    kind: str
-    path: str
-    text: str
-
-    def message(self, reader: str, writer: str) -> str:
-        text = self.text.replace("the reader", reader).replace("the writer", writer)
-        return f"{{errorType:'{self.kind}', description:'{text}', path:'{self.path}'}}"
 
 
 def is_transitive(level: str) -> bool:
@@ -64,11 +53,6 @@ def problems(level: str, new: ParsedSchema, old: ParsedSchema) -> list[str]:
 
 def reader_problems(reader: ParsedSchema, writer: ParsedSchema) -> list[Problem]:
     """Why data written with ``writer`` cannot be read with ``reader``."""
-    # Imported here: each rule module imports Problem from this one.
-    from kafka_batch_provider.dev.schema_registry.avro_resolution import AvroResolution
-    from kafka_batch_provider.dev.schema_registry.json_subschema import JsonSubschema
-    from kafka_batch_provider.dev.schema_registry.protobuf_diff import ProtobufDiff
-
     if reader.schema_type == "AVRO":
         return AvroResolution(reader.context, writer.context).check(reader.model, writer.model, "")
     if reader.schema_type == "JSON":

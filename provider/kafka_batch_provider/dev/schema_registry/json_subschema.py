@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kafka_batch_provider.dev.schema_registry.compatibility import Problem
 from kafka_batch_provider.dev.schema_registry.formats import ParsedSchema
+from kafka_batch_provider.dev.schema_registry.problem import Problem
 
 JSON_TYPES = {"null", "boolean", "object", "array", "number", "integer", "string"}
 Node = tuple[Any, Any]  # (a schema, the document its local $refs point into)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from google.protobuf import descriptor_pb2
 
-from kafka_batch_provider.dev.schema_registry.compatibility import Problem
 from kafka_batch_provider.dev.schema_registry.formats import ParsedSchema
+from kafka_batch_provider.dev.schema_registry.problem import Problem
 
 FieldProto = descriptor_pb2.FieldDescriptorProto
 SCALAR_GROUPS = {
