@@ -114,11 +114,12 @@ def reap() -> None:
 
 @dataclass
 class CliRun:
-    """``kafka-batch run`` in its own process group; ``fail_point`` as ``"<point>:<action>"``."""
+    """``kafka-batch run`` (or ``command``) in its own process group; ``fail_point`` as ``"<point>:<action>"``."""
 
     args: list[str]
     env: dict[str, str] = field(default_factory=dict)
     fail_point: str | None = None
+    command: str = "run"
     process: subprocess.Popen | None = None
     stdout: str = ""
     stderr: str = ""
@@ -130,7 +131,7 @@ class CliRun:
         if self.fail_point:
             env[FAIL_POINT_ENV] = self.fail_point
         self.process = subprocess.Popen(
-            [KAFKA_BATCH, "run", *self.args],
+            [KAFKA_BATCH, self.command, *self.args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -54,6 +54,39 @@ def test_two_runs_at_once_one_writes_the_batch_and_the_other_never_writes_it_aga
     expect_exactly_once(outcome, lake, offsets_of(topic, {0: 20, 1: 20}))
 
 
+def test_replays_of_disjoint_ranges_at_once_each_land_once_in_one_output(
+    outcome, lake, kafka_config, new_topic, spark_connect_remote
+):
+    # An Airflow backfill runs several intervals at once into the replay output: each plans the
+    # same next entry of its log; the first to publish takes it, the others take the next ones.
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 60))
+    base = scenario_args(lake, kafka_config, topic, "unused", spark_connect_remote)
+    base = [a for a in base if a not in ("--group", "unused")]
+    windows = [(0, 10), (10, 20), (20, 30)]
+    runs = [
+        CliRun(
+            [*base, "--start-offsets", json.dumps({"0": a, "1": a}), "--end-offsets", json.dumps({"0": b, "1": b})],
+            lake.env(),
+            fail_point="before-log-entry:stop",
+            command="replay",
+        ).start()
+        for a, b in windows
+    ]
+    for run in runs:  # all three planned and staged before any of them publishes
+        run.wait_stopped()
+    for run in runs:
+        run.resume()
+    for run in runs:
+        run.finish()
+    failed = [run.stderr.strip().splitlines()[-1:] for run in runs if run.process.returncode != 0]
+    assert not failed, f"every replay must land: {failed}"
+    moved = sum("it takes entry" in run.stderr for run in runs)
+    assert moved >= 2, f"expected two replays to take a later entry than they planned, {moved} did"
+    assert len(lake.log_entries()) == 3, f"expected 3 log entries, found {len(lake.log_entries())}"
+    expect_exactly_once(outcome, lake, offsets_of(topic, {0: 30, 1: 30}))
+
+
 def test_a_run_that_publishes_while_another_plans_makes_it_plan_again_not_a_group_mismatch(
     outcome, lake, kafka_config, new_topic, group_id, spark_connect_remote
 ):

@@ -33,9 +33,17 @@ def batch_id_for(
     The same group, log entry, topics and ranges give the same id, so two plan steps that
     see the same state make the same batch (and a retry replaces rather than adds). The log
     sequence and the topic ids keep ids from colliding when a topic is deleted and
-    recreated and the same ranges come round again. The ``b-`` prefix keeps Hive partition
+    recreated and the same ranges come round again. A replay's id leaves the log sequence out:
+    its ranges are its own in its output (overlaps are refused), and it may take another entry
+    than the one it planned when replays run at once. The ``b-`` prefix keeps Hive partition
     discovery from reading the id as a number.
     """
+    return hashed_id(mode, group_id, None if mode == REPLAY else seq, topic_ids, ranges)
+
+
+def hashed_id(
+    mode: str, group_id: str | None, seq: int | None, topic_ids: dict[str, str], ranges: tuple[OffsetRange, ...]
+) -> str:
     canonical = json.dumps(
         [
             mode,
@@ -156,7 +164,7 @@ class OffsetPlan:
             extra=dict(data.get("extra") or {}),
         )
         expected = plan_batch_id(plan)
-        if plan.batch_id != expected:
+        if plan.batch_id != expected and plan.batch_id != legacy_replay_id(plan):
             # The id names the output location: a hand-edited range must not reuse it.
             raise ConfigError(f"plan {plan.batch_id} does not match its ranges (expected batch id {expected})")
         return plan
@@ -185,3 +193,9 @@ class OffsetPlan:
 
 def plan_batch_id(plan: OffsetPlan) -> str:
     return batch_id_for(plan.mode, plan.group_id, plan.seq, plan.topic_ids, plan.ranges)
+
+
+def legacy_replay_id(plan: OffsetPlan) -> str | None:
+    """The id a replay planned by builds before 1.0 has (its log sequence in it): such a plan keeps
+    the entry it planned (:func:`kafka_batch_provider.steps.write.replay_slot`)."""
+    return hashed_id(plan.mode, plan.group_id, plan.seq, plan.topic_ids, plan.ranges) if plan.mode == REPLAY else None

@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from kafka_batch_provider.core.manifest import build_manifest
-from kafka_batch_provider.core.plan import OffsetPlan
+from kafka_batch_provider.core.plan import REPLAY, OffsetPlan
 from kafka_batch_provider.errors import CommitConflictError, ConfigError, LogConflictError, ManifestError
 from kafka_batch_provider.output.dead_letter_files import (
     attempt_staging,
@@ -108,6 +108,11 @@ class BatchStore:
         self.location.put_atomic(numbered_name(PLANS, plan.seq, plan.batch_id), json_bytes(plan.to_dict()))
         return self.plan_uri(plan)
 
+    def move_plan(self, plan: OffsetPlan, moved: OffsetPlan) -> None:
+        """A replay's plan, taking another entry of the log (its new file first, then the old one goes)."""
+        self.save_plan(moved)
+        self.location.delete([numbered_name(PLANS, plan.seq, plan.batch_id)])
+
     def load_plan(self, seq: int, batch_id: str) -> OffsetPlan:
         name = numbered_name(PLANS, seq, batch_id)
         uri = self.location.uri_of(name)
@@ -138,10 +143,15 @@ class BatchStore:
     # -- the offset log ----------------------------------------------------------------------
 
     def entry_of(self, plan: OffsetPlan) -> dict[str, Any] | None:
-        """The plan's log entry, ``None`` when its slot is free.
+        """The plan's log entry, ``None`` when its slot is free (a replay's: while it is not logged;
+        replays running at once may each take a later entry than they planned, so it is found by
+        its batch id from the planned entry on).
 
         :raises LogConflictError: when another batch took the plan's slot in the log.
         """
+        if plan.mode == REPLAY:
+            later = (self.log.entry(seq) for seq in range(plan.seq, self.log.tail_seq() + 1))
+            return next((e for e in later if e is not None and e.get("batch_id") == plan.batch_id), None)
         entry = self.log.entry(plan.seq)
         if entry is not None and entry.get("batch_id") != plan.batch_id:
             raise LogConflictError(
@@ -174,10 +184,15 @@ class BatchStore:
         :raises LogConflictError: when another batch took the plan's entry first.
         """
         if not self.log.append(manifest):
-            winner = self.entry_of(plan)  # raises for another batch
+            winner = self.entry_of(plan)  # raises for another batch (a replay: None)
             # The entry may be this very attempt's: a conditional write whose answer was lost
             # is retried by the client and then refused (412) for the entry it created.
             # Only another attempt's entry makes this attempt's staged files redundant.
+            if winner is None and plan.mode == REPLAY:
+                raise LogConflictError(
+                    f"output log entry {plan.seq} of {self.root} was taken by another batch before replay batch "
+                    f"{plan.batch_id}"
+                )
             if winner is None:
                 raise ManifestError(
                     f"{self.root} refused output log entry {plan.seq} as existing, yet it cannot be read back"
@@ -300,18 +315,32 @@ class BatchStore:
 
 
 def load_plan_file(path: str, storage_options: dict[str, Any] | None = None) -> OffsetPlan:
-    """A plan from its file (a local path or a URI)."""
+    """A plan from its file (a local path or a URI); a replay's plan where it moved since
+    (:meth:`BatchStore.move_plan`: the same batch id, another entry)."""
     output, name = split_plan_path(path)
+    location = Location(output, storage_options or {})
     try:
-        text = Location(output, storage_options or {}).read_bytes(name).decode()
+        text = location.read_bytes(name).decode()
     except FileNotFoundError:
-        raise ConfigError(f"plan file {path} does not exist") from None
+        moved = moved_plan_name(location, name)
+        if moved is None:
+            raise ConfigError(f"plan file {path} does not exist") from None
+        return load_plan_file(location.uri_of(moved), storage_options)
     except UnicodeDecodeError:
         raise ConfigError(f"plan file {path} is not a plan (not UTF-8 text)") from None
     try:
         return OffsetPlan.from_json(text)
     except ConfigError as exc:
         raise ConfigError(f"plan file {path}: {exc}") from None
+
+
+def moved_plan_name(location: Location, name: str) -> str | None:
+    """The plan file of the same batch under another entry number, if there is one."""
+    parsed = parse_numbered(name.rpartition("/")[2])
+    if parsed is None:
+        return None
+    found = sorted(p for p in map(parse_numbered, location.list_names(PLANS)) if p and p[1] == parsed[1])
+    return numbered_name(PLANS, *found[-1]) if found and found[-1] != parsed else None
 
 
 def split_plan_path(path: str) -> tuple[str, str]:

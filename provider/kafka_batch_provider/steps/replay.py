@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any
 
 from kafka_batch_provider.core.listing import listed
 from kafka_batch_provider.core.offsets import OffsetRange, TopicPartition
-from kafka_batch_provider.core.plan import REPLAY, OffsetPlan
+from kafka_batch_provider.core.plan import REPLAY
 from kafka_batch_provider.core.planning import LogSlot, plan_replay
+from kafka_batch_provider.core.replays import by_incarnation, refuse_overlaps, same_ranges
 from kafka_batch_provider.core.settings import Advice
 from kafka_batch_provider.errors import ConfigError, PlanError
 from kafka_batch_provider.kafka.client import KafkaOffsets
@@ -27,7 +27,6 @@ from kafka_batch_provider.output.store import BatchStore, utc_now
 from kafka_batch_provider.steps.plan import (
     PlanOutcome,
     ReaderSchemaPin,
-    drop_stale_plans,
     refuse_another_format,
     refuse_foreign_output,
     with_reader_schema,
@@ -51,43 +50,6 @@ def replay_ranges(
             raise PlanError(f"{tp}: end offset {end} is before start offset {start}")
         ranges.append(OffsetRange(tp.topic, tp.partition, start, end))
     return ranges
-
-
-def refuse_overlaps(
-    store: BatchStore, plan: OffsetPlan, others: Sequence[tuple[str, list[OffsetRange], str, str]]
-) -> None:
-    """Two different replays of the same offsets in one output would show readers those offsets twice.
-
-    :param others: ``(batch id, readable ranges, what that batch was, how to get rid of it)`` of
-        the batches already there.
-    """
-    for batch_id, ranges, about, remedy in others:
-        for mine in plan.readable_ranges:
-            for theirs in ranges:
-                if mine.tp == theirs.tp and mine.start < theirs.end and theirs.start < mine.end:
-                    raise PlanError(
-                        f"replay {mine} overlaps {theirs} of batch {batch_id}{about} in {store.root}; "
-                        f"choose another output{remedy}"
-                    )
-
-
-def by_incarnation(
-    entry: Mapping[str, Any], topic_ids: Mapping[str, str]
-) -> tuple[list[OffsetRange], list[OffsetRange]]:
-    """A logged batch's readable ranges: those of the topics as the plan sees them, and those of
-    an earlier topic of the same name (another topic id; without ids, assumed the same)."""
-    theirs = entry.get("topic_ids") or {}
-    same, earlier = [], []
-    for r in (OffsetRange.from_dict(d) for d in entry["ranges"] if d["end"] > d["start"]):
-        known, now = theirs.get(r.topic), topic_ids.get(r.topic)
-        (same if known is None or now is None or known == now else earlier).append(r)
-    return same, earlier
-
-
-def same_ranges(a: Sequence[OffsetRange], b: Sequence[OffsetRange]) -> bool:
-    return sorted((r.topic, r.partition, r.start, r.end) for r in a) == sorted(
-        (r.topic, r.partition, r.start, r.end) for r in b
-    )
 
 
 def _per_partition(
@@ -216,14 +178,11 @@ def plan_replay_batch(
             store.publish(done)  # finishes its publish if a crash cut it short
         progress(f"replay of {described} is already in {store.root} as batch {done['batch_id']}: nothing to do")
         return PlanOutcome(replace(plan, ranges=()), notes=[f"already replayed as batch {done['batch_id']}"])
-    alike = [
-        p
-        for p in pending
-        if (p.seq, p.previous, p.topic_ids) == (plan.seq, plan.previous, plan.topic_ids)
-        and same_ranges(p.readable_ranges, plan.readable_ranges)
-    ]
+    # The same ranges of the same topics planned before and not logged: the same batch (a replay's
+    # id leaves out the entry, which it may change while replays run at once), run again.
+    alike = [store.load_plan(seq, bid) for seq, bid in plan_files if bid == plan.batch_id]
     refuse_another_format(alike, reader_schema)  # the same batch id, decoded another way: refused
-    again = next(iter(alike), None)
+    again = max(alike, key=lambda p: p.seq, default=None)
     recreated = " (it read the topic before it was deleted and recreated: another topic id)"
     others = (
         [(b, r, "", "") for b, r, _ in logged]
@@ -236,10 +195,10 @@ def plan_replay_batch(
                 f", or remove that batch with kafka-batch discard --plan {store.plan_uri(p)}",
             )
             for p in pending
-            if p is not again
+            if p.batch_id != plan.batch_id
         ]
     )
-    refuse_overlaps(store, plan, others)
+    refuse_overlaps(store.root, plan, others)
     plan = with_reader_schema(plan, reader_schema, again)  # the registry is asked before anything changes
     if dry_run:
         progress(f"dry run: replay batch {plan.batch_id} would read {described}")
@@ -252,7 +211,7 @@ def plan_replay_batch(
         return PlanOutcome(again, reused=True, plan_path=store.plan_uri(again))
     if tail is not None:
         store.publish(tail)  # finishes a publish cut short (replays have no commit step to do it)
-    drop_stale_plans(store, progress, plan_files, tail_seq)
+    # No plan is dropped for having lost its entry: a replay running now takes the next one.
     path = store.save_plan(plan)
     progress(f"replay batch {plan.batch_id}: planned {described} ({plan.planned_offsets} offsets)")
     return PlanOutcome(plan, plan_path=path)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -27,12 +27,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kafka_batch_provider.core.manifest import build_manifest
-from kafka_batch_provider.core.plan import OffsetPlan
+from kafka_batch_provider.core.plan import REPLAY, OffsetPlan, legacy_replay_id
 from kafka_batch_provider.core.reader_schema import PLAN_KEYS, check_plan_formats, planned_reader_schema
+from kafka_batch_provider.core.replays import by_incarnation, refuse_overlaps
 from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.core.write_check import TaskReports, check_write
 from kafka_batch_provider.core.write_options import WriteOptions
-from kafka_batch_provider.errors import ColumnTypeError, SchemaError
+from kafka_batch_provider.errors import ColumnTypeError, LogConflictError, PlanError, SchemaError
 from kafka_batch_provider.fail_points import fail_point
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.output.dead_letter_files import attempt_staging, staged_dead_letters
@@ -72,7 +73,10 @@ def write_batch(
     :returns: the batch's log entry (its manifest).
     """
     bid = plan.batch_id
-    entry = store.entry_of(plan)
+    if plan.mode == REPLAY:
+        plan, entry = replay_slot(store, plan, progress)
+    else:
+        entry = store.entry_of(plan)
     if entry is not None:
         store.publish(entry)
         progress(
@@ -121,22 +125,24 @@ def read_check_publish(
         staged = stage(plan, store, kafka.kafka_config, options)
         timings = {"read_write_seconds": round(time.perf_counter() - clock, 3)}
         check_same_topics(kafka, plan)  # a topic recreated while Spark read would pass every other check
-        entry = publish_staged(store, plan, staged, options, timings)
-    except Exception:
+        entry = publish_staged(store, plan, staged, options, timings, progress)
+    except Exception as exc:
         # The batch may be in the log all the same: another attempt of it (a retry racing a
         # slow first try, which may also have cleaned this attempt's files up) or this one,
         # whose publish then failed. Either way only its publish can remain to be done.
         entry = store.entry_of(plan)
         if entry is None:
+            if plan.mode == REPLAY and isinstance(exc, PlanError):
+                store.clean_staging(bid)  # refused for good (an overlap): its files can never be published
             raise
         store.publish(entry)
-        progress(f"batch {bid} is in the output log (entry {plan.seq}) and published; this attempt stops here")
+        progress(f"batch {bid} is in the output log (entry {entry['seq']}) and published; this attempt stops here")
         return entry
     store.clean_staging(bid, keep=entry.get("staging"))  # leftovers of crashed attempts of this batch
     staged_any = staged.reports.files or staged.reports.dead_letter_files
     if staged_any and not str(attempt_staging(entry) or "").startswith(staged.staging):
         progress(
-            f"batch {bid}: another attempt of the same batch logged it first (output log entry {plan.seq}); "
+            f"batch {bid}: another attempt of the same batch logged it first (output log entry {entry['seq']}); "
             "this attempt's files were dropped"
         )
         return entry
@@ -147,7 +153,7 @@ def read_check_publish(
     progress(
         f"batch {bid}: wrote {entry['rows']} rows in {len(entry['files'])} file(s) to "
         f"{store.data_uri(entry) or store.root} "
-        f"(output log entry {plan.seq}, {store.format}){aside}"
+        f"(output log entry {entry['seq']}, {store.format}){aside}"
     )
     return entry
 
@@ -158,6 +164,7 @@ def publish_staged(
     staged: StagedBatch,
     options: WriteOptions,
     timings: Mapping[str, float] | None = None,
+    progress: Callable[[str], None] = log.info,
 ) -> dict[str, Any]:
     """Steps 3-5: check the staged files, append the manifest to the log, publish the files.
 
@@ -183,40 +190,106 @@ def publish_staged(
             iso_from_micros(s["min_timestamp"]),
             iso_from_micros(s["max_timestamp"]),
         )
-    manifest = build_manifest(
-        plan,
-        store.previous_entry(plan),
-        stats,
-        staged.reports.files,
-        staging=staging,
-        location=store.batch_location(plan.batch_id, staging),
-        schema=staged.schema,
-        written_at=utc_now(),
-        options={
-            "reader": options.reader,
-            "value_format": options.value_format,
-            "value_schema": options.value_schema,
-            **({"key_format": options.key_format} if options.key_format != "bytes" else {}),
-            **reader_schema_options(plan, options),
-            **({"on_bad_record": options.on_bad_record} if options.on_bad_record != "fail" else {}),
-            "partition_by": store.partition_by,
-        },
-        timings=timings,
-        dead_letters=(
-            {
-                "files": staged.reports.dead_letter_files,
-                "staging": staged_dead_letters(staging),
-                "location": store.dead_letter_location(plan.batch_id),
-            }
-            if options.on_bad_record == "dead-letter"
-            else None
-        ),
-    )
+
+    def manifest_of(plan: OffsetPlan) -> dict[str, Any]:
+        return build_manifest(
+            plan,
+            store.previous_entry(plan),
+            stats,
+            staged.reports.files,
+            staging=staging,
+            location=store.batch_location(plan.batch_id, staging),
+            schema=staged.schema,
+            written_at=utc_now(),
+            options={
+                "reader": options.reader,
+                "value_format": options.value_format,
+                "value_schema": options.value_schema,
+                **({"key_format": options.key_format} if options.key_format != "bytes" else {}),
+                **reader_schema_options(plan, options),
+                **({"on_bad_record": options.on_bad_record} if options.on_bad_record != "fail" else {}),
+                "partition_by": store.partition_by,
+            },
+            timings=timings,
+            dead_letters=(
+                {
+                    "files": staged.reports.dead_letter_files,
+                    "staging": staged_dead_letters(staging),
+                    "location": store.dead_letter_location(plan.batch_id),
+                }
+                if options.on_bad_record == "dead-letter"
+                else None
+            ),
+        )
+
     fail_point("before-log-entry")
-    try:
-        return store.commit_entry(plan, manifest)
-    except ColumnTypeError as exc:
-        raise in_schema_words(exc, plan, store.previous_entry(plan)) from None
+    for _ in range(REPLAY_SLOT_ATTEMPTS):
+        manifest = None
+        try:
+            manifest = manifest_of(plan)
+            return store.commit_entry(plan, manifest)
+        except ColumnTypeError as exc:
+            raise in_schema_words(exc, plan, store.previous_entry(plan)) from None
+        except LogConflictError:
+            if plan.mode != REPLAY:
+                raise
+            if manifest is not None:
+                store.sink.drop_saved_manifest(manifest)  # a table's saved manifest of the entry it lost
+            plan, entry = replay_slot(store, plan, progress)
+            if entry is not None:
+                return entry
+    raise LogConflictError(
+        f"replay batch {plan.batch_id}: other batches took {REPLAY_SLOT_ATTEMPTS} entries of the output log of "
+        f"{store.root} in a row before it could take one; run it again"
+    )
+
+
+#: How often a replay takes the next free entry while other replays keep publishing first.
+REPLAY_SLOT_ATTEMPTS = 20
+
+
+def replay_slot(store: BatchStore, plan: OffsetPlan, progress: Callable[[str], None]) -> tuple[OffsetPlan, Any]:
+    """A replay's place in the output's log: its entry when it is logged already (with the plan as
+    it was published), else the plan for the next free entry.
+
+    Replays of disjoint ranges run at once (an Airflow backfill runs several intervals, each
+    planning the same next entry): the first to publish takes it, and each of the others takes the
+    next free one, once the batches published since it was planned are found not to overlap it.
+    Its plan file moves along, so a retry finds it where it now waits.
+
+    :raises PlanError: a batch published since this replay was planned holds some of its offsets.
+    """
+    tail = store.log.tail()
+    tail_seq = int(tail["seq"]) if tail else 0
+    since = [e for e in map(store.log.entry, range(plan.seq, tail_seq + 1)) if e is not None]
+    mine = next((e for e in since if e.get("batch_id") == plan.batch_id), None)  # (store.entry_of, read once)
+    if mine is not None:
+        return replace(plan, seq=int(mine["seq"]), previous=previous_batch(mine)), mine
+    published = " (published since this replay was planned)"
+    refuse_overlaps(
+        store.root, plan, [(e["batch_id"], by_incarnation(e, plan.topic_ids)[0], published, "") for e in since]
+    )
+    previous = tail["batch_id"] if tail else None
+    if (tail_seq + 1, previous) == (plan.seq, plan.previous):
+        return plan, None
+    if plan.batch_id == legacy_replay_id(plan):  # planned by an earlier build: its id names its entry
+        raise LogConflictError(
+            f"output log entry {plan.seq} of {store.root} was taken by another batch: replay batch {plan.batch_id}, "
+            "planned by an earlier version, is never published; plan it again"
+        )
+    moved = replace(plan, seq=tail_seq + 1, previous=previous)
+    store.move_plan(plan, moved)
+    progress(
+        f"replay batch {plan.batch_id}: output log entry {plan.seq} was taken by another batch meanwhile; "
+        f"it takes entry {moved.seq}"
+    )
+    return moved, None
+
+
+def previous_batch(entry: Mapping[str, Any]) -> str | None:
+    """The batch id an entry names as its predecessor."""
+    link = entry.get("previous")
+    return link.get("batch_id") if isinstance(link, Mapping) else link
 
 
 def in_schema_words(exc: ColumnTypeError, plan: OffsetPlan, previous: Mapping[str, Any] | None) -> Exception:

@@ -86,3 +86,60 @@ def test_a_stage_whose_read_stopped_short_is_refused_and_nothing_is_logged(tmp_p
         write_batch(batch, store, {"bootstrap.servers": "127.0.0.1:9"}, stage)
     assert store.log.tail() is None, "expected no log entry after a refused write"
     assert not list(tmp_path.glob("batch_id=*")), "expected nothing published"
+
+
+def replay(start: int, end: int):
+    from kafka_batch_provider.core.offsets import OffsetRange
+    from kafka_batch_provider.core.planning import plan_replay
+
+    states = [PartitionOffsets("t", 0, None, 0, 100)]
+    # Each planned while the log was empty: all of them planned entry 1, as replays run at once do.
+    return plan_replay([OffsetRange("t", 0, start, end)], states, "read_committed", "now", slot=LogSlot(1, None))
+
+
+def test_replays_planned_at_once_each_take_the_next_free_entry_and_land_once(tmp_path, monkeypatch):
+    from kafka_batch_provider.output.store import load_plan_file
+
+    made_up_kafka(monkeypatch)
+    store = BatchStore(tmp_path)
+    plans = [replay(0, 10), replay(10, 20), replay(20, 30)]
+    paths = [store.save_plan(p) for p in plans]
+    entries = [write_batch(p, store, {"bootstrap.servers": "127.0.0.1:9"}, stage) for p in plans]
+    assert [e["seq"] for e in entries] == [1, 2, 3], f"expected entries 1, 2, 3, found {[e['seq'] for e in entries]}"
+    assert [e["batch_id"] for e in entries] == [p.batch_id for p in plans], "each replay keeps its batch id"
+    offsets = sorted(ds.dataset(tmp_path, partitioning="hive").to_table().column("offset").to_pylist())
+    assert offsets == list(range(30)), f"expected offsets 0..29 once each, found {offsets}"
+    moved = load_plan_file(paths[2])  # where the plan task's XCom names it: it moved to entry 3
+    assert (moved.batch_id, moved.seq) == (plans[2].batch_id, 3), f"expected the plan at entry 3, found {moved}"
+    again = write_batch(plans[2], store, {"bootstrap.servers": "127.0.0.1:9"}, stage)  # a cleared task
+    assert again["seq"] == 3 and store.log.tail_seq() == 3, "a replay already logged is not written again"
+
+
+def test_a_replay_that_loses_its_entry_while_publishing_takes_the_next(tmp_path, monkeypatch):
+    made_up_kafka(monkeypatch)
+    store = BatchStore(tmp_path)
+    first, second = replay(0, 10), replay(10, 20)
+
+    def stage_while_another_publishes(plan, store, kafka_config, options):
+        staged = stage(plan, store, kafka_config, options)
+        write_batch(first, store, kafka_config, stage)  # publishes into entry 1 after the second read
+        return staged
+
+    entry = write_batch(second, store, {"bootstrap.servers": "127.0.0.1:9"}, stage_while_another_publishes)
+    assert (entry["seq"], entry["previous"]["batch_id"]) == (2, first.batch_id), f"found {entry}"
+    offsets = sorted(ds.dataset(tmp_path, partitioning="hive").to_table().column("offset").to_pylist())
+    assert offsets == list(range(20)), f"expected offsets 0..19 once each, found {offsets}"
+
+
+def test_a_replay_overlapping_one_published_since_it_was_planned_is_refused(tmp_path, monkeypatch):
+    from kafka_batch_provider.errors import PlanError
+
+    made_up_kafka(monkeypatch)
+    store = BatchStore(tmp_path)
+    write_batch(replay(0, 10), store, {"bootstrap.servers": "127.0.0.1:9"}, stage)
+    with pytest.raises(PlanError, match=r"overlaps .*published since this replay was planned"):
+        write_batch(replay(5, 15), store, {"bootstrap.servers": "127.0.0.1:9"}, stage)
+    assert store.log.tail_seq() == 1, "the refused replay must not be logged"
+    offsets = sorted(ds.dataset(tmp_path, partitioning="hive").to_table().column("offset").to_pylist())
+    assert offsets == list(range(10)), f"expected only the first replay's offsets, found {offsets}"
+    assert not list((tmp_path / "_staging").glob("*")), "the refused replay's staged files must be removed"
