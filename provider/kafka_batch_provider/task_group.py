@@ -154,6 +154,8 @@ def kafka_batch_ingest_group(
             key_schema_version=key_schema_version,
             schema_registry_conn_id=schema_registry_conn_id,
             inlets=topic_assets(bootstrap_servers, topics) if emit_asset_events else [],
+            outlets=outlets,  # a batch whose commit this plan finishes is announced here
+            emit_empty_batches=emit_empty_batches,
             **common,
         )
         spark_step = {

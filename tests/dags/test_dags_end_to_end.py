@@ -215,6 +215,46 @@ def test_ingest_dag_through_a_spark_connect_connection_twice_without_spark_submi
     check_asset_events_and_downstream_counts(airflow_env, topic, [30, 8])
 
 
+def test_a_batch_whose_commit_task_failed_is_announced_by_the_next_runs_plan_as_its_commit_would_have(
+    airflow_env, kafka_config, through_spark_connect, new_topic, group_id, monkeypatch
+):
+    import kafka_batch_provider.operators.commit as commit_operator
+    from kafka_batch_provider.errors import KafkaUnavailableError
+
+    topic = new_topic(partitions=2)
+    monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_TOPICS", topic)
+    produce(kafka_config, topic, sample_records(2, 30))
+
+    def coordinator_away(*args, **kwargs):
+        raise KafkaUnavailableError("Kafka commit(g) failed: Broker: Coordinator not available")
+
+    # The first run's commit fails on every retry: the batch is in the output, the group unmoved.
+    with monkeypatch.context() as patched:
+        patched.setattr(commit_operator, "commit_batch", coordinator_away)
+        first = run("kafka_batch_ingest")
+    assert (first["ingest.spark_write"], first["ingest.commit"]) == ("success", "failed"), first
+    uri = output_asset_uri_of(airflow_env)
+    assert asset_events(uri) == [], "a batch whose commit failed must not be announced yet"
+
+    produce(kafka_config, topic, sample_records(2, 8, first_id=30))
+    second = run("kafka_batch_ingest")
+    assert set(second.values()) == {"success"}, second
+    entries = list(BatchStore(str(airflow_env)).log.entries())
+    events = asset_events(uri)
+    spans = lambda ranges: [(r["topic"], r["partition"], r["start"], r["end"]) for r in ranges]  # noqa: E731
+    expected = [(e["batch_id"], e["seq"], e["rows"], False, spans(e["ranges"])) for e in entries]
+    found = [(e["batch_id"], e["seq"], e["rows"], e["replay"], spans(e["ranges"])) for e in events]
+    assert found == expected, f"expected one event per committed batch, the repaired one first: {found}"
+    assert set(events[0]) == set(events[1]), f"a repaired batch's event has a commit's facts: {events}"
+    assert committed(kafka_config, group_id, topic, [0, 1]) == {0: 19, 1: 19}
+
+
+def output_asset_uri_of(output: Path) -> str:
+    from kafka_batch_provider.operators.assets import output_asset_uri
+
+    return output_asset_uri({"format": "parquet", "output": str(output)})
+
+
 def check_asset_events_and_downstream_counts(output: Path, topic: str, batches: list[int]) -> None:
     """One asset event per committed batch on the output's asset, with the batch's facts; the
     downstream DAG's task, on those events, counts exactly each batch (and a rerun nothing twice)."""
@@ -340,7 +380,7 @@ def test_backfill_dag_semantic_errors_fail_the_first_task_with_one_line(
 
 def test_backfill_dag_by_time_replays_exactly_the_window(airflow_env, kafka_config, new_topic, tmp_path):
     if not broker_supports_offsets_for_times(kafka_config, new_topic(partitions=1, prefix="probe")):
-        pytest.skip("this broker does not implement ListOffsets by timestamp (tansu); use KAFKA_BOOTSTRAP_SERVERS")
+        pytest.skip("this broker cannot map times to offsets (tansu); the default broker, Apache Kafka, can")
     topic = new_topic(partitions=1)
     base = datetime(2026, 3, 1, tzinfo=timezone.utc)
     for hour in range(4):

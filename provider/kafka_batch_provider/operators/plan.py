@@ -13,6 +13,7 @@ from kafka_batch_provider.core.reader_schema import check_schema_choice
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
 from kafka_batch_provider.core.validation import check_group_id, check_topics, positive_seconds
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
+from kafka_batch_provider.operators.assets import emit_batch_event
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.lineage import BatchFacts, BatchLineage, plan_task_facts
 from kafka_batch_provider.operators.output import (
@@ -141,6 +142,10 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
     :param key_format: the keys' format: ``bytes`` (default), ``string``, or a registry format,
         whose reader schema is pinned the same way (``key_subject``, default ``<topic>-key``;
         ``key_schema_version``).
+
+    With an :class:`~airflow.sdk.AssetAlias` among its ``outlets`` (the task group adds the
+    commit task's), a batch whose Kafka commit this task finishes (its commit task failed on every
+    retry) becomes the asset event its commit would have made (``emit_empty_batches`` as there).
     """
 
     template_fields: Sequence[str] = (
@@ -176,6 +181,7 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
         key_format: str = "bytes",
         key_subject: str | None = None,
         key_schema_version: int | None = None,
+        emit_empty_batches: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -190,6 +196,7 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
         )
         self.topics = topics
         self.group_id = group_id
+        self.emit_empty_batches = emit_empty_batches
         self.keep_output(output)
         self.kafka_config_id = kafka_config_id
         self.on_group_mismatch = GroupMismatchPolicy(on_group_mismatch)
@@ -253,7 +260,17 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
                     on_group_mismatch=self.on_group_mismatch,
                     reader_schema=request,
                 )
+            # A batch whose commit this plan step finished is announced here, as its commit task
+            # would have announced it (that task failed on every retry).
+            events = [
+                emit_batch_event(
+                    self, context, entry, spec.describe(), False, self.emit_empty_batches, spec.catalog_properties
+                )
+                for entry in outcome.repaired_entries
+            ]
         self.lineage_summary = plan_xcom(outcome, spec, store)
+        if any(events):
+            self.lineage_summary["repaired_events"] = [e for e in events if e]
         return self.lineage_summary
 
     def batch_facts(self, task_instance: Any) -> BatchFacts:

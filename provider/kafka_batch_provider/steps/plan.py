@@ -54,6 +54,7 @@ class PlanOutcome:
     :param reused: the plan is a pending one from an earlier, unfinished run.
     :param repaired: batch ids whose Kafka commit was finished while repairing.
     :param notes: what the reconciliation of the group with the output decided, line by line.
+    :param repaired_entries: those batches' log entries (announced as their commit would have).
     """
 
     plan: OffsetPlan
@@ -61,6 +62,7 @@ class PlanOutcome:
     repaired: list[str] = field(default_factory=list)
     plan_path: str | None = None
     notes: list[str] = field(default_factory=list)
+    repaired_entries: list[dict[str, Any]] = field(default_factory=list)
 
 
 def plan_batch(
@@ -121,7 +123,8 @@ def plan_batch(
     notes = list(decision.notes)
     for note in notes:
         progress(note)
-    repaired = []
+    repaired: list[str] = []
+    repaired_entries: list[dict[str, Any]] = []
     if decision.repair:
         progress(
             f"batch {tail['batch_id']} (output log entry {tail['seq']}) was written but its Kafka commit did not "
@@ -129,6 +132,7 @@ def plan_batch(
         )
         commit_batch(kafka, store, plan_for_entry(store, tail), progress)
         repaired.append(tail["batch_id"])
+        repaired_entries.append(tail)
         tail, pending, plan_files, (decision, fresh, reusable) = decide_on_a_still_log(
             store, group_id, decide, progress, again=True
         )
@@ -136,7 +140,7 @@ def plan_batch(
 
     if reusable is not None:
         progress(f"batch {reusable.batch_id} was planned but not written: running the same plan again")
-        return PlanOutcome(reusable, True, repaired, store.plan_uri(reusable), notes)
+        return PlanOutcome(reusable, True, repaired, store.plan_uri(reusable), notes, repaired_entries)
     for other in pending:
         progress(
             f"pending batch {other.batch_id} no longer starts where the group and the output stand; "
@@ -144,14 +148,14 @@ def plan_batch(
         )
     if not fresh.ranges:
         progress(f"group {group_id}: no new data on {', '.join(topics)}")
-        return PlanOutcome(fresh, repaired=repaired, notes=notes)
+        return PlanOutcome(fresh, repaired=repaired, notes=notes, repaired_entries=repaired_entries)
     path = store.save_plan(fresh)
     progress(
         f"batch {fresh.batch_id}: planned {len(fresh.readable_ranges)} partition(s) with data, "
         f"up to {fresh.planned_offsets} offsets, as output log entry {fresh.seq}"
         + (" (bounded; more remains)" if fresh.truncated else "")
     )
-    return PlanOutcome(fresh, repaired=repaired, plan_path=path, notes=notes)
+    return PlanOutcome(fresh, repaired=repaired, plan_path=path, notes=notes, repaired_entries=repaired_entries)
 
 
 class ReaderSchemaPin(Protocol):
