@@ -29,6 +29,7 @@ def kafka_batch_ingest_group(
     spark_conn_id: str = "spark_default",
     spark_connect_conn_id: str | None = None,
     on_group_mismatch: str = "fail",
+    adopt_group: bool = False,
     partitions: Sequence[int] | str | None = None,
     new_partitions: str = "earliest",
     on_data_loss: str = "fail",
@@ -80,7 +81,8 @@ def kafka_batch_ingest_group(
     connection (default: the filesystem's own credentials). ``topics``, ``consumer_group`` and
     the output's format, path, table and partitioning may be Jinja templates.
     ``on_group_mismatch`` says what the
-    plan step does when the group disagrees with the output's offset log. The sensor
+    plan step does when the group disagrees with the output's offset log; ``adopt_group`` lets a
+    new output start from a group another output committed (refused otherwise: a group feeds one output). The sensor
     (reschedule mode, soft fail) skips the run when fewer than ``min_lag`` records arrive
     within ``sensor_timeout`` and nothing has waited longer than ``max_data_age``. The health
     check fails on STALL, STOP, REWIND, RETENTION_RISK and DATA_LOSS (STOP after ``stop_after``
@@ -146,6 +148,7 @@ def kafka_batch_ingest_group(
             replay_output_path=replay_output_path,
             replay_table=replay_table,
             on_group_mismatch=on_group_mismatch,
+            adopt_group=adopt_group,
             value_format=value_format,
             value_subject=value_subject,
             value_schema_version=value_schema_version,

@@ -25,7 +25,7 @@ from kafka_batch_provider.spark.ingest import stage_batch, stage_with
 from kafka_batch_provider.steps.commit import commit_batch
 from kafka_batch_provider.steps.plan import plan_batch
 from kafka_batch_provider.steps.write import publish_staged, write_batch
-from kafka_batch_provider.testing.producers import Record, create_topics, produce, sample_records
+from kafka_batch_provider.testing.producers import Record, create_topics, produce, sample_records, wait_until_stable
 from tests.integration.helpers import (
     Output,
     assert_exactly_once,
@@ -395,6 +395,7 @@ def test_a_batch_of_only_transaction_markers_is_logged_without_files(spark, kafk
     producer.begin_transaction()
     producer.produce(topic, value=b"only", partition=0)
     producer.commit_transaction(10)  # offset 0 and its commit marker at 1
+    wait_until_stable(kafka_config, topic)  # written by Kafka just after the commit returns
     run_batch(spark, kafka_config, output, group_id, [topic], PlanPolicy(max_records=1))  # reads [0, 1)
 
     outcome, committed = run_batch(spark, kafka_config, output, group_id, [topic])  # [1, 2): the marker alone
@@ -418,3 +419,34 @@ def test_a_logged_batch_whose_plan_file_is_damaged_is_still_repaired(spark, kafk
 
     assert outcome.repaired == [plan.batch_id], "the log entry says all the commit needs"
     assert group_offsets(kafka_config, group_id, topic, 1) == {0: 10}
+
+
+def test_a_group_feeds_one_output_a_new_output_adopts_it_only_on_purpose_and_the_old_one_is_told_who_took_it(
+    kafka_config, kafka_bootstrap_servers, new_topic, group_id, tmp_path
+):
+    from kafka_batch_provider.output.store import BatchStore
+    from tests.integration.test_cli import last_json
+
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, sample_records(1, 5))
+    first, second = tmp_path / "lake-a", tmp_path / "lake-b"
+    common = ["run", "--topic", topic, "--group", group_id, "--bootstrap-servers", kafka_bootstrap_servers]
+    assert last_json(cli(*common, "--output", str(first)))["records"] == 5
+
+    produce(kafka_config, topic, sample_records(1, 3, first_id=5))
+    refused = cli(*common, "--output", str(second))
+    first_uri, second_uri = BatchStore(str(first)).data.uri, BatchStore(str(second)).data.uri
+    assert_one_line_error(refused, f"was last committed by another output, {first_uri}")
+    assert "--adopt-group" in refused.stderr and second_uri in refused.stderr, refused.stderr
+    assert not second.exists() or not list(second.rglob("*.json")), "a refused run left files in the new output"
+    assert group_offsets(kafka_config, group_id, topic, 1) == {0: 5}, "a refused run moved the group"
+
+    adopted = last_json(cli(*common, "--output", str(second), "--adopt-group"))
+    assert adopted["records"] == 3, f"the adopting output starts at the group's offsets: {adopted}"
+    entry = BatchStore(str(second)).log.entry(1)
+    assert entry["adopted"]["output"] == first_uri, f"the first entry records the adoption: {entry.get('adopted')}"
+
+    produce(kafka_config, topic, sample_records(1, 2, first_id=8))
+    told = cli(*common, "--output", str(first))
+    assert_one_line_error(told, f"another output, {second_uri}, committed the group last")
+    assert "on-group-mismatch=group" not in told.stderr, "accepting the group would record B's records as lost in A"

@@ -119,6 +119,12 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
         "output; the commit moves the group there) or group (accept a group that is ahead; the skipped offsets "
         "are recorded as a gap)",
     )
+    g.add_argument(
+        "--adopt-group",
+        action="store_true",
+        help="a new output may start from a group another output committed (refused otherwise: a group feeds "
+        "one output); its first log entry records the adoption",
+    )
 
 
 def add_replay_args(p: argparse.ArgumentParser) -> None:

@@ -42,6 +42,7 @@ def plan_step(args: argparse.Namespace, kafka: Any, store: Any, reader_schema: A
         progress,
         GroupMismatchPolicy(args.on_group_mismatch),
         reader_schema,
+        adopt_group=args.adopt_group,
     )
 
 

@@ -111,6 +111,8 @@ def build_manifest(
         "written_at": written_at,
         "options": dict(options or {}),
         "timings": dict(timings or {}),
+        # the group this output adopted from another output (core/group_owner.py), in its first entry
+        **({"adopted": plan.extra["adopted"]} if plan.extra.get("adopted") else {}),
     }
     if dead_letters is not None:
         letter_files = sorted(dead_letters.get("files", []), key=lambda f: f["name"])

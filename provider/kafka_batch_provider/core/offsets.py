@@ -38,6 +38,7 @@ class PartitionOffsets:
     :param committed: the group's committed offset, or ``None`` when the group has none.
     :param log_start: first offset still in the log (retention moves it forward).
     :param log_end: end offset; for ``read_committed`` the last stable offset.
+    :param committed_metadata: the string committed beside it (:mod:`~kafka_batch_provider.core.group_owner`).
     """
 
     topic: str
@@ -45,6 +46,7 @@ class PartitionOffsets:
     committed: int | None
     log_start: int
     log_end: int
+    committed_metadata: str | None = None
 
     @property
     def tp(self) -> TopicPartition:

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from kafka_batch_provider.core.group_owner import GroupCommit
 from kafka_batch_provider.core.listing import listed
 from kafka_batch_provider.core.offsets import OffsetGap, PartitionOffsets, TopicPartition
 from kafka_batch_provider.core.settings import Setting
@@ -102,10 +103,13 @@ def reconcile(
     log: LogPosition | None,
     topic_ids: Mapping[str, str],
     policy: GroupMismatchPolicy = GroupMismatchPolicy.FAIL,
+    committed_by: GroupCommit | None = None,
 ) -> Reconciliation:
     """Compare the group (``states[i].committed``) with the log, partition by partition.
 
     :param topic_ids: the broker's current topic ids (empty when it has none).
+    :param committed_by: another output's commit the group carries, if any: a mismatch is then
+        that output's doing, and its records must not be accepted as a gap of this one.
     :raises GroupMismatchError: for ``MISMATCH`` partitions the policy does not resolve; one
         line naming every such partition, both positions and the flag that resolves it.
     """
@@ -156,7 +160,7 @@ def reconcile(
                 refused.append((state, logged))
     if refused:
         raise GroupMismatchError(
-            mismatch_message(group_id, refused, log, policy),
+            mismatch_message(group_id, refused, log, policy, committed_by),
             setting=Setting("on_group_mismatch", GroupMismatchPolicy.OUTPUT.value),
             partition=refused[0][0].tp if len(refused) == 1 else None,
         )
@@ -169,7 +173,11 @@ def reconcile(
 
 
 def mismatch_message(
-    group_id: str, refused: Sequence[tuple[PartitionOffsets, int]], log: LogPosition | None, policy: GroupMismatchPolicy
+    group_id: str,
+    refused: Sequence[tuple[PartitionOffsets, int]],
+    log: LogPosition | None,
+    policy: GroupMismatchPolicy,
+    committed_by: GroupCommit | None = None,
 ) -> str:
     where = listed(f"{s.tp}: group at {s.committed}, output at {logged}" for s, logged in refused)
     behind = [s for s, logged in refused if s.committed is not None and s.committed < logged]
@@ -182,5 +190,10 @@ def mismatch_message(
         fixes = (
             "the group is behind the output there, and those offsets are already in it, so it cannot be accepted; "
             f"rerun with {output}"
+        )
+    if committed_by is not None:  # accepting the group would record another output's records as lost here
+        fixes = (
+            f"another output, {committed_by.output}, committed the group last (batch {committed_by.batch_id}): a "
+            f"group feeds one output; run that output instead, or once it is retired rerun with {output}"
         )
     return f"group {group_id!r} disagrees with the output's offset log{entry}: {where}; nothing was changed; {fixes}"

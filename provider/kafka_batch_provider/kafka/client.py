@@ -246,7 +246,14 @@ class KafkaOffsets:
     # -- group offsets ---------------------------------------------------------------------
 
     def committed_offsets(self, group_id: str, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
-        """The group's committed offsets; ``None`` where the group has none.
+        """The group's committed offsets; ``None`` where the group has none (:meth:`committed`)."""
+        return {tp: offset for tp, (offset, _) in self.committed(group_id, tps).items()}
+
+    def committed(
+        self, group_id: str, tps: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int | None, str | None]]:
+        """The group's committed offsets (``None`` where the group has none), each with the metadata
+        committed beside it.
 
         Above :data:`REQUEST_PARTITIONS` the offsets come from several requests, so a commit
         landing between two of them shows in some partitions only; every caller compares
@@ -268,13 +275,14 @@ class KafkaOffsets:
             return answer
 
         answer = self._call(f"committed({group_id})", run)
-        result: dict[TopicPartition, int | None] = {}
+        result: dict[TopicPartition, tuple[int | None, str | None]] = {}
         for item in answer:
             if item.error is not None:
                 raise broker_error(
                     item.error, f"committed offset of {item.topic}[{item.partition}]: {item.error.str()}"
                 )
-            result[TopicPartition(item.topic, item.partition)] = None if item.offset < 0 else item.offset
+            offset = None if item.offset < 0 else item.offset
+            result[TopicPartition(item.topic, item.partition)] = (offset, item.metadata if offset is not None else None)
         return result
 
     def partition_offsets(
@@ -282,10 +290,14 @@ class KafkaOffsets:
     ) -> list[PartitionOffsets]:
         """Committed, log start and log end of every partition: the input of planning."""
         tps = self.topic_partitions(topics, partitions)
-        committed = self.committed_offsets(group_id, tps) if group_id else {}
+        committed = self.committed(group_id, tps) if group_id else {}
         starts = self.log_start_offsets(tps)
         ends = self.log_end_offsets(tps)
-        return [PartitionOffsets(tp.topic, tp.partition, committed.get(tp), starts[tp], ends[tp]) for tp in tps]
+        found = []
+        for tp in tps:
+            offset, metadata = committed.get(tp, (None, None))
+            found.append(PartitionOffsets(tp.topic, tp.partition, offset, starts[tp], ends[tp], metadata))
+        return found
 
     def commit(
         self,

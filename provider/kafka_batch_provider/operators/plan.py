@@ -8,6 +8,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from kafka_batch_provider.core.params import parse_bool
 from kafka_batch_provider.core.planning import DataLossPolicy, NewPartitionPolicy, PlanPolicy
 from kafka_batch_provider.core.reader_schema import check_schema_choice
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
@@ -127,6 +128,8 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
     :param kafka_config_id: a ``kafka`` connection (extra = librdkafka config JSON).
     :param on_group_mismatch: ``fail`` (default), ``output`` (resume from the output's log) or
         ``group`` (accept a group ahead of the log; the skipped offsets become a gap).
+    :param adopt_group: a new output may start from a group another output committed (refused
+        otherwise: a group feeds one output); its first log entry records the adoption.
     :param partitions: optional subset of partitions.
     :param new_partitions: ``earliest`` (default), ``latest`` or ``error``.
     :param on_data_loss: ``fail`` (default) or ``earliest`` (skip and record the gap).
@@ -182,6 +185,7 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
         key_subject: str | None = None,
         key_schema_version: int | None = None,
         emit_empty_batches: bool = False,
+        adopt_group: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -197,6 +201,7 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
         self.topics = topics
         self.group_id = group_id
         self.emit_empty_batches = emit_empty_batches
+        self.adopt_group = parse_bool("adopt_group", adopt_group)
         self.keep_output(output)
         self.kafka_config_id = kafka_config_id
         self.on_group_mismatch = GroupMismatchPolicy(on_group_mismatch)
@@ -259,6 +264,7 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
                     progress=self.log.info,
                     on_group_mismatch=self.on_group_mismatch,
                     reader_schema=request,
+                    adopt_group=self.adopt_group,
                 )
             # A batch whose commit this plan step finished is announced here, as its commit task
             # would have announced it (that task failed on every retry).
@@ -376,7 +382,6 @@ class KafkaReplayPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
         return chosen
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from kafka_batch_provider.core.params import parse_bool
 
         with task_errors():
             dry_run = parse_bool("dry_run", self.dry_run)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from kafka_batch_provider.core.group_owner import commit_metadata
 from kafka_batch_provider.core.manifest import dead_letter_count, dead_letters_by_partition, verify_manifest
 from kafka_batch_provider.core.plan import OffsetPlan
 from kafka_batch_provider.errors import CommitConflictError, ConfigError, ManifestError
@@ -55,7 +56,9 @@ def commit_batch(
             "longer committed on their own; the next plan step reconciles the group with the output"
         )
     check_same_topics(kafka, plan)
-    committed = kafka.commit(plan.group_id, plan.expected_committed(), plan.end_offsets(), metadata=plan.batch_id)
+    # Beside the offsets: the batch and the output they mirror (a group feeds one output).
+    metadata = commit_metadata(plan.batch_id, store.data.uri)
+    committed = kafka.commit(plan.group_id, plan.expected_committed(), plan.end_offsets(), metadata=metadata)
     result = {tp.key: offset for tp, offset in committed.items()}
     store.record_commit(plan, result, int(entry["rows"]), dead_letters_by_partition(entry))
     letters = dead_letter_count(entry)

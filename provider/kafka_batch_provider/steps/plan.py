@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from kafka_batch_provider.core.group_owner import adopted_group, another_output
 from kafka_batch_provider.core.listing import listed
 from kafka_batch_provider.core.manifest import log_position, plan_of_entry
 from kafka_batch_provider.core.offsets import PartitionOffsets
@@ -75,6 +76,7 @@ def plan_batch(
     progress: Progress = log.info,
     on_group_mismatch: GroupMismatchPolicy = GroupMismatchPolicy.FAIL,
     reader_schema: ReaderSchemaPin | None = None,
+    adopt_group: bool = False,
 ) -> PlanOutcome:
     """Plan step: reconcile the group with the output, repair, then plan and persist the next batch.
 
@@ -85,6 +87,8 @@ def plan_batch(
     :param reader_schema: for values in a schema registry format, what pins the batch's reader
         schema (:class:`~kafka_batch_provider.registry.reader_schema.ReaderSchemaRequest`); the
         plan records it, and a pending plan is reused only when it was planned in the same format.
+    :param adopt_group: a new output may start from a group another output committed
+        (:mod:`~kafka_batch_provider.core.group_owner`); its first batch records the adoption.
     """
     if not topics:
         raise ConfigError(f"at least one topic is required ({Setting('topics')})", setting=Setting("topics"))
@@ -94,7 +98,12 @@ def plan_batch(
     def decide(tail: dict[str, Any] | None, pending: list[OffsetPlan]) -> Decided:
         states = kafka.partition_offsets(group_id, topics)  # unknown topics and an absent broker fail here
         slot = LogSlot((tail["seq"] if tail else 0) + 1, tail["batch_id"] if tail else None, kafka.topic_ids(topics))
+        # A new output meeting a group another output committed: refused unless adopted on purpose.
+        adopted = adopted_group(group_id, states, store.data.uri, adopt_group) if tail is None else None
         decision = reconcile_group(kafka, store, group_id, states, partitions, tail, slot.topic_ids, on_group_mismatch)
+        if adopted is not None:
+            note = f"group {group_id!r} adopted from output {adopted.output} (its batch {adopted.batch_id})"
+            decision = replace(decision, notes=(*decision.notes, note))
         fresh = plan_incremental(
             group_id,
             topics,
@@ -107,6 +116,8 @@ def plan_batch(
             checkpoints=decision.checkpoints,
             accepted_gaps=decision.gaps,
         )
+        if adopted is not None:
+            fresh = replace(fresh, extra={**fresh.extra, "adopted": adopted.to_dict()})
         starting_alike = [p for p in pending if same_start(p, fresh, topics, partitions)]
         refuse_another_format(starting_alike, reader_schema)
         reusable = next(iter(starting_alike), None)
@@ -275,7 +286,8 @@ def reconcile_group(
     if tail is not None:
         position = log_position(tail, store.commit_record(tail["seq"], tail["batch_id"]) is not None)
     chosen = select_partitions(states, partitions)
-    decision = reconcile(group_id, chosen, position, topic_ids, on_group_mismatch)
+    elsewhere = another_output(chosen, store.data.uri)
+    decision = reconcile(group_id, chosen, position, topic_ids, on_group_mismatch, elsewhere)
     chosen_tps = {s.tp for s in chosen}
     missing = {tp for tp in (position.unfinished if position else {}) if tp not in chosen_tps}
     if not missing:
@@ -287,7 +299,7 @@ def reconcile_group(
     except PlanError:  # a topic of that batch is gone: its commit cannot be finished
         return replace(decision, repair=False)
     extra = [s for s in [*states, *others] if s.tp in missing]
-    whole = reconcile(group_id, chosen + extra, position, {**topic_ids, **other_ids}, on_group_mismatch)
+    whole = reconcile(group_id, chosen + extra, position, {**topic_ids, **other_ids}, on_group_mismatch, elsewhere)
     return replace(decision, repair=whole.repair)
 
 
