@@ -13,8 +13,8 @@ import pytest
 from kafka_batch_provider.core.offsets import TopicPartition
 from kafka_batch_provider.dev.local_servers import free_port
 from kafka_batch_provider.kafka.client import KafkaOffsets
-from kafka_batch_provider.testing.producers import produce, sample_records
-from tests.integration.helpers import Output, assert_exactly_once
+from kafka_batch_provider.testing.producers import Record, produce, sample_records
+from tests.integration.helpers import Output, assert_exactly_once, dataset_keys
 
 pytestmark = pytest.mark.integration
 
@@ -342,3 +342,38 @@ def test_a_bad_replay_range_is_one_line_and_leaves_nothing(extra, expected, kafk
     assert refused.returncode == 2 and not out.exists(), (
         f"a refused replay must leave nothing, found {list(out.rglob('*'))}"
     )
+
+
+def test_a_replay_reaching_deleted_offsets_is_refused_or_lands_what_is_left_with_its_gap(
+    kafka_config, kafka_bootstrap_servers, new_topic, tmp_path
+):
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from kafka_batch_provider.output.store import BatchStore
+
+    topic = new_topic(partitions=1)
+    hour = 3_600_000
+    base = 1_767_225_600_000  # 2026-01-01T00:00Z: three windows of ten records, an hour each
+    produce(
+        kafka_config, topic, [Record(0, f"v{n}".encode(), timestamp_ms=base + (n // 10) * hour + n) for n in range(30)]
+    )
+    admin = AdminClient(kafka_config)  # kept in a variable: the future needs its client alive
+    deleted = admin.delete_records([KafkaTopicPartition(topic, 0, 15)], request_timeout=10)
+    list(deleted.values())[0].result()  # offsets [0, 15) are gone: half of the middle window
+    window = ["--start-time", "2026-01-01T01:00:00Z", "--end-time", "2026-01-01T02:00:00Z"]
+    by_offsets = ["--start-offsets", '{"0": 10}', "--end-offsets", '{"0": 20}']
+    for name, chosen in [("by-time", window), ("by-offsets", by_offsets)]:
+        out = tmp_path / name
+        args = ["replay", "--bootstrap-servers", kafka_bootstrap_servers, "--topic", topic, "--output", str(out)]
+        refused = cli(*args, *chosen)
+        assert_one_line_error(refused, "were deleted (retention or DeleteRecords) and its range reaches into them")
+        assert "--on-data-loss=earliest" in refused.stderr, refused.stderr
+        assert not out.exists() or not list(out.rglob("*.json")), f"{name}: a refused replay left files"
+        result = last_json(cli(*args, *chosen, "--on-data-loss", "earliest"))
+        assert result["records"] == 5, f"{name}: expected offsets 15..19, what is left of the window: {result}"
+        entry = BatchStore(str(out)).log.entry(1)
+        gap = [(g["start"], g["end"]) for g in entry["gaps"]]
+        expected = [(0, 15)] if name == "by-time" else [(10, 15)]
+        assert gap == expected and result["gaps"] == entry["gaps"], f"{name}: expected gap {expected}, found {gap}"
+        assert sorted(dataset_keys(Output(str(out)))) == [(topic, 0, o) for o in range(15, 20)], name

@@ -137,6 +137,13 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--start-time", metavar="ISO8601", help="replay records from this time (e.g. 2026-01-31T00:00:00Z)")
     g.add_argument("--end-time", metavar="ISO8601", help="up to this time (exclusive, not in the future)")
     g.add_argument("--whole-topic", action="store_true", help="every offset of the chosen partitions")
+    g.add_argument(
+        "--on-data-loss",
+        choices=[p.value for p in DataLossPolicy],
+        default="fail",
+        help="the range reaches offsets already deleted (retention, DeleteRecords): fail (default) or replay what "
+        "is left and record the gap",
+    )
     g.add_argument("--dry-run", action="store_true", help="plan and check only: nothing is written")
 
 

@@ -22,6 +22,7 @@ from kafka_batch_provider.cli.arguments import (
 )
 from kafka_batch_provider.cli.console import progress
 from kafka_batch_provider.core.manifest import dead_letter_count, recorded_dead_letters
+from kafka_batch_provider.core.planning import DataLossPolicy
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.fail_points import fail_point
@@ -203,6 +204,7 @@ def cmd_replay(args: argparse.Namespace) -> dict[str, Any]:
         dry_run=args.dry_run,
         progress=progress,
         reader_schema=request,
+        on_data_loss=DataLossPolicy(args.on_data_loss),
         **chosen,
     )
     plan = outcome.plan

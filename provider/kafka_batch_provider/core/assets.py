@@ -54,7 +54,8 @@ def output_uri(output_format: str, location_uri: str | None, table: str | None, 
 def batch_event_extra(entry: Mapping[str, Any], output: Mapping[str, Any], replay: bool) -> dict[str, Any]:
     """What a batch's asset event says (JSON): batch id, log sequence number, rows, dead letters,
     the per-partition offset ranges ``[start, end)``, the table's version (Delta) or snapshot
-    (Iceberg), whether it was a replay, and the output it went to (format, path or table).
+    (Iceberg), whether it was a replay, the output it went to (format, path or table), and the
+    offsets it skipped as deleted (``gaps``), if any.
 
     :param entry: the batch's log entry.
     :param output: the output as :meth:`~kafka_batch_provider.output.formats.OutputSpec.describe` shows it.
@@ -73,6 +74,8 @@ def batch_event_extra(entry: Mapping[str, Any], output: Mapping[str, Any], repla
     for key in ("table_version", "snapshot_id"):
         if entry.get(key) is not None:
             extra[key] = int(entry[key])
+    if entry.get("gaps"):  # offsets skipped on purpose (data-loss policy earliest): gone, not in the batch
+        extra["gaps"] = offset_ranges(entry["gaps"])
     return extra
 
 

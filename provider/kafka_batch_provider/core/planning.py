@@ -234,26 +234,42 @@ def plan_replay(
     created_at: str,
     group_id: str | None = None,
     slot: LogSlot = LogSlot(),
+    on_data_loss: DataLossPolicy = DataLossPolicy.FAIL,
+    lost: Iterable[OffsetGap] = (),
 ) -> OffsetPlan:
     """A replay (backfill) of explicit ranges; checked against the log, never committed.
 
-    :param requested: ranges asked for; each must lie within ``[log_start, log_end]``.
+    :param requested: ranges asked for; each must end within the log, and start within it unless
+        ``on_data_loss`` is ``earliest``: offsets below the log start (deleted by retention or
+        DeleteRecords) are then skipped and recorded as the plan's gaps, as a batch's are.
+    :param lost: offsets found gone by other means (a replay by time reaching below the log
+        start), refused or recorded by the same policy.
     """
     by_tp = {s.tp: s for s in states}
     ranges: list[OffsetRange] = []
+    gaps: list[OffsetGap] = list(lost)
     for r in sorted(requested, key=lambda r: (r.topic, r.partition)):
         state = by_tp.get(r.tp)
         if state is None:
             raise PlanError(f"{r.tp} does not exist")
-        if r.start < state.log_start:
-            raise PlanError(
-                f"{r.tp}: start offset {r.start} is below the log start {state.log_start}: "
-                f"offsets [{r.start}, {state.log_start}) no longer exist"
-            )
+        if r.start < state.log_start and r.end > r.start:
+            gaps.append(OffsetGap(r.topic, r.partition, r.start, min(state.log_start, r.end)))
+            r = OffsetRange(r.topic, r.partition, min(state.log_start, r.end), r.end)
         if r.end > state.log_end:
             raise PlanError(f"{r.tp}: end offset {r.end} is beyond the end offset {state.log_end}")
         if r.size > 0:
             ranges.append(OffsetRange(r.topic, r.partition, r.start, r.end, None))
+    if gaps and on_data_loss is DataLossPolicy.FAIL:
+        gap, more = gaps[0], f" (and {len(gaps) - 1} more partition(s))" if len(gaps) > 1 else ""
+        fix = Setting("on_data_loss", DataLossPolicy.EARLIEST.value)
+        raise PlanError(
+            f"replay of {gap.topic}[{gap.partition}]: offsets [{gap.start}, {gap.end}) were deleted (retention or "
+            f"DeleteRecords) and its range reaches into them{more}; nothing was planned; replay what is left with "
+            f"{fix}, which records the gap",
+            setting=fix,
+            partition=TopicPartition(gap.topic, gap.partition),
+            offsets=(gap.start, gap.end),
+        )
     final = tuple(ranges)
     topics = sorted({r.topic for r in final})
     topic_ids = {t: slot.topic_ids[t] for t in topics if t in slot.topic_ids}
@@ -267,6 +283,7 @@ def plan_replay(
         seq=slot.seq,
         previous=slot.previous,
         topic_ids=topic_ids,
+        gaps=tuple(sorted(gaps, key=lambda g: (g.topic, g.partition))),
         created_at=created_at,
     )
 

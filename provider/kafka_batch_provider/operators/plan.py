@@ -252,6 +252,7 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
                     end_ms=epoch_ms(end),
                     progress=self.log.info,
                     reader_schema=request,
+                    on_data_loss=self.policy.on_data_loss,  # an interval retention ate into: as for a batch
                 )
             else:
                 outcome = plan_batch(
@@ -297,6 +298,9 @@ class KafkaReplayPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
 
     :param dry_run: plan and validate only; the plan is shown in the log and XCom and the
         Spark task is skipped.
+    :param on_data_loss: the range reaches offsets already deleted (retention, DeleteRecords):
+        ``fail`` (default, one line) or ``earliest`` (replay what is left; the deleted offsets are
+        the batch's gaps, in its log entry, XCom and asset event).
 
     ``output`` is as for :class:`KafkaOffsetPlanOperator` (the replay writes there), and so are
     ``value_format``, ``value_subject``, ``value_schema_version`` and ``schema_registry_conn_id``.
@@ -336,9 +340,11 @@ class KafkaReplayPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
         key_format: str = "bytes",
         key_subject: str | None = None,
         key_schema_version: int | None = None,
+        on_data_loss: str = DataLossPolicy.FAIL.value,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.on_data_loss = DataLossPolicy(on_data_loss)
         self.keep_value_schema_choice(
             value_format,
             value_subject,
@@ -399,6 +405,7 @@ class KafkaReplayPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
                 dry_run=dry_run,
                 progress=self.log.info,
                 reader_schema=request,
+                on_data_loss=self.on_data_loss,
                 **chosen,
             )
         self.lineage_summary = plan_xcom(outcome, spec, store, dry_run=dry_run)

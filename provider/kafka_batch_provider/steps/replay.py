@@ -16,9 +16,9 @@ from dataclasses import replace
 from datetime import datetime, timezone
 
 from kafka_batch_provider.core.listing import listed
-from kafka_batch_provider.core.offsets import OffsetRange, TopicPartition
+from kafka_batch_provider.core.offsets import OffsetGap, OffsetRange, TopicPartition
 from kafka_batch_provider.core.plan import REPLAY
-from kafka_batch_provider.core.planning import LogSlot, plan_replay
+from kafka_batch_provider.core.planning import DataLossPolicy, LogSlot, plan_replay
 from kafka_batch_provider.core.replays import by_incarnation, refuse_overlaps, same_ranges
 from kafka_batch_provider.core.settings import Advice
 from kafka_batch_provider.errors import ConfigError, PlanError
@@ -61,6 +61,26 @@ def _per_partition(
     if unknown:
         raise PlanError(f"{name} names partition(s) {unknown} outside the chosen partitions {sorted(known)}")
     return {tp: int(offsets[tp.partition]) if tp.partition in offsets else default[tp] for tp in tps}
+
+
+def deleted_from_interval(
+    kafka: KafkaOffsets,
+    tps: Sequence[TopicPartition],
+    starts: Mapping[TopicPartition, int],
+    log_starts: Mapping[TopicPartition, int],
+    start_ms: int,
+) -> list[OffsetGap]:
+    """The partitions whose deleted records may have been in an interval starting at ``start_ms``:
+    records were deleted (the log starts above 0), the interval's first offset is the log start, and
+    the oldest record left is younger than the interval's start. Which of the deleted offsets were
+    in it is unknown, so the gap names them all (``[0, log start)``)."""
+    reaching = {tp: log_starts[tp] for tp in tps if log_starts[tp] > 0 and starts[tp] <= log_starts[tp]}
+    oldest = kafka.first_record_timestamps(reaching)
+    return [
+        OffsetGap(tp.topic, tp.partition, 0, log_starts[tp])
+        for tp in reaching
+        if oldest.get(tp, start_ms + 1) > start_ms  # no record left at all: the whole interval may be gone
+    ]
 
 
 def check_replay_range(
@@ -123,6 +143,7 @@ def plan_replay_batch(
     progress: Callable[[str], None] = log.info,
     now_ms: int | None = None,
     reader_schema: ReaderSchemaPin | None = None,
+    on_data_loss: DataLossPolicy = DataLossPolicy.FAIL,
 ) -> PlanOutcome:
     """Plan a replay by offsets, by time, or of the whole topic.
 
@@ -136,6 +157,11 @@ def plan_replay_batch(
 
     ``whole_topic`` replays every chosen partition from its log start to its end: it must be
     asked for, because a replay without a range would otherwise read everything there is.
+
+    A range that reaches below the log start (offsets deleted by retention or DeleteRecords; by
+    time: an interval that starts before the oldest record left, where records were deleted) is
+    refused by default; with ``on_data_loss`` ``earliest`` what is left is replayed and the
+    deleted offsets are recorded as the batch's gaps (its log entry, XCom and asset event).
 
     :param dry_run: plan and validate only; nothing is persisted.
     :param reader_schema: pins the reader schema of values in a schema registry format (as
@@ -152,9 +178,11 @@ def plan_replay_batch(
     tps = [s.tp for s in states]
     log_starts = {s.tp: s.log_start for s in states}
     log_ends = {s.tp: s.log_end for s in states}
+    lost: list[OffsetGap] = []
     if by_time:
         starts = kafka.offsets_for_times(tps, start_ms)  # type: ignore[arg-type]
         ends = kafka.offsets_for_times(tps, end_ms)  # type: ignore[arg-type]
+        lost = deleted_from_interval(kafka, tps, starts, log_starts, start_ms)  # type: ignore[arg-type]
     else:
         starts = _per_partition("start offsets", start_offsets, tps, log_starts)
         ends = _per_partition("end offsets", end_offsets, tps, log_ends)
@@ -164,7 +192,19 @@ def plan_replay_batch(
     pending = store.plans_after(tail_seq, plan_files)
     refuse_foreign_output(store, REPLAY, None, tail, pending)
     slot = LogSlot(tail_seq + 1, tail["batch_id"] if tail else None, kafka.topic_ids(topics))
-    plan = plan_replay(replay_ranges(tps, starts, ends), states, kafka.isolation_level, utc_now(), slot=slot)
+    plan = plan_replay(
+        replay_ranges(tps, starts, ends),
+        states,
+        kafka.isolation_level,
+        utc_now(),
+        slot=slot,
+        on_data_loss=on_data_loss,
+        lost=lost,
+    )
+    for gap in plan.gaps:
+        progress(
+            f"replay: {gap.topic}[{gap.partition}] offsets [{gap.start}, {gap.end}) were deleted: recorded as a gap"
+        )
     described = listed(str(r) for r in plan.ranges) or "nothing"
     entries = list(store.log.entries())
     # Only ranges of the topic the plan reads count as already replayed: a topic deleted and

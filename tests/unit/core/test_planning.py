@@ -199,8 +199,13 @@ def test_replay_plan_checks_bounds_and_never_expects_a_commit():
     replay = plan_replay([OffsetRange("t", 0, 20, 50)], states, "read_committed", NOW)
     assert replay.mode == REPLAY and not replay.commits_group
     assert replay.ranges == (OffsetRange("t", 0, 20, 50, None),)
-    with pytest.raises(PlanError, match=r"start offset 5 is below the log start 10"):
+    with pytest.raises(PlanError, match=r"offsets \[5, 10\) were deleted .* on_data_loss='earliest'"):
         plan_replay([OffsetRange("t", 0, 5, 50)], states, "read_committed", NOW)
+    kept = plan_replay(
+        [OffsetRange("t", 0, 5, 50)], states, "read_committed", NOW, on_data_loss=DataLossPolicy.EARLIEST
+    )
+    assert kept.ranges == (OffsetRange("t", 0, 10, 50, None),), f"what is left is replayed: {kept.ranges}"
+    assert kept.gaps == (OffsetGap("t", 0, 5, 10),), f"the deleted offsets are the plan's gap: {kept.gaps}"
     with pytest.raises(PlanError, match=r"end offset 150 is beyond the end offset 100"):
         plan_replay([OffsetRange("t", 0, 20, 150)], states, "read_committed", NOW)
     with pytest.raises(PlanError, match=r"t\[7\] does not exist"):
