@@ -320,6 +320,10 @@ def test_replay_writes_the_chosen_offsets_once_and_never_touches_a_group(
     assert done["records"] == 12 and done["mode"] == "replay", f"expected 12 replayed records, found {done}"
     again = last_json(cli(*replay, *offsets))
     assert again["records"] == 0 and again["notes"] == [f"already replayed as batch {done['batch_id']}"], again
+    # Asked for again read another way, it is refused: it would not be the batch the output holds.
+    otherwise = cli(*replay, *offsets, "--value-format", "string")
+    assert_one_line_error(otherwise, f"already replayed into {out} as batch {done['batch_id']}, read otherwise")
+    assert "value_format bytes there, string now" in otherwise.stderr, otherwise.stderr
     assert_exactly_once(Output(str(out)), {(topic, 0, o) for o in range(5, 15)} | {(topic, 1, o) for o in (10, 11)})
 
 

@@ -205,6 +205,7 @@ def cmd_replay(args: argparse.Namespace) -> dict[str, Any]:
         progress=progress,
         reader_schema=request,
         on_data_loss=DataLossPolicy(args.on_data_loss),
+        formats={"value_format": options.value_format, "key_format": options.key_format},
         **chosen,
     )
     plan = outcome.plan

@@ -73,6 +73,11 @@ class ValueSchemaChoice:
         self.key_schema_version = key_schema_version
         self.schema_registry_conn_id = registry_conn_for(value_format, schema_registry_conn_id, key_format)
 
+    @property
+    def formats(self) -> dict[str, str]:
+        """The value and key formats the batch is read with (a repeated replay must match them)."""
+        return {"value_format": self.value_format, "key_format": self.key_format}
+
     def reader_schema_request(self, wait: float) -> Any:
         """What pins the batch's reader schemas (``None`` when neither values nor keys are in a registry format)."""
         if self.schema_registry_conn_id is None:  # only a registry format keeps one
@@ -253,6 +258,7 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
                     progress=self.log.info,
                     reader_schema=request,
                     on_data_loss=self.policy.on_data_loss,  # an interval retention ate into: as for a batch
+                    formats=self.formats,
                 )
             else:
                 outcome = plan_batch(
@@ -406,6 +412,7 @@ class KafkaReplayPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
                 progress=self.log.info,
                 reader_schema=request,
                 on_data_loss=self.on_data_loss,
+                formats=self.formats,
                 **chosen,
             )
         self.lineage_summary = plan_xcom(outcome, spec, store, dry_run=dry_run)

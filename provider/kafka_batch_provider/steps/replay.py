@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
+from typing import Any
 
 from kafka_batch_provider.core.listing import listed
 from kafka_batch_provider.core.offsets import OffsetGap, OffsetRange, TopicPartition
@@ -61,6 +62,18 @@ def _per_partition(
     if unknown:
         raise PlanError(f"{name} names partition(s) {unknown} outside the chosen partitions {sorted(known)}")
     return {tp: int(offsets[tp.partition]) if tp.partition in offsets else default[tp] for tp in tps}
+
+
+def refuse_another_decoding(store: BatchStore, done: Mapping[str, Any], formats: Mapping[str, str] | None) -> None:
+    """A range replayed before, asked for again with other value or key formats: refused, not skipped."""
+    recorded = {"value_format": "bytes", "key_format": "bytes", **(done.get("options") or {})}
+    differs = [f"{k} {recorded[k]} there, {v} now" for k, v in (formats or {}).items() if recorded.get(k) != v]
+    if differs:
+        raise PlanError(
+            f"this range is already replayed into {store.root} as batch {done['batch_id']}, read otherwise "
+            f"({'; '.join(differs)}): a replay is never replaced; replay it into another output, or ask for it as "
+            "it was written"
+        )
 
 
 def deleted_from_interval(
@@ -144,6 +157,7 @@ def plan_replay_batch(
     now_ms: int | None = None,
     reader_schema: ReaderSchemaPin | None = None,
     on_data_loss: DataLossPolicy = DataLossPolicy.FAIL,
+    formats: Mapping[str, str] | None = None,
 ) -> PlanOutcome:
     """Plan a replay by offsets, by time, or of the whole topic.
 
@@ -162,6 +176,10 @@ def plan_replay_batch(
     time: an interval that starts before the oldest record left, where records were deleted) is
     refused by default; with ``on_data_loss`` ``earliest`` what is left is replayed and the
     deleted offsets are recorded as the batch's gaps (its log entry, XCom and asset event).
+
+    A range already replayed into the output is not replayed again (nothing to do), unless asked
+    for in other ``formats`` (``{"value_format": ..., "key_format": ...}`` as the run writes): that
+    is refused in one line, as its batch would read otherwise than the output's.
 
     :param dry_run: plan and validate only; nothing is persisted.
     :param reader_schema: pins the reader schema of values in a schema registry format (as
@@ -214,6 +232,7 @@ def plan_replay_batch(
         (e for e, (_, ranges, _) in zip(entries, logged) if plan.ranges and same_ranges(ranges, plan.ranges)), None
     )
     if done is not None:
+        refuse_another_decoding(store, done, formats)
         if not dry_run:
             store.publish(done)  # finishes its publish if a crash cut it short
         progress(f"replay of {described} is already in {store.root} as batch {done['batch_id']}: nothing to do")
