@@ -77,3 +77,19 @@ def test_a_registry_connection_host_with_credentials_fails_the_plan_at_once_with
     shown = f"{raised.value}\n{caplog.text}"
     assert REGISTRY_SECRET not in shown and "ingest" not in str(raised.value), f"the credentials were echoed: {shown}"
     assert not (tmp_path / "lake" / "_plans").exists(), "a refused task must not leave a plan behind"
+
+
+def test_the_lag_health_check_is_skipped_in_a_backfill_run_whatever_the_group_looks_like(tmp_path):
+    # A backfill run replays an interval: a live group at STOP or STALL must not fail that good replay.
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from kafka_batch_provider.operators.health import KafkaLagHealthOperator
+
+    task = KafkaLagHealthOperator(task_id="health", group_id="g", topics="t", kafka_config_id="no-such-connection")
+    with pytest.raises(AirflowSkipException, match="backfill run"):
+        task.execute({"dag_run": SimpleNamespace(run_type="backfill")})
+    with pytest.raises(Exception) as scheduled:  # a scheduled run does look: here, at a connection that is missing
+        task.execute({"dag_run": SimpleNamespace(run_type="scheduled")})
+    assert not isinstance(scheduled.value, AirflowSkipException), "only backfill runs skip the check"

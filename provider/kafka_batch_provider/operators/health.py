@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from kafka_batch_provider.core.lag_health import HealthPolicy, LagStatus
 from kafka_batch_provider.core.validation import positive_seconds, share
@@ -19,6 +19,7 @@ from kafka_batch_provider.operators.output import (
     TemplatedOutput,
     open_existing_output,
 )
+from kafka_batch_provider.operators.runs import is_backfill
 from kafka_batch_provider.operators.xcom import as_list
 from kafka_batch_provider.steps.lag import lag_report
 
@@ -32,7 +33,8 @@ class KafkaLagHealthOperator(TemplatedOutput, BaseOperator):
     Statuses: OK, WARN, STALL, STOP, REWIND, RETENTION_RISK, DATA_LOSS (see
     :mod:`kafka_batch_provider.core.lag_health`). The window of recent batches comes from the
     output's plans and commit records. The failure message names the partitions, their numbers
-    and status; the full report is pushed to XCom either way.
+    and status; the full report is pushed to XCom either way. Skipped in a backfill run: it
+    replays an interval and leaves the group alone, whose health is the scheduled runs' business.
 
     :param output: the ingestion's :class:`~kafka_batch_provider.operators.output.BatchOutput`:
         its offset log stands in where the group has no offset, and its batch history enables
@@ -78,6 +80,8 @@ class KafkaLagHealthOperator(TemplatedOutput, BaseOperator):
         self.kafka_timeout = positive_seconds("kafka_timeout", kafka_timeout)
 
     def execute(self, context: Any) -> dict[str, Any]:
+        if is_backfill(context):  # a backfill run replays an interval: the live group is not its business
+            raise AirflowSkipException("backfill run: the group's lag health is checked by the scheduled runs")
         with task_errors():  # the connection's config is checked here: a bad one fails at once
             kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
             store = open_existing_output(self.batch_output)

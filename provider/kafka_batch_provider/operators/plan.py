@@ -25,19 +25,17 @@ from kafka_batch_provider.operators.output import (
     open_output,
     replay_output_for,
 )
+from kafka_batch_provider.operators.runs import BACKFILL_RUN_TYPE, is_backfill, run_type_of
 from kafka_batch_provider.operators.xcom import as_int_list, as_list, plan_xcom
 from kafka_batch_provider.steps.plan import plan_batch
 from kafka_batch_provider.steps.replay import plan_replay_batch
-
-BACKFILL_RUN_TYPE = "backfill"
-
 
 __all__ = [
     "BACKFILL_RUN_TYPE",
     "KafkaOffsetPlanOperator",
     "KafkaReplayPlanOperator",
     "replay_output_for",  # lives in operators/output.py now; kept importable from here
-    "run_type_of",
+    "run_type_of",  # lives in operators/runs.py now, with BACKFILL_RUN_TYPE; kept importable from here
 ]
 
 
@@ -97,12 +95,6 @@ class ValueSchemaChoice:
                 if fmt in REGISTRY_FORMATS
             )
         )
-
-
-def run_type_of(context: Any) -> str:
-    """``"scheduled"``, ``"manual"``, ``"backfill"``, ... whatever enum class carries it."""
-    run_type = getattr(context.get("dag_run"), "run_type", "")
-    return str(getattr(run_type, "value", run_type))
 
 
 def epoch_ms(moment: datetime) -> int:
@@ -234,7 +226,7 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
     def output_of_run(self, context: Any) -> BatchOutput:
         """This run's output: the replay output for a backfill run (it must not touch the dataset)."""
         output = self.batch_output
-        if run_type_of(context) == BACKFILL_RUN_TYPE:
+        if is_backfill(context):
             return output.replay(self.replay_output_path, self.replay_table)
         return output
 
@@ -245,7 +237,7 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
             check_group_id(self.group_id)
             request = self.reader_schema_request(self.kafka_timeout)  # before an Iceberg table may be created
             spec, store = open_output(self.output_of_run(context), create=True)
-            if run_type_of(context) == BACKFILL_RUN_TYPE:
+            if is_backfill(context):
                 start, end = context["data_interval_start"], context["data_interval_end"]
                 self.log.info("backfill run: replaying %s .. %s of %s into %s", start, end, topics, store.root)
                 outcome = plan_replay_batch(

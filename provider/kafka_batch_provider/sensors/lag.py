@@ -11,7 +11,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from kafka_batch_provider.core.validation import positive_seconds
 from kafka_batch_provider.errors import KafkaUnavailableError, error_named
 from kafka_batch_provider.operators.output import OUTPUT_TEMPLATE_FIELDS, BatchOutput, TemplatedOutput
-from kafka_batch_provider.operators.plan import BACKFILL_RUN_TYPE, run_type_of
+from kafka_batch_provider.operators.runs import is_backfill
 from kafka_batch_provider.operators.xcom import as_list
 from kafka_batch_provider.triggers.lag import KafkaLagTrigger, check_lag
 
@@ -92,7 +92,7 @@ class KafkaLagSensor(TemplatedOutput, BaseSensorOperator):
         return PokeReturnValue(is_done=ready, xcom_value={"total_lag": total, "reason": reason})
 
     def execute(self, context: Any) -> Any:
-        if run_type_of(context) == BACKFILL_RUN_TYPE:
+        if is_backfill(context):
             # A backfill replays history: the group's current lag says nothing about it.
             self.log.info("backfill run: not waiting for lag")
             return {"total_lag": None, "reason": "backfill run"}
