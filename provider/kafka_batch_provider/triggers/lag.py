@@ -13,7 +13,7 @@ from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 from asgiref.sync import sync_to_async
 
 from kafka_batch_provider.core.lag_health import ready_to_ingest
-from kafka_batch_provider.errors import KafkaBatchError
+from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 
 
 def check_lag(
@@ -61,8 +61,40 @@ def check_lag(
 def serialized(trigger: BaseTrigger, signature: inspect.Signature) -> tuple[str, dict[str, Any]]:
     """A trigger as the triggerer rebuilds it: its class path and every argument of its
     ``__init__``, each kept as an attribute of the same name."""
-    names = [n for n in signature.parameters if n != "self"]
+    names = [n for n, p in signature.parameters.items() if n != "self" and p.kind is not p.VAR_KEYWORD]
     return f"{type(trigger).__module__}.{type(trigger).__qualname__}", {n: getattr(trigger, n) for n in names}
+
+
+#: What earlier builds serialized of the output, one argument each (now one ``output`` dict).
+EARLIER_OUTPUT_ARGUMENTS = (
+    "output_path",
+    "output_format",
+    "table",
+    "partition_by",
+    "storage_conn_id",
+    "catalog_conn_id",
+    "catalog_properties",
+)
+
+
+def with_earlier_arguments(
+    trigger: str, output: Mapping[str, Any] | None, earlier: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The ``output`` of a trigger a deferred task of an earlier build serialized (the triggerer
+    rebuilds it from the database after an upgrade): its output's parts as one dict.
+
+    :raises ConfigError: an argument no build of ours serialized (one line: what to do).
+    """
+    unknown = sorted(set(earlier) - set(EARLIER_OUTPUT_ARGUMENTS))
+    if unknown:
+        raise ConfigError(
+            f"{trigger} cannot take argument(s) {', '.join(unknown)}: it was deferred by another version of "
+            "airflow-provider-kafka-batch; clear the deferred task so that it defers again with this version"
+        )
+    parts = {k: v for k, v in earlier.items() if v is not None}
+    if not parts:
+        return dict(output) if output else None
+    return {**parts, **dict(output or {})}
 
 
 class KafkaLagTrigger(BaseTrigger):
@@ -70,7 +102,8 @@ class KafkaLagTrigger(BaseTrigger):
     unconsumed record is older than ``max_data_age_seconds``. Checks every ``poke_interval``
     seconds; a Kafka error ends the wait with an ``error`` event (the sensor then fails and
     Airflow's retries apply). Only connection ids are serialized: the triggerer reads the
-    connections itself.
+    connections itself. The arguments an earlier build serialized are taken too
+    (:func:`with_earlier_arguments`), so a sensor deferred before an upgrade goes on waiting.
     """
 
     def __init__(
@@ -83,6 +116,7 @@ class KafkaLagTrigger(BaseTrigger):
         poke_interval: float = 60.0,
         kafka_timeout: float = 30.0,
         output: Mapping[str, Any] | None = None,
+        **earlier: Any,
     ) -> None:
         super().__init__()
         self.group_id = group_id
@@ -93,7 +127,7 @@ class KafkaLagTrigger(BaseTrigger):
         self.poke_interval = poke_interval
         self.kafka_timeout = kafka_timeout
         # BatchOutput.to_dict(): connection ids and non-secret properties (checked by the sensor).
-        self.output = dict(output) if output else None
+        self.output = with_earlier_arguments(type(self).__name__, output, earlier)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return serialized(self, inspect.signature(KafkaLagTrigger.__init__))
@@ -150,6 +184,7 @@ class KafkaLagEventTrigger(BaseEventTrigger):
         kafka_timeout: float = 30.0,
         output: Mapping[str, Any] | None = None,
         in_flight_seconds: float = 900.0,
+        **earlier: Any,
     ) -> None:
         super().__init__()
         self.group_id = group_id
@@ -159,7 +194,7 @@ class KafkaLagEventTrigger(BaseEventTrigger):
         self.max_age_seconds = max_age_seconds
         self.poke_interval = poke_interval
         self.kafka_timeout = kafka_timeout
-        self.output = dict(output) if output else None
+        self.output = with_earlier_arguments(type(self).__name__, output, earlier)
         self.in_flight_seconds = in_flight_seconds
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
