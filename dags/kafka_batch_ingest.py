@@ -57,7 +57,14 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
-from kafka_batch_provider.operators.dag_settings import ingest_output, seconds, setting, value_settings
+from kafka_batch_provider.operators.dag_settings import (
+    env_bool,
+    env_int,
+    ingest_output,
+    seconds,
+    setting,
+    value_settings,
+)
 from kafka_batch_provider.task_group import kafka_batch_ingest_group
 
 with DAG(
@@ -82,11 +89,11 @@ with DAG(
         spark_conn_id=os.environ.get("KAFKA_BATCH_SPARK_CONN_ID", "spark_default"),
         spark_connect_conn_id=os.environ.get("KAFKA_BATCH_SPARK_CONNECT_CONN_ID") or None,
         on_group_mismatch=os.environ.get("KAFKA_BATCH_ON_GROUP_MISMATCH", "fail"),
-        min_lag=int(os.environ.get("KAFKA_BATCH_MIN_LAG", "1")),
+        min_lag=env_int("KAFKA_BATCH_MIN_LAG", 1),
         max_data_age=seconds("KAFKA_BATCH_MAX_DATA_AGE_SECONDS", 3600),
         sensor_timeout=seconds("KAFKA_BATCH_SENSOR_TIMEOUT_SECONDS", 600),
         sensor_poke_interval=seconds("KAFKA_BATCH_SENSOR_POKE_SECONDS", 60),
-        deferrable=os.environ.get("KAFKA_BATCH_SENSOR_DEFERRABLE", "false").lower() in ("1", "true", "yes"),
+        deferrable=env_bool("KAFKA_BATCH_SENSOR_DEFERRABLE", False),
         retry_delay=seconds("KAFKA_BATCH_RETRY_DELAY_SECONDS", 120),
         stop_after=seconds("KAFKA_BATCH_STOP_AFTER_SECONDS", 2700),
         **value_settings(),

@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Asset, AssetWatcher
 
-from kafka_batch_provider.operators.dag_settings import static_output, value_settings
+from kafka_batch_provider.operators.dag_settings import env_int, env_number, seconds, static_output, value_settings
 from kafka_batch_provider.task_group import kafka_batch_ingest_group
 from kafka_batch_provider.triggers.lag import KafkaLagEventTrigger
 
@@ -41,7 +41,7 @@ TOPICS = [t.strip() for t in os.environ.get("KAFKA_BATCH_TOPICS", "orders").spli
 GROUP = os.environ.get("KAFKA_BATCH_GROUP", "kafka-batch-ingest")
 KAFKA_CONN_ID = os.environ.get("KAFKA_BATCH_KAFKA_CONN_ID", "kafka_default")
 OUTPUT = static_output(os.environ.get("KAFKA_BATCH_LAG_OUTPUT") or None)
-MAX_AGE = float(os.environ.get("KAFKA_BATCH_MAX_DATA_AGE_SECONDS", "3600"))
+MAX_AGE = env_number("KAFKA_BATCH_MAX_DATA_AGE_SECONDS", 3600)
 
 lag = Asset(
     name=f"kafka-batch-lag:{GROUP}",
@@ -52,11 +52,11 @@ lag = Asset(
                 group_id=GROUP,
                 topics=TOPICS,
                 kafka_config_id=KAFKA_CONN_ID,
-                min_records=int(os.environ.get("KAFKA_BATCH_MIN_LAG", "1")),
+                min_records=env_int("KAFKA_BATCH_MIN_LAG", 1),
                 max_age_seconds=MAX_AGE,
-                poke_interval=float(os.environ.get("KAFKA_BATCH_LAG_POKE_SECONDS", "5")),
+                poke_interval=env_number("KAFKA_BATCH_LAG_POKE_SECONDS", 5),
                 output=OUTPUT.to_dict(),
-                in_flight_seconds=float(os.environ.get("KAFKA_BATCH_IN_FLIGHT_SECONDS", "900")),
+                in_flight_seconds=env_number("KAFKA_BATCH_IN_FLIGHT_SECONDS", 900),
             ),
         )
     ],
@@ -85,7 +85,7 @@ with DAG(
         spark_connect_conn_id=os.environ.get("KAFKA_BATCH_SPARK_CONNECT_CONN_ID") or None,
         on_group_mismatch=os.environ.get("KAFKA_BATCH_ON_GROUP_MISMATCH", "fail"),
         wait_for_data=False,  # the trigger judged the lag already
-        retry_delay=timedelta(seconds=float(os.environ.get("KAFKA_BATCH_RETRY_DELAY_SECONDS", "120"))),
+        retry_delay=seconds("KAFKA_BATCH_RETRY_DELAY_SECONDS", 120),
         stop_after=None,  # no schedule to fall behind: STOP needs one
         bootstrap_servers=os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None,
         **value_settings(),

@@ -35,7 +35,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG
 
 from kafka_batch_provider.core.upkeep import UpkeepSettings
-from kafka_batch_provider.operators.dag_settings import ingest_output
+from kafka_batch_provider.operators.dag_settings import env_int, env_number, ingest_output
 from kafka_batch_provider.operators.upkeep import KafkaBatchUpkeepOperator
 
 with DAG(
@@ -53,7 +53,7 @@ with DAG(
     KafkaBatchUpkeepOperator(
         task_id="upkeep",
         output=ingest_output(),
-        target_file_mb=int(os.environ.get("KAFKA_BATCH_UPKEEP_TARGET_FILE_MB", UpkeepSettings.target_file_mb)),
-        retention_hours=float(os.environ.get("KAFKA_BATCH_UPKEEP_RETENTION_HOURS", UpkeepSettings.retention_hours)),
-        keep_batches=int(os.environ.get("KAFKA_BATCH_UPKEEP_KEEP_BATCHES", UpkeepSettings.keep_batches)),
+        target_file_mb=env_int("KAFKA_BATCH_UPKEEP_TARGET_FILE_MB", UpkeepSettings.target_file_mb),
+        retention_hours=env_number("KAFKA_BATCH_UPKEEP_RETENTION_HOURS", UpkeepSettings.retention_hours),
+        keep_batches=env_int("KAFKA_BATCH_UPKEEP_KEEP_BATCHES", UpkeepSettings.keep_batches),
     )

@@ -365,3 +365,31 @@ def test_a_refused_backfill_run_fails_its_first_task_once(
     if not lines:
         problems.append(f"expected a task log line saying {case.expected!r}")
     verdict.judge(problems, before, scene.snapshot())
+
+
+# -- the shipped DAGs' parse-time settings: a bad one fails the DAG file's import in one line -----------
+
+ENV_CASES = [
+    ("kafka_batch_ingest.py", "KAFKA_BATCH_MIN_LAG", "1k", "KAFKA_BATCH_MIN_LAG must be a whole number"),
+    ("kafka_batch_ingest.py", "KAFKA_BATCH_SENSOR_DEFERRABLE", "on", "KAFKA_BATCH_SENSOR_DEFERRABLE must be one of"),
+    ("kafka_batch_ingest.py", "KAFKA_BATCH_SENSOR_TIMEOUT_SECONDS", "ten", "KAFKA_BATCH_SENSOR_TIMEOUT_SECONDS must"),
+    ("kafka_batch_ingest.py", "KAFKA_BATCH_KEEP_RAW_VALUE", "maybe", "KAFKA_BATCH_KEEP_RAW_VALUE must be one of"),
+    ("kafka_batch_ingest_on_lag.py", "KAFKA_BATCH_IN_FLIGHT_SECONDS", "-5", "KAFKA_BATCH_IN_FLIGHT_SECONDS must be"),
+    ("kafka_batch_upkeep.py", "KAFKA_BATCH_UPKEEP_RETENTION_HOURS", "nan", "KAFKA_BATCH_UPKEEP_RETENTION_HOURS must"),
+]
+
+
+@pytest.mark.parametrize("dag_file, env, value, expected", ENV_CASES, ids=[f"{c[1]}={c[2]}" for c in ENV_CASES])
+def test_a_bad_parse_time_setting_fails_the_dag_import_naming_the_variable(
+    dag_file, env, value, expected, scene: Scene, verdict, monkeypatch
+) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    before = scene.snapshot()
+    monkeypatch.setenv(env, value)
+    errors = DagBag(str(DAGS / dag_file)).import_errors
+    lines = [line for message in errors.values() for line in message.strip().splitlines()]
+    problems = [f"expected an import error of {dag_file}, found none"] if not lines else []
+    if lines:
+        problems = one_line_problems(lines[-1], expected)  # the exception's own line, last in the traceback
+    verdict.judge(problems, before, scene.snapshot())

@@ -14,9 +14,45 @@ from kafka_batch_provider.core.write_options import ON_BAD_RECORD
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.operators.output import BatchOutput
 
+#: The words a boolean setting takes (any letter case); anything else is refused, never read as false.
+TRUE_WORDS = ("true", "1", "yes")
+FALSE_WORDS = ("false", "0", "no")
+
+
+def env_number(env: str, default: float, kind: type = float) -> float:
+    """A number from the parse-time environment; one that is not refuses the DAG file in one line
+    naming the variable and the form it takes."""
+    text = os.environ.get(env)
+    if text is None or text.strip() == "":
+        return kind(default)
+    try:
+        value = kind(text.strip())
+    except ValueError:
+        value = None
+    if value is None or value != value or value in (float("inf"), float("-inf")) or value < 0:
+        form = "a whole number" if kind is int else "a number"
+        raise ConfigError(f"{env} must be {form} (0 or more), got {text!r}")
+    return value
+
+
+def env_int(env: str, default: int) -> int:
+    return int(env_number(env, default, int))
+
+
+def env_bool(env: str, default: bool) -> bool:
+    """A boolean from the parse-time environment: only the documented words (true/false, 1/0, yes/no)."""
+    text = os.environ.get(env)
+    if text is None or text.strip() == "":
+        return default
+    if text.strip().lower() in TRUE_WORDS:
+        return True
+    if text.strip().lower() in FALSE_WORDS:
+        return False
+    raise ConfigError(f"{env} must be one of {', '.join(TRUE_WORDS + FALSE_WORDS)}, got {text!r}")
+
 
 def seconds(env: str, default: float) -> timedelta:
-    return timedelta(seconds=float(os.environ.get(env, default)))
+    return timedelta(seconds=env_number(env, default))
 
 
 def lookup(variable: str, env: str, default: str) -> str:
@@ -69,7 +105,7 @@ def value_settings() -> dict[str, object]:
         "key_format": os.environ.get("KAFKA_BATCH_KEY_FORMAT", "bytes"),
         "key_subject": os.environ.get("KAFKA_BATCH_KEY_SUBJECT") or None,
         "key_schema_version": versions["KEY"],
-        "keep_raw_value": os.environ.get("KAFKA_BATCH_KEEP_RAW_VALUE", "false").lower() in ("1", "true", "yes"),
+        "keep_raw_value": env_bool("KAFKA_BATCH_KEEP_RAW_VALUE", False),
         "schema_registry_conn_id": os.environ.get("KAFKA_BATCH_SCHEMA_REGISTRY_CONN_ID") or None,
         "on_bad_record": on_bad_record,
     }
