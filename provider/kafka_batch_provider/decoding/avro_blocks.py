@@ -18,7 +18,8 @@ Used for the values written with the batch's reader schema itself (most of a bat
 schema is the subject's latest version). Values of other schema ids need Avro's resolution
 rules (defaults, promotions), which stay fastavro's. Schemas with parts the check or the
 columns do not cover (a union of several types, ``uuid``, ``duration``, a decimal above 38
-digits, references to other schemas) are decoded one by one too (:func:`unsupported`).
+digits, a record without fields, a fixed of size 0, null but in a union or as a field of the value's
+record) are decoded one by one too (:func:`unsupported`).
 """
 
 from __future__ import annotations
@@ -90,7 +91,10 @@ class AvroBlocks:
             expected = pc.binary_length(values).to_numpy(zero_copy_only=False) - HEADER_BYTES
             sizes = record_sizes(table, self.schema, self.named)  # raises ValueError on a value out of range
             if not np.array_equal(sizes, expected):
-                return None
+                # fastavro writes a decimal of -2**(8k-1) in one byte more than Java does: either size is right
+                padded = record_sizes(table, self.schema, self.named, padded=True)
+                if not np.all((sizes == expected) | (padded == expected)):
+                    return None
             return table.cast(columns)
         except Exception:  # the reader's AvroError, a cast out of range, a refused value: one by one
             return None
@@ -108,8 +112,10 @@ class AvroBlocks:
 def unsupported(schema: Any, named: Mapping[str, Any], seen: frozenset[str] = frozenset()) -> str | None:
     """What in a (parsed) schema keeps its values from being decoded in blocks, or ``None``."""
     if isinstance(schema, str):
-        if schema in ("null", "boolean", "float", "double", "string", "bytes", *INTEGERS):
+        if schema in ("boolean", "float", "double", "string", "bytes", *INTEGERS):
             return None
+        if schema == "null":  # (a union's null branch and a null field of the value's record never get here)
+            return "the type null inside a record, array or map"
         if schema in seen:
             return f"{schema} refers to itself"
         if schema not in named:
@@ -128,49 +134,59 @@ def unsupported(schema: Any, named: Mapping[str, Any], seen: frozenset[str] = fr
     if logical in ("uuid", "duration"):
         return f"the logical type {logical}"
     if kind in ("record", "error"):
+        # The compiled reader takes a null field in the value's record (only: elsewhere it fails, as on a
+        # record without fields), but not a record of nothing else (its values take no bytes).
+        fields = [f for f in schema["fields"] if seen or f["type"] not in ("null", {"type": "null"})]
+        if not fields:
+            return f"the record {schema.get('name')} without fields (but null ones)"
         inner = seen | {str(schema.get("name"))}
-        return next((found for f in schema["fields"] if (found := unsupported(f["type"], named, inner))), None)
+        return next((found for f in fields if (found := unsupported(f["type"], named, inner))), None)
     if kind == "array":
         return unsupported(schema["items"], named, seen)
     if kind == "map":
         return unsupported(schema["values"], named, seen)
+    if kind == "fixed" and int(schema.get("size", 0)) == 0:  # the compiled reader fails on it (SystemError)
+        return f"the fixed {schema.get('name')} of size 0"
     if kind in ("enum", "fixed"):
         return None
     return unsupported(kind, named, seen) if isinstance(kind, str) else f"the type {kind!r}"
 
 
-def record_sizes(table: pa.Table, schema: Mapping[str, Any], named: Mapping[str, Any]) -> np.ndarray:
-    """Each row's size in Avro's binary encoding: the sum of its fields'."""
+def record_sizes(
+    table: pa.Table, schema: Mapping[str, Any], named: Mapping[str, Any], padded: bool = False
+) -> np.ndarray:
+    """Each row's size in Avro's binary encoding: the sum of its fields' (``padded``: :func:`decimal_lengths`)."""
     total = np.zeros(table.num_rows, dtype=np.int64)
     for avro_field in schema["fields"]:
         column = table.column(avro_field["name"])
         total += encoded_sizes(
-            column.combine_chunks() if column.num_chunks != 1 else column.chunk(0), avro_field["type"], named
+            column.combine_chunks() if column.num_chunks != 1 else column.chunk(0), avro_field["type"], named, padded
         )
     return total
 
 
-def encoded_sizes(array: pa.Array, schema: Any, named: Mapping[str, Any]) -> np.ndarray:
+def encoded_sizes(array: pa.Array, schema: Any, named: Mapping[str, Any], padded: bool = False) -> np.ndarray:
     """The size of each value of ``array`` (as the native reader gives ``schema``) in Avro's binary
-    encoding, as every serializer writes it (shortest varints; an array or map in one block)."""
+    encoding, as every serializer writes it (shortest varints; an array or map in one block; a
+    decimal in :func:`decimal_lengths`, ``padded`` or not)."""
     count = len(array)
     if isinstance(schema, str):
         if schema in named:
-            return encoded_sizes(array, named[schema], named)
+            return encoded_sizes(array, named[schema], named, padded)
         return primitive_sizes(array, schema)
     if isinstance(schema, list):  # [null, T]: the branch's index (one byte), then the value if not null
         inner = next(branch for branch in schema if branch != "null")
         valid = array.is_valid().to_numpy(zero_copy_only=False)
-        return 1 + np.where(valid, encoded_sizes(array, inner, named), 0)
+        return 1 + np.where(valid, encoded_sizes(array, inner, named, padded), 0)
     kind, logical = schema.get("type"), schema.get("logicalType")
     if isinstance(kind, (Mapping, list)) or (isinstance(kind, str) and kind in named):
-        return encoded_sizes(array, named.get(kind, kind) if isinstance(kind, str) else kind, named)
+        return encoded_sizes(array, named.get(kind, kind) if isinstance(kind, str) else kind, named, padded)
     if logical == "decimal":
         check_precision(array, int(schema["precision"]))
     if kind == "fixed":
         return np.full(count, int(schema["size"]), dtype=np.int64)
     if logical == "decimal" and kind == "bytes":
-        length = decimal_lengths(array)
+        length = decimal_lengths(array, padded)
         return varint_sizes(length) + length
     if (logical, kind) in INTEGER_LOGICAL:
         values = integers(array)
@@ -181,16 +197,16 @@ def encoded_sizes(array: pa.Array, schema: Any, named: Mapping[str, Any]) -> np.
     if kind in ("record", "error"):
         total = np.zeros(count, dtype=np.int64)
         for index, avro_field in enumerate(schema["fields"]):
-            total += encoded_sizes(array.field(index), avro_field["type"], named)
+            total += encoded_sizes(array.field(index), avro_field["type"], named, padded)
         return total
     if kind == "enum":
         return varint_sizes(np.asarray(array.indices.fill_null(0), dtype=np.int64))
     if kind == "array":
-        return block_sizes(array, encoded_sizes(array.values, schema["items"], named))
+        return block_sizes(array, encoded_sizes(array.values, schema["items"], named, padded))
     if kind == "map":
         entries = array.values  # the map's key/value structs, all rows' entries one after the other
         per_entry = primitive_sizes(entries.field(0), "string") + encoded_sizes(
-            entries.field(1), schema["values"], named
+            entries.field(1), schema["values"], named, padded
         )
         return block_sizes(array, per_entry)
     return primitive_sizes(array, kind)
@@ -269,13 +285,21 @@ def varint_sizes(values: np.ndarray) -> np.ndarray:
     return np.searchsorted(VARINT_LIMITS, zigzag, side="right").astype(np.int64) + 1
 
 
-def decimal_lengths(array: pa.Array) -> np.ndarray:
-    """Bytes of each decimal's unscaled value as the shortest two's complement (Java's BigInteger)."""
+def decimal_lengths(array: pa.Array, padded: bool = False) -> np.ndarray:
+    """Bytes of each decimal's unscaled value as the shortest two's complement (Java's BigInteger),
+    or with ``padded`` as fastavro (confluent-kafka's Python serializers) writes it: the same but
+    for -2**(8k-1), in k + 1 bytes."""
     words = np.frombuffer(array.buffers()[1], dtype=np.uint64)[2 * array.offset : 2 * (array.offset + len(array))]
     low, high = words[0::2], words[1::2]
     negative = high.view(np.int64) < 0
     low, high = np.where(negative, ~low, low), np.where(negative, ~high, high)  # -v-1: the same bits to store
     bits = np.where(high > 0, 64 + bit_lengths(high), bit_lengths(low))
+    if padded:  # -v-1 = 2**(8k-1) - 1: all ones below bit 8k-1
+        ones = np.uint64(2**64 - 1)
+        all_ones = np.where(
+            high > 0, (low == ones) & ((high & (high + np.uint64(1))) == 0), (low & (low + np.uint64(1))) == 0
+        )
+        return bits // 8 + 1 + (negative & (bits % 8 == 7) & all_ones)
     return bits // 8 + 1
 
 

@@ -231,14 +231,15 @@ FAMILIES = {
 
 
 def branch_kind(branch: Any, named: Mapping[str, Any]) -> str:
-    """A branch's kind: its logical type when it has one, else its Avro type (a record: its name)."""
+    """A branch's kind: its logical type when it has one (on the type it annotates: elsewhere it is
+    ignored, as in :func:`arrow_type`), else its Avro type (a record: its name)."""
     target = named.get(branch, branch) if isinstance(branch, str) else branch
     if not isinstance(target, Mapping):
         return str(target)
     kind = target.get("type")
     if isinstance(kind, (Mapping, list)):
         return branch_kind(kind, named)
-    logical = target.get("logicalType")
+    logical = applied_logical(target)
     if logical in FAMILIES:
         return str(logical)
     if kind in ("record", "error"):
@@ -272,18 +273,32 @@ def branch_names(branches: Sequence[Any]) -> list[str]:
 
 def full_branch_name(branch: Any) -> str:
     if isinstance(branch, Mapping):
-        return str(branch.get("name") or branch.get("logicalType") or branch.get("type"))
+        return str(branch.get("name") or applied_logical(branch) or branch.get("type"))
     return str(branch)
 
 
 def branch_name(branch: Any) -> str:
-    """A union branch's field name: its type's name (``long``, ``Address``, ``array``)."""
+    """A union branch's field name: its type's name (``long``, ``Address``, ``array``; a logical
+    type's where it applies: ``date``)."""
     if isinstance(branch, str):
         return branch.rsplit(".", 1)[-1]
     if isinstance(branch, Mapping):
-        name = branch.get("name") or branch.get("logicalType") or branch.get("type")
+        name = branch.get("name") or applied_logical(branch) or branch.get("type")
         return str(name).rsplit(".", 1)[-1]
     return "union"
+
+
+#: The logical types besides ``LOGICAL``'s (whose column types depend on their parameters) and their types.
+PARAMETRIZED_LOGICAL = {("decimal", "bytes"), ("decimal", "fixed"), ("duration", "fixed")}
+
+
+def applied_logical(avro: Mapping[str, Any]) -> str | None:
+    """A type's logical type where it annotates that type: elsewhere (``date`` on a long, an unknown
+    one) a reader ignores it, as :func:`arrow_type` does."""
+    logical, kind = avro.get("logicalType"), avro.get("type")
+    if not isinstance(kind, str) or ((logical, kind) not in LOGICAL and (logical, kind) not in PARAMETRIZED_LOGICAL):
+        return None
+    return str(logical)
 
 
 def decimal_type(avro: Mapping[str, Any]) -> pa.DataType:

@@ -217,7 +217,14 @@ def number(value: Any) -> float:
 
 
 def timestamp(value: Any) -> dt.datetime:
-    found = dt.datetime.fromisoformat(checked(str)(value))
+    text = checked(str)(value)
+    try:
+        found = dt.datetime.fromisoformat(text)
+    except ValueError:
+        if text[10:11] != "t" and not text.endswith("z"):
+            raise
+        # RFC 3339 allows a lower-case "t" and "z" (section 5.6), which fromisoformat does not take
+        found = dt.datetime.fromisoformat(text.upper())
     if found.tzinfo is None:
         raise ValueError(f"date-time {value!r} has no time zone (RFC 3339 asks for one)")
     return found

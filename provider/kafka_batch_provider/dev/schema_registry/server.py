@@ -162,6 +162,9 @@ class RegistryHandler(BaseHTTPRequestHandler):
     """One request: authenticate, authorise, route, answer JSON (errors as ``{"error_code", "message"}``)."""
 
     protocol_version = "HTTP/1.1"  # keep-alive: clients reuse one connection
+    # The headers and the body are two writes: with Nagle's algorithm the body waits for the
+    # client's delayed ACK of the headers, ~40 ms a request on Linux.
+    disable_nagle_algorithm = True
     server: RegistryServer
 
     def do_GET(self) -> None:
