@@ -12,10 +12,13 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export AIRFLOW__CORE__LOAD_EXAMPLES ?= False
 export KAFKA_BATCH_STATE_DIR ?= $(CURDIR)/.kafka-batch
+# The project's tools folder: where the code finds Apache Kafka's jars (dev/kafka.py) and Spark's
+# Kafka connector (.tools/spark-kafka/jars), fetched by `make jvm-tools`.
+export KAFKA_BATCH_TOOLS_DIR ?= $(CURDIR)/.tools
 
 LINTED := provider dags spark_apps tests scripts bench
 
-.PHONY: venv test lint demo bench airflow prereqs browser-prereqs azurite constraints clean
+.PHONY: venv test lint demo bench airflow prereqs browser-prereqs azurite jvm-tools constraints clean
 
 prereqs:
 	@scripts/check-prereqs.sh "$(PYTHON)"
@@ -54,21 +57,41 @@ $(AZURITE_STAMP): scripts/azurite/package.json scripts/azurite/package-lock.json
 
 azurite: $(AZURITE_STAMP)
 
+# The JVM parts, pinned by a checked-in POM each (jvm/<name>/pom.xml): Apache Kafka's broker
+# (jvm/kafka, for dev/kafka.py: the tests' broker, `kafka-batch kafka start`) and Spark's Kafka source connector
+# (jvm/spark-kafka). `mvn dependency:copy-dependencies` copies each POM's jars, with their
+# dependencies, into .tools/<name>/jars, once; a changed POM fetches again into a clean folder
+# (which also drops the broker's class-data archives: they belong to the old jars). Maven's
+# cache is the user's ~/.m2; nothing is installed anywhere else. Nothing resolves at run time.
+JVM_TOOLS := kafka spark-kafka
+JVM_STAMPS := $(JVM_TOOLS:%=.tools/%/.installed)
+
+$(JVM_STAMPS): .tools/%/.installed: jvm/%/pom.xml scripts/check-jvm-tools.sh
+	@scripts/check-jvm-tools.sh
+	@echo "== fetching the jars of jvm/$*/pom.xml (Maven Central) into .tools/$*/jars"
+	@rm -rf .tools/$*.new && mkdir -p .tools/$*.new
+	mvn -q -B -f jvm/$*/pom.xml dependency:copy-dependencies \
+	  -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.tools/$*.new/jars
+	@rm -rf .tools/$* && mv .tools/$*.new .tools/$*
+	@touch $@
+
+jvm-tools: $(JVM_STAMPS)
+
 lint: venv
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 
-test: prereqs browser-prereqs venv azurite lint
+test: prereqs browser-prereqs venv azurite jvm-tools lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-demo: prereqs venv
+demo: prereqs venv jvm-tools
 	$(BIN)/python scripts/demo.py
 
 # The live Airflow services with the project's DAGs, the embedded broker and S3 server (Ctrl-C stops).
-airflow: prereqs venv
+airflow: prereqs venv jvm-tools
 	$(BIN)/python scripts/live_airflow.py
 
-bench: prereqs venv
+bench: prereqs venv jvm-tools
 	$(BIN)/python bench/bench.py $(BENCH_ARGS)
 
 # Re-pin after changing dependencies in setup.cfg (needs the package registry).

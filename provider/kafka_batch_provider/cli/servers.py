@@ -1,5 +1,6 @@
-"""The local servers for demos and tests, one start/status/stop shape for all four: ``broker``
-(the embedded Kafka-protocol broker), ``s3`` (the embedded S3-protocol server),
+"""The local servers for demos and tests, one start/status/stop shape for all five: ``kafka``
+(Apache Kafka itself, single-node KRaft), ``broker`` (the embedded Kafka-protocol broker,
+tansu), ``s3`` (the embedded S3-protocol server),
 ``schema-registry`` (the embedded schema registry) and ``spark-connect`` (a Spark Connect server
 from the installed pyspark); and ``spark-archive``."""
 
@@ -42,6 +43,20 @@ def start_spark_connect(module: Any, args: argparse.Namespace) -> dict[str, Any]
 
 
 SERVERS = {
+    "kafka": ServerCommand(
+        "Apache Kafka broker",
+        "kafka",
+        "bootstrap_servers",
+        9092,
+        60.0,
+        lambda module, args: module.start_detached(args.port, timeout=args.timeout),
+        lambda info: (
+            f"Apache Kafka {info['version']} listening on {info['bootstrap_servers']} (pid {info['pid']}, "
+            f"single-node KRaft; topics kept in {info['data_dir']} across stop and start); "
+            f"use it with: --bootstrap-servers {info['bootstrap_servers']}  or  "
+            f"export KAFKA_BOOTSTRAP_SERVERS={info['bootstrap_servers']}"
+        ),
+    ),
     "broker": ServerCommand(
         "embedded broker",
         "broker",
@@ -109,6 +124,7 @@ def cmd_server(args: argparse.Namespace) -> dict[str, Any]:
 
 def add_server_parsers(sub: Any) -> None:
     helps = {
+        "kafka": "Apache Kafka itself (single-node KRaft, the jars of `make jvm-tools`) for demos and tests",
         "broker": "the embedded Kafka-protocol broker (tansu) for demos and tests",
         "s3": "the embedded S3-protocol server (moto) for demos and tests",
         "schema-registry": "the embedded Confluent-compatible schema registry for demos and tests "
