@@ -1,4 +1,5 @@
-"""Shared fixtures: a real broker (from the provider's pytest plugin) and a real Spark session."""
+"""Shared fixtures: a real broker (from the provider's pytest plugin: Apache Kafka, or tansu with
+``KAFKA_BATCH_TEST_BROKER=tansu``) and a real Spark session."""
 
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
 # No spark-submit is put on PATH: KafkaSparkBatchOperator finds the one pip installed next to
 # this Python, as it must for an Airflow started from a virtualenv nobody activated.
+
+# Apache Kafka's jars (the session's broker, dev/kafka.py) are in the project's tools folder,
+# fetched by `make jvm-tools`; the Makefile exports the same, this covers a plain `pytest`.
+os.environ.setdefault("KAFKA_BATCH_TOOLS_DIR", str(ROOT / ".tools"))
 
 # Spark binds the interface the hostname resolves to; keep everything on loopback.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -17,8 +17,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from kafka_batch_provider.dev.broker import EmbeddedBroker
 from kafka_batch_provider.dev.s3 import S3Endpoint
+from kafka_batch_provider.testing.pytest_plugin import local_broker
 from tests.faults.harness import Lake, reap
 from tests.faults.tally import MATRIX, Outcome
 from tests.support.fault_proxy import FaultProxy
@@ -28,11 +28,13 @@ FORMATS = ("parquet", "delta")
 
 
 @pytest.fixture(scope="session")
-def broker_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultProxy]:
-    """A broker of its own (not the session's), reachable only through a proxy that can go dark."""
+def broker_proxy(kafka_broker_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultProxy]:
+    """A broker of its own (not the session's), reachable only through a proxy that can go dark:
+    tansu when the session runs on tansu, else Apache Kafka (an external broker cannot sit
+    behind the proxy: its metadata names its own address)."""
     proxy = FaultProxy(target_port=0)
-    log_path = Path(tmp_path_factory.mktemp("fault-broker")) / "tansu.log"
-    with EmbeddedBroker(log_path=log_path, advertised_port=proxy.port) as broker:
+    kind = "tansu" if kafka_broker_kind == "tansu" else "kafka"
+    with local_broker(kind, tmp_path_factory.mktemp("fault-broker"), advertised_port=proxy.port) as broker:
         proxy.target_port = broker.port
         with proxy:
             yield proxy

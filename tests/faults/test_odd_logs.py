@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from dataclasses import replace
 
@@ -17,7 +16,7 @@ from kafka_batch_provider.spark.ingest import stage_with
 from kafka_batch_provider.steps.commit import commit_batch
 from kafka_batch_provider.steps.plan import plan_batch
 from kafka_batch_provider.steps.write import write_batch
-from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
+from kafka_batch_provider.testing.producers import create_topics, produce, sample_records, wait_until_stable
 from tests.faults.harness import expect_exactly_once, expect_nothing_new_visible, run_cli, scenario_args
 from tests.integration.helpers import group_offsets, produce_committed_aborted_committed
 
@@ -34,6 +33,7 @@ def produce_transactions(kafka_config, topic: str, sizes: list[int], first_id: i
             producer.produce(topic, value=b"committed-%d" % (first_id + i), partition=0)
         first_id += size
         producer.commit_transaction(10)
+    wait_until_stable(kafka_config, topic)  # Kafka writes the last marker just after the commit returns
 
 
 def test_committed_transactions_with_control_records_inside_and_at_the_end_are_read_exactly_once(
@@ -54,12 +54,12 @@ def test_committed_transactions_with_control_records_inside_and_at_the_end_are_r
 
 
 def test_aborted_transactions_are_never_ingested(
-    outcome, lake, kafka_bootstrap_servers, group_id, spark_connect_remote
+    outcome, lake, kafka_bootstrap_servers, kafka_broker_kind, group_id, spark_connect_remote
 ):
-    if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+    if kafka_broker_kind == "tansu":
         pytest.skip(
-            "aborted transactions need a real Kafka (set KAFKA_BOOTSTRAP_SERVERS): the embedded broker "
-            "(tansu) hands aborted records to read_committed consumers"
+            "aborted transactions need a real Kafka (the default broker, or KAFKA_BOOTSTRAP_SERVERS): the "
+            "embedded broker (tansu, KAFKA_BATCH_TEST_BROKER=tansu) hands aborted records to read_committed consumers"
         )
     kafka_config = {"bootstrap.servers": kafka_bootstrap_servers}
     topic = f"aborted-{group_id}"

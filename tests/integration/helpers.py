@@ -25,6 +25,7 @@ from kafka_batch_provider.spark.ingest import stage_with
 from kafka_batch_provider.steps.commit import commit_batch
 from kafka_batch_provider.steps.plan import PlanOutcome, plan_batch
 from kafka_batch_provider.steps.write import write_batch
+from kafka_batch_provider.testing.producers import wait_until_stable
 
 
 @dataclass
@@ -222,6 +223,7 @@ def produce_committed_aborted_committed(kafka_config: dict[str, Any], topic: str
     producer.begin_transaction()
     producer.produce(topic, value=b"committed-3", partition=0)
     producer.commit_transaction(10)
+    wait_until_stable(kafka_config, topic)  # the last marker is written after the commit returns
 
 
 def one_partition_manifest(batch_id: str, rows: int, location: str, staging: str, size: int) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from kafka_batch_provider.dev.local_servers import free_port
 from kafka_batch_provider.errors import CommitConflictError, ConfigError, KafkaUnavailableError, PlanError
 from kafka_batch_provider.kafka import client
 from kafka_batch_provider.kafka.client import KafkaOffsets
-from kafka_batch_provider.testing.producers import Record, broker_supports_offsets_for_times, produce
+from kafka_batch_provider.testing.producers import Record, broker_supports_offsets_for_times, produce, wait_until_stable
 
 pytestmark = pytest.mark.integration
 
@@ -93,6 +93,7 @@ def test_end_offset_honours_isolation_level_with_transactions(kafka_config, new_
     for i in range(3):
         producer.produce(topic, value=b"%d" % i, partition=0)
     producer.commit_transaction(10)
+    wait_until_stable(kafka_config, topic)  # Kafka writes the commit marker just after the commit returns
     tp = TopicPartition(topic, 0)
     committed_view = KafkaOffsets(kafka_config, timeout=10).log_end_offsets([tp])[tp]
     uncommitted_view = KafkaOffsets({**kafka_config, "isolation.level": "read_uncommitted"}, 10).log_end_offsets([tp])[
@@ -106,7 +107,7 @@ def test_offsets_for_times_maps_timestamps_to_offsets(kafka_config, new_topic):
     if not broker_supports_offsets_for_times(kafka_config, new_topic(partitions=1, prefix="probe")):
         pytest.skip(
             "this broker does not implement ListOffsets by timestamp (tansu's memory storage answers 0); "
-            "run with KAFKA_BOOTSTRAP_SERVERS pointing at a real Kafka to cover it"
+            "Apache Kafka, the default test broker (or KAFKA_BOOTSTRAP_SERVERS), covers it"
         )
     topic = new_topic(partitions=1)
     base = int(time.time() * 1000) - 3_600_000

@@ -215,9 +215,11 @@ def test_records_close_to_expiry_are_a_retention_risk(kafka_config, kafka_bootst
 
     topic = f"retention-risk-{group_id[-6:]}"
     admin = AdminClient(kafka_config)
-    admin.create_topics([NewTopic(topic, 1, 1, config={"retention.ms": "3000"})])[topic].result(10)
-    produce(kafka_config, topic, sample_records(1, 4))
-    time.sleep(2.6)  # the oldest unconsumed record is now older than 80% of 3 s
+    admin.create_topics([NewTopic(topic, 1, 1, config={"retention.ms": "600000"})])[topic].result(10)
+    # Records stamped 9 of the topic's 10 minutes ago: past the 80% risk line at once, and
+    # deleted by a real Kafka's retention only a minute from now (the checks take seconds).
+    stamp = int(time.time() * 1000) - 540_000
+    produce(kafka_config, topic, sample_records(1, 4, timestamp_ms=stamp))
     report = lag_report(KafkaOffsets(kafka_config), group_id, [topic], BatchStore(tmp_path))
     assert report.status is LagStatus.RETENTION_RISK, report.message()
     assert lag_check(kafka_bootstrap_servers, group_id, topic, tmp_path).returncode == 14

@@ -211,7 +211,9 @@ def test_committed_offset_beyond_the_end_fails_planning_and_writes_nothing(kafka
     assert kafka.committed_offsets(group_id, [tp]) == {tp: 100}
 
 
-def test_transaction_markers_are_skipped_and_lag_ends_at_zero(spark, kafka_config, new_topic, group_id, output):
+def test_transaction_markers_are_skipped_and_lag_ends_at_zero(
+    spark, kafka_config, kafka_broker_kind, new_topic, group_id, output
+):
     topic = new_topic(partitions=1)
     produce_committed_aborted_committed(kafka_config, topic)
 
@@ -222,10 +224,12 @@ def test_transaction_markers_are_skipped_and_lag_ends_at_zero(spark, kafka_confi
     values = {r["value"] for r in read_dataset(output, ["value"]).to_pylist()}
     assert {b"committed-0", b"committed-1", b"committed-2", b"committed-3"} <= values
     # Real Kafka filters the aborted record for read_committed readers; tansu delivers it
-    # (design.md), so only the committed records' presence and the markers' absence are
-    # checked here: offsets 3, 5 and 7 are control records and are never rows.
+    # (design.md), so there only the committed records' presence and the markers' absence are
+    # checked: offsets 3, 5 and 7 are control records and are never rows.
     offsets = {o for (_, _, o) in dataset_keys(output)}
     assert not offsets & {3, 5, 7}
+    if kafka_broker_kind != "tansu":
+        assert b"aborted" not in values and offsets == {0, 1, 2, 6}, sorted(offsets)
     assert output.store().log.entry(1)["rows"] == len(offsets)
 
 

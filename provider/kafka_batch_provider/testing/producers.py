@@ -29,10 +29,21 @@ class Record:
     timestamp_ms: int | None = None
 
 
-def create_topics(config: Mapping[str, Any], topics: Mapping[str, int], timeout: float = 30.0) -> None:
-    """Create ``{name: partitions}`` topics (replication factor 1) and wait until they exist."""
+def create_topics(
+    config: Mapping[str, Any],
+    topics: Mapping[str, int],
+    timeout: float = 30.0,
+    topic_config: Mapping[str, Any] | None = None,
+) -> None:
+    """Create ``{name: partitions}`` topics (replication factor 1) and wait until they exist.
+
+    :param topic_config: topic settings for each of them, e.g. ``{"max.message.bytes": ...}``
+        for records over Kafka's 1 MiB default.
+    """
     admin = AdminClient({**config, "logger": LIBRDKAFKA_LOGGER})
-    futures = admin.create_topics([NewTopic(name, n, 1) for name, n in topics.items()], request_timeout=timeout)
+    settings = {key: str(value) for key, value in (topic_config or {}).items()}
+    new_topics = [NewTopic(name, n, 1, config=settings) for name, n in topics.items()]
+    futures = admin.create_topics(new_topics, request_timeout=timeout)
     for future in futures.values():
         future.result(timeout)
 
@@ -87,6 +98,35 @@ def produce(config: Mapping[str, Any], topic: str, records: Iterable[Record], li
     return {p: len(rs) for p, rs in by_partition.items()}
 
 
+def wait_until_stable(
+    config: Mapping[str, Any], topic: str, partitions: Iterable[int] = (0,), timeout: float = 30.0
+) -> dict[int, int]:
+    """Wait until no transaction is open on ``partitions`` of ``topic``: the last stable offset
+    (the ``read_committed`` end) equals the high watermark. Returns the end of each partition.
+
+    Why: ``commit_transaction()`` and ``abort_transaction()`` return once the coordinator has
+    logged the decision; it writes the markers into the partitions a moment later. Until then
+    real Kafka's ``read_committed`` end stays before the transaction (tansu's does not), so a
+    test that plans right after a commit must wait for the state it means to plan on.
+    """
+    import time
+
+    from kafka_batch_provider.core.offsets import TopicPartition
+    from kafka_batch_provider.kafka.client import KafkaOffsets
+
+    tps = [TopicPartition(topic, p) for p in partitions]
+    committed_view = KafkaOffsets({**config, "isolation.level": "read_committed"}, timeout=timeout)
+    uncommitted_view = KafkaOffsets({**config, "isolation.level": "read_uncommitted"}, timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        stable, high = committed_view.log_end_offsets(tps), uncommitted_view.log_end_offsets(tps)
+        if stable == high:
+            return {tp.partition: end for tp, end in high.items()}
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{topic}: a transaction still open after {timeout:g}s (stable {stable}, high {high})")
+        time.sleep(0.05)
+
+
 def sample_records(
     partitions: int, count: int, value_size: int = 200, first_id: int = 0, timestamp_ms: int | None = None
 ) -> Iterable[Record]:
@@ -108,12 +148,15 @@ def broker_supports_offsets_for_times(config: Mapping[str, Any], topic: str) -> 
     """Probe: does ListOffsets by timestamp work? (tansu's memory storage answers 0 always.)
 
     Produces two records one minute apart into ``topic`` (a fresh 1-partition topic) and asks
-    for the second one's timestamp.
+    for the second one's timestamp. They are stamped minutes ago, not years: a real Kafka's
+    retention would delete records years old before the question is asked.
     """
+    import time
+
     from kafka_batch_provider.core.offsets import TopicPartition
     from kafka_batch_provider.kafka.client import KafkaOffsets
 
-    base = 1_600_000_000_000
+    base = int(time.time() * 1000) - 180_000
     produce(config, topic, [Record(0, b"probe", timestamp_ms=base)])
     produce(config, topic, [Record(0, b"probe", timestamp_ms=base + 60_000)])
     tp = TopicPartition(topic, 0)

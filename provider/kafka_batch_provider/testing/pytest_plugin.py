@@ -2,8 +2,16 @@
 
 Enable in a ``conftest.py`` with ``pytest_plugins = ["kafka_batch_provider.testing.pytest_plugin"]``.
 
-* ``kafka_bootstrap_servers`` (session): ``$KAFKA_BOOTSTRAP_SERVERS`` when set, else an
-  embedded tansu broker started on a free 127.0.0.1 port for the session.
+* ``kafka_bootstrap_servers`` (session): ``$KAFKA_BOOTSTRAP_SERVERS`` when set (an external
+  broker), else a broker started on a free 127.0.0.1 port for the session and stopped at its
+  end: Apache Kafka itself (single-node KRaft, :class:`~kafka_batch_provider.dev.kafka.KafkaBroker`,
+  the jars of ``make jvm-tools``) by default, or the embedded tansu broker with
+  ``KAFKA_BATCH_TEST_BROKER=tansu``. Under pytest-xdist each worker starts its own, on its
+  own ports, in its own folder under the worker's ``tmp_path_factory`` (data and log).
+* ``kafka_broker_kind`` (session): which broker that is, ``"kafka"``, ``"tansu"`` or
+  ``"external"`` (taken for a real Kafka); for tests that hold only where Kafka is real
+  (aborted transactions filtered for ``read_committed`` readers, time-to-offset lookups).
+  :func:`local_broker` starts either kind, e.g. behind a proxy (``advertised_port``).
 * ``kafka_config``: a librdkafka config dict for that broker.
 * ``new_topic``: a factory creating uniquely named topics, ``new_topic(partitions=3)``.
 * ``s3_server`` (session): the S3/MinIO at ``$AWS_ENDPOINT_URL`` when it and
@@ -23,25 +31,56 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kafka_batch_provider.dev.broker import EmbeddedBroker
+from kafka_batch_provider.dev.kafka import KafkaBroker
 from kafka_batch_provider.dev.s3 import DEFAULT_BUCKET, EmbeddedS3, S3Endpoint
 from kafka_batch_provider.testing.producers import create_topics
 
+#: Which local broker the session starts: ``kafka`` (Apache Kafka, the default) or ``tansu``.
+BROKER_ENV = "KAFKA_BATCH_TEST_BROKER"
+LOCAL_BROKERS = ("kafka", "tansu")
+
+
+def broker_kind(environ: Mapping[str, str] = os.environ) -> str:
+    """``external`` when ``$KAFKA_BOOTSTRAP_SERVERS`` is set, else ``$KAFKA_BATCH_TEST_BROKER``
+    (``kafka`` when unset); anything else is a usage error, not a silent default."""
+    if environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        return "external"
+    kind = (environ.get(BROKER_ENV) or "kafka").strip().lower()
+    if kind not in LOCAL_BROKERS:
+        raise pytest.UsageError(f"{BROKER_ENV}={environ[BROKER_ENV]!r}: choose one of {', '.join(LOCAL_BROKERS)}")
+    return kind
+
+
+def local_broker(kind: str, folder: Path, advertised_port: int | None = None) -> EmbeddedBroker | KafkaBroker:
+    """A broker of ``kind`` (``kafka`` or ``tansu``) on a free 127.0.0.1 port, not started yet,
+    keeping its data and log in ``folder``; ``advertised_port``: the port clients are told to
+    use (a proxy's). Use it as a context manager."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if kind == "tansu":
+        return EmbeddedBroker(log_path=folder / "tansu.log", advertised_port=advertised_port)
+    if kind == "kafka":
+        return KafkaBroker(log_path=folder / "kafka.log", data_dir=folder / "data", advertised_port=advertised_port)
+    raise ValueError(f"no local broker of kind {kind!r}: choose one of {', '.join(LOCAL_BROKERS)}")
+
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if external:
-        yield external
+def kafka_broker_kind() -> str:
+    return broker_kind()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap_servers(kafka_broker_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if kafka_broker_kind == "external":
+        yield os.environ["KAFKA_BOOTSTRAP_SERVERS"]
         return
-    log_path = Path(tmp_path_factory.mktemp("broker")) / "tansu.log"
-    with EmbeddedBroker(log_path=log_path) as broker:
+    with local_broker(kafka_broker_kind, tmp_path_factory.mktemp(f"broker-{kafka_broker_kind}")) as broker:
         yield broker.bootstrap_servers
 
 
