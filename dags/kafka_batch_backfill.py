@@ -35,7 +35,12 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, Param
 
 from kafka_batch_provider.operators.assets import batch_alias
-from kafka_batch_provider.operators.dag_settings import PLAN_VALUE_SETTINGS, WRITE_VALUE_SETTINGS, value_settings
+from kafka_batch_provider.operators.dag_settings import (
+    PLAN_VALUE_SETTINGS,
+    WRITE_VALUE_SETTINGS,
+    required_output,
+    value_settings,
+)
 from kafka_batch_provider.operators.output import BatchOutput
 from kafka_batch_provider.operators.plan import KafkaReplayPlanOperator
 from kafka_batch_provider.operators.spark import KafkaSparkBatchOperator
@@ -52,6 +57,8 @@ OUTPUT = BatchOutput(
 )
 
 VALUES = value_settings()
+# The replay output's default: the ingest DAG's output with "_replay" (the form may name another).
+OUTPUT_FORMAT, OUTPUT_PATH, TABLE = required_output()
 
 OFFSETS = {
     "type": ["null", "object"],
@@ -101,21 +108,21 @@ with DAG(
             section="Whole topic",
         ),
         "output_path": Param(
-            os.environ.get("KAFKA_BATCH_OUTPUT", "/tmp/kafka-batch/lake") + "_replay",
+            f"{OUTPUT_PATH}_replay" if OUTPUT_PATH else "",
             type="string",
             minLength=1,
             title="Output (local path or URI, e.g. s3://bucket/replays)",
             section="Output",
         ),
         "output_format": Param(
-            os.environ.get("KAFKA_BATCH_FORMAT", "parquet"),
+            OUTPUT_FORMAT,
             type="string",
             enum=list(FORMATS),
             title="Output format (parquet: a folder; delta: a table location; iceberg: a catalog table)",
             section="Output",
         ),
         "table": Param(
-            os.environ["KAFKA_BATCH_TABLE"] + "_replay" if os.environ.get("KAFKA_BATCH_TABLE") else None,
+            f"{TABLE}_replay" if TABLE else None,
             type=["null", "string"],
             pattern=r"^[^.\s]+(\.[^.\s]+)+$",
             title="Iceberg table NAMESPACE.NAME (iceberg only)",

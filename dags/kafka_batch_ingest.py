@@ -17,9 +17,9 @@ RETENTION_RISK, DATA_LOSS; logs WARN).
 | --- | --- | --- |
 | topics (comma-separated) | `kafka_batch_topics` | `KAFKA_BATCH_TOPICS`, else `orders` |
 | consumer group | `kafka_batch_group` | `KAFKA_BATCH_GROUP`, else `kafka-batch-ingest` |
-| output format: `parquet`, `delta` or `iceberg` | `kafka_batch_format` | `KAFKA_BATCH_FORMAT`, else `parquet` |
-| output (parquet, delta; a path or URI) | `kafka_batch_output` | `KAFKA_BATCH_OUTPUT`, else `/tmp/kafka-batch/lake` |
-| Iceberg table `NAMESPACE.NAME` (iceberg) | `kafka_batch_table` | `KAFKA_BATCH_TABLE`, else none |
+| output format: `parquet`, `delta` or `iceberg` | `kafka_batch_format` (*) | `KAFKA_BATCH_FORMAT`, else `parquet` |
+| output (parquet, delta; a path or URI) | `kafka_batch_output` (*) | `KAFKA_BATCH_OUTPUT`, **required** |
+| Iceberg table `NAMESPACE.NAME` (iceberg) | `kafka_batch_table` (*) | `KAFKA_BATCH_TABLE`, **required** (iceberg) |
 | partitioning: `date` or none (tables) | `kafka_batch_partition_by` | `KAFKA_BATCH_PARTITION_BY`, else none |
 | Iceberg catalog connection id (extra = catalog properties) | - | `KAFKA_BATCH_CATALOG_CONN_ID`, else none |
 | Kafka connection id | - | `KAFKA_BATCH_KAFKA_CONN_ID`, else `kafka_default` |
@@ -45,9 +45,13 @@ Runs of type *backfill* (`airflow backfill create --dag-id kafka_batch_ingest ..
 their data interval (mapped to offsets with `offsets_for_times`) into `<output>_replay` and
 leave the group's offsets alone (an Iceberg table's replays go to `<table>_replay`).
 
-The output setting is used for `parquet` and `delta` only, the table for `iceberg` only; a
-bad combination (e.g. `iceberg` without a catalog connection) fails the first task that opens
-the output with one line.
+(*) The output is the environment's, as for every shipped DAG (the lag-fired and downstream DAGs
+follow it): without `KAFKA_BATCH_OUTPUT` (`KAFKA_BATCH_TABLE` for iceberg) the DAG file fails to
+import, in one line; there is no default location. The Variables name another output for the
+runs made while they are set (tests, a one-off run); the environment's stays the one the other
+DAGs follow, and a group feeds one output (another output meeting it is refused). The output
+setting is used for `parquet` and `delta` only, the table for `iceberg` only; a bad combination
+(e.g. `iceberg` without a catalog connection) fails the first task that opens the output with one line.
 """
 
 from __future__ import annotations

@@ -171,7 +171,7 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str |
     os.environ["KAFKA_BATCH_STORAGE_CONN_ID"] = "demo_lake"
     os.environ["AIRFLOW_VAR_KAFKA_BATCH_TOPICS"] = ",".join(topics)
     os.environ["AIRFLOW_VAR_KAFKA_BATCH_GROUP"] = group
-    os.environ["AIRFLOW_VAR_KAFKA_BATCH_OUTPUT"] = lake
+    os.environ["KAFKA_BATCH_OUTPUT"] = lake  # every shipped DAG's output (the downstream DAG follows it)
 
     kafka = KafkaOffsets(config)
     names = list(topics)

@@ -36,6 +36,10 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
 # fetched by `make jvm-tools`; the Makefile exports the same, this covers a plain `pytest`.
 os.environ.setdefault("KAFKA_BATCH_TOOLS_DIR", str(ROOT / ".tools"))
 
+# The shipped DAGs' output (required when they are parsed): a folder of the session; a test that runs
+# them names its own.
+os.environ.setdefault("KAFKA_BATCH_OUTPUT", tempfile.mkdtemp(prefix="kafka-batch-dag-output-"))
+
 # Spark binds the interface the hostname resolves to; keep everything on loopback.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Spark's Python workers must use this interpreter (it has confluent-kafka and pyarrow).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -115,7 +116,16 @@ class _SetVariables(_Variables):
 @pytest.mark.parametrize(
     "variables, expected",
     [
-        ({}, {"output_format": "parquet", "output_path": "/tmp/kafka-batch/lake", "table": "", "partition_by": ""}),
+        # the environment's (required; tests/conftest.py gives the session one)
+        (
+            {},
+            {
+                "output_format": "parquet",
+                "output_path": os.environ["KAFKA_BATCH_OUTPUT"],
+                "table": "",
+                "partition_by": "",
+            },
+        ),
         (
             {"kafka_batch_format": "iceberg", "kafka_batch_table": "lake.orders", "kafka_batch_partition_by": "date"},
             {"output_format": "iceberg", "output_path": "", "table": "lake.orders", "partition_by": "date"},
@@ -340,3 +350,18 @@ def test_the_provider_info_describes_the_schema_registry_form_as_the_hook_does()
     info = get_provider_info()
     assert [m for s in info["triggers"] for m in s["python-modules"]] == ["kafka_batch_provider.triggers.lag"]
     assert [m for s in info["sensors"] for m in s["python-modules"]] == ["kafka_batch_provider.sensors.lag"]
+
+
+@pytest.mark.parametrize("missing", ["KAFKA_BATCH_OUTPUT", "KAFKA_BATCH_TABLE"])
+def test_every_shipped_dag_refuses_to_parse_without_its_output_in_one_line(missing, monkeypatch):
+    # No default location: a DAG that wrote to some local folder would plan from the group and commit it.
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.delenv("KAFKA_BATCH_OUTPUT", raising=False)
+    monkeypatch.delenv("KAFKA_BATCH_TABLE", raising=False)
+    monkeypatch.setenv("KAFKA_BATCH_FORMAT", "iceberg" if missing == "KAFKA_BATCH_TABLE" else "parquet")
+    errors = DagBag(str(DAGS)).import_errors
+    shipped = sorted(p.name for p in DAGS.glob("kafka_batch_*.py"))
+    refused = sorted(Path(f).name for f, message in errors.items() if f"{missing} is not set" in message)
+    assert refused == shipped, f"expected every shipped DAG refused for {missing}, found {refused} of {shipped}"
+    assert all(e.strip().splitlines()[-1].count(missing) == 1 for e in errors.values()), "one line naming it"

@@ -461,7 +461,7 @@ def test_a_late_attempt_of_a_committed_batch_drops_its_own_files_never_the_commi
     late_store = local_table.store()
     late_sink.save_manifest(late)  # the late attempt got past its own checks before the first committed
     assert late_store.log.append(late) is False
-    plan = type("Plan", (), {"seq": 1, "batch_id": "b-1"})()
+    plan = type("Plan", (), {"seq": 1, "batch_id": "b-1", "mode": "incremental"})()
     winner = late_store.commit_entry(plan, late)  # what the write step does when its append is refused
     assert winner["location"] == "data/b-1/aaaa", f"the committed attempt is the first, found {winner['location']}"
     late_store.clean_staging("b-1", keep=winner["staging"])

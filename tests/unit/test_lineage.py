@@ -331,7 +331,12 @@ assert not bag.import_errors, bag.import_errors
 assert not [m for m, v in sys.modules.items() if m.startswith("openlineage") and v], "openlineage was imported"
 print(len(bag.dags))
 """
-    env = {"AIRFLOW_HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    env = {
+        "AIRFLOW_HOME": str(tmp_path),
+        "PATH": "/usr/bin:/bin",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "KAFKA_BATCH_OUTPUT": str(tmp_path / "lake"),  # the shipped DAGs' output (required)
+    }
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, f"expected the DAGs to parse without OpenLineage, found: {done.stderr[-800:]}"
     assert int(done.stdout.split()[-1]) >= 4, f"expected the shipped DAGs, found {done.stdout}"

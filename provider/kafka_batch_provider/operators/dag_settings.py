@@ -72,12 +72,41 @@ def setting(variable: str, env: str, default: str, formats: tuple[str, ...] | No
     return f"{{{{ {value} }}}}"
 
 
+def required_output() -> tuple[str, str, str]:
+    """The output every shipped DAG writes or follows, from the parse-time environment: its format
+    (``KAFKA_BATCH_FORMAT``, default ``parquet``), its path or URI (``KAFKA_BATCH_OUTPUT``, parquet
+    and delta) or its table (``KAFKA_BATCH_TABLE``, iceberg). There is no default location: a
+    missing one refuses the DAG file in one line (a DAG that wrote to some local folder would
+    plan from the group and commit it, taking its records from the real output).
+
+    :returns: ``(format, path, table)``, the one not used empty.
+    """
+    output_format = os.environ.get("KAFKA_BATCH_FORMAT") or "parquet"
+    if output_format == "iceberg":
+        table = os.environ.get("KAFKA_BATCH_TABLE", "").strip()
+        if not table:
+            raise ConfigError(
+                "KAFKA_BATCH_TABLE is not set: the shipped DAGs write the Iceberg table it names (NS.NAME)"
+            )
+        return output_format, "", table
+    path = os.environ.get("KAFKA_BATCH_OUTPUT", "").strip()
+    if not path:
+        raise ConfigError(
+            f"KAFKA_BATCH_OUTPUT is not set: the shipped DAGs write the {output_format} output it names (a path or "
+            "URI, e.g. s3://lake/orders); there is no default location"
+        )
+    return output_format, path, ""
+
+
 def ingest_output() -> BatchOutput:
-    """The ingest DAG's output (``kafka_batch_format``, ``kafka_batch_output``, ``kafka_batch_table``, ...)."""
+    """The ingest DAG's output: :func:`required_output`; a run may name another through the Airflow
+    Variables ``kafka_batch_format``, ``kafka_batch_output``, ``kafka_batch_table`` (tests and one-off
+    runs: the lag-fired and downstream DAGs follow the environment only)."""
+    output_format, path, table = required_output()
     return BatchOutput(
-        output_format=setting("kafka_batch_format", "KAFKA_BATCH_FORMAT", "parquet"),
-        output_path=setting("kafka_batch_output", "KAFKA_BATCH_OUTPUT", "/tmp/kafka-batch/lake", ("parquet", "delta")),
-        table=setting("kafka_batch_table", "KAFKA_BATCH_TABLE", "", ("iceberg",)),
+        output_format=setting("kafka_batch_format", "KAFKA_BATCH_FORMAT", output_format),
+        output_path=setting("kafka_batch_output", "KAFKA_BATCH_OUTPUT", path, ("parquet", "delta")),
+        table=setting("kafka_batch_table", "KAFKA_BATCH_TABLE", table, ("iceberg",)),
         partition_by=setting("kafka_batch_partition_by", "KAFKA_BATCH_PARTITION_BY", ""),
         storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
         catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
@@ -142,13 +171,19 @@ def static_output(output_path: str | None = None) -> BatchOutput:
     """The output by the parse-time environment alone (``KAFKA_BATCH_FORMAT``, ``KAFKA_BATCH_OUTPUT``
     unless ``output_path`` is given, ``KAFKA_BATCH_TABLE``, ``KAFKA_BATCH_PARTITION_BY``, the
     connection ids): for what is fixed when the DAG is parsed, such as a trigger's arguments."""
-    output_format = os.environ.get("KAFKA_BATCH_FORMAT", "parquet")
-    tables = output_format == "iceberg"
-    path = output_path or os.environ.get("KAFKA_BATCH_OUTPUT", "/tmp/kafka-batch/lake")
+    output_format, path, table = (
+        required_output()
+        if not output_path
+        else (
+            os.environ.get("KAFKA_BATCH_FORMAT") or "parquet",
+            output_path,
+            "",
+        )
+    )
     return BatchOutput(
         output_format=output_format,
-        output_path="" if tables else path,
-        table=os.environ.get("KAFKA_BATCH_TABLE", "") if tables else "",
+        output_path=path,
+        table=table,
         partition_by=os.environ.get("KAFKA_BATCH_PARTITION_BY", ""),
         storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
         catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
