@@ -211,14 +211,26 @@ class AirflowStack:
         return self._token
 
     def api(self, method: str, path: str, headers: Mapping[str, str] | None = None, **kwargs: Any) -> Any:
-        """A call to ``/api/v2<path>``; returns the decoded JSON (None for 204)."""
-        response = httpx.request(
-            method,
-            f"{self.base_url}/api/v2{path}",
-            headers={"Authorization": f"Bearer {self.token()}", **(headers or {})},
-            timeout=60,
-            **kwargs,
-        )
+        """A call to ``/api/v2<path>``; returns the decoded JSON (None for 204).
+
+        A call that may be repeated (all but POST) is asked again when the api-server did not
+        answer in time: on SQLite it waits for a lock the scheduler or the triggerer holds, which
+        on a busy machine can outlast one timeout.
+        """
+        attempts = 1 if method.upper() == "POST" else 3
+        for attempt in range(attempts):
+            try:
+                response = httpx.request(
+                    method,
+                    f"{self.base_url}/api/v2{path}",
+                    headers={"Authorization": f"Bearer {self.token()}", **(headers or {})},
+                    timeout=60,
+                    **kwargs,
+                )
+                break
+            except httpx.TimeoutException:
+                if attempt == attempts - 1:
+                    raise
         if response.status_code >= 400:
             raise AirflowStackError(f"{method} /api/v2{path}: HTTP {response.status_code}: {response.text[:500]}")
         return response.json() if response.content else None

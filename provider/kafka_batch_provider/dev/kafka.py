@@ -396,14 +396,19 @@ class KafkaBroker(LocalServer):
         return [f"-XX:ArchiveClassesAtExit={self._recording}"]
 
     def wait_until_ready(self, timeout: float) -> None:
-        """Ready means a metadata request is answered with this broker in it, not an open port."""
+        """Ready means a metadata request is answered with this broker in it, not an open port.
+
+        Asked on the internal listener when clients are told another port (a proxy's): a client
+        follows the addresses in the metadata, and the proxy may not listen yet.
+        """
         from confluent_kafka.admin import AdminClient
 
         from kafka_batch_provider.kafka.config import LIBRDKAFKA_LOGGER
 
+        internal = self.listener_ports.get("INTERNAL")
         admin = AdminClient(
             {
-                "bootstrap.servers": self.bootstrap_servers,
+                "bootstrap.servers": f"{HOST}:{internal}" if internal else self.bootstrap_servers,
                 # retry the connection every 20-100 ms, not librdkafka's up to 10 s
                 "reconnect.backoff.ms": 20,
                 "reconnect.backoff.max.ms": 100,
