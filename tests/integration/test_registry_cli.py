@@ -1,5 +1,6 @@
 """Registry formats as a user meets them on the command line: a real broker, the embedded schema
-registry over HTTP, ``kafka-batch run`` (Spark ``local``), each output read back by its own readers.
+registry over HTTP, ``kafka-batch run`` (spark-submit ``local``, or the session's Spark Connect
+server where a test runs several batches), each output read back by its own readers.
 
 Each test stands for a defect a review reproduced this way (schemas with references, defaults of
 byte types, JSON Schema references by name, a registry URL with a slash too few, a nested field
@@ -112,7 +113,7 @@ def test_avro_values_whose_schema_references_another_subject_land_as_rows_with_i
 
 
 def test_json_schema_references_by_their_registered_name_resolve_as_confluents_deserializer_resolves_them(
-    kafka_config, kafka_bootstrap_servers, new_topic, group_id, schema_registry, tmp_path
+    kafka_config, kafka_bootstrap_servers, new_topic, group_id, schema_registry, tmp_path, spark_connect_remote
 ):
     topic = new_topic(partitions=1)
     client = SchemaRegistryClient({"url": schema_registry})
@@ -131,7 +132,17 @@ def test_json_schema_references_by_their_registered_name_resolve_as_confluents_d
     produce(kafka_config, topic, [Record(0, serialize(r, context)) for r in records])
     out = Output(str(tmp_path / "lake"))
     args = run_args(kafka_bootstrap_servers, topic, group_id, out, schema_registry)
-    result = last_json(cli(*args, "--value-format", "json-schema", "--on-bad-record", "dead-letter"))
+    result = last_json(
+        cli(
+            *args,
+            "--value-format",
+            "json-schema",
+            "--on-bad-record",
+            "dead-letter",
+            "--spark-remote",
+            spark_connect_remote,
+        )
+    )
     assert (result["records"], result.get("dead_letters", 0)) == (5, 0), f"expected 5 rows, no dead letters: {result}"
     rows = sorted(read_dataset(out, ["id", "ship"]).to_pylist(), key=lambda r: r["id"])
     assert rows == records, f"expected the referenced address as a struct {records}, found {rows}"
@@ -205,12 +216,13 @@ def duckdb_rows(output: Output) -> list[dict]:
 
 @pytest.mark.parametrize("fmt", ["parquet", "delta", "iceberg"])
 def test_a_nested_field_made_optional_lands_and_every_reader_still_reads_the_table(
-    fmt, kafka_config, kafka_bootstrap_servers, new_topic, group_id, schema_registry, tmp_path
+    fmt, kafka_config, kafka_bootstrap_servers, new_topic, group_id, schema_registry, tmp_path, spark_connect_remote
 ):
     topic = new_topic(partitions=1)
     client = SchemaRegistryClient({"url": schema_registry})
     output = table_output(fmt, tmp_path)
     args = run_args(kafka_bootstrap_servers, topic, group_id, output, schema_registry, "--value-format", "avro")
+    args += ["--spark-remote", spark_connect_remote]
     first = [{"id": n, "line": {"sku": f"s{n}", "qty": n}} for n in range(3)]
     produce(kafka_config, topic, [Record(0, v) for v in avro_values(client, topic, LINE_V1, first)])
     assert last_json(cli(*args))["records"] == 3
@@ -268,12 +280,13 @@ def read_rows(output: Output) -> list[dict]:
 
 
 def test_read_batch_after_compaction_reads_a_newer_versions_columns(
-    kafka_config, kafka_bootstrap_servers, new_topic, group_id, schema_registry, tmp_path
+    kafka_config, kafka_bootstrap_servers, new_topic, group_id, schema_registry, tmp_path, spark_connect_remote
 ):
     topic = new_topic(partitions=1)
     client = SchemaRegistryClient({"url": schema_registry})
     output = Output(str(tmp_path / "lake"))
     args = run_args(kafka_bootstrap_servers, topic, group_id, output, schema_registry, "--value-format", "avro")
+    args += ["--spark-remote", spark_connect_remote]
     v1 = {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]}
     v2 = {**v1, "fields": [*v1["fields"], {"name": "coupon", "type": ["null", "string"], "default": None}]}
     # Two batches of each version (and a newest one, which upkeep leaves alone): compaction merges
