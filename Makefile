@@ -87,7 +87,7 @@ test: prereqs browser-prereqs venv azurite jvm-tools lint
 demo: prereqs venv jvm-tools
 	$(BIN)/python scripts/demo.py
 
-# The live Airflow services with the project's DAGs, the embedded broker and S3 server (Ctrl-C stops).
+# The live Airflow services with the project's DAGs, Apache Kafka and the embedded S3 server (Ctrl-C stops).
 airflow: prereqs venv jvm-tools
 	$(BIN)/python scripts/live_airflow.py
 

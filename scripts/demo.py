@@ -1,7 +1,8 @@
 """`make demo`: the main job end to end through Airflow, on the embedded defaults.
 
-1. start the embedded Kafka-protocol broker (or use $KAFKA_BOOTSTRAP_SERVERS) and the
-   embedded S3-protocol server (or use $AWS_ENDPOINT_URL with $AWS_ACCESS_KEY_ID),
+1. start Apache Kafka itself (a single-node KRaft broker from the jars of `make jvm-tools`; or use
+   $KAFKA_BOOTSTRAP_SERVERS) and the embedded S3-protocol server (or use $AWS_ENDPOINT_URL with
+   $AWS_ACCESS_KEY_ID),
 2. produce sample events to two topics,
 3. run the `kafka_batch_ingest` DAG (`airflow dags test`): plan -> Spark -> commit, the lake
    on S3 (`s3://lake/...`, credentials in an Airflow `aws` connection). Spark is a local
@@ -11,8 +12,8 @@
 4. produce more events and run it again: the second batch holds only the new events,
 5. delete the consumer group (as Kafka does when offsets expire), produce more, run again:
    the batch resumes from the output's offset log and reads only the new events,
-6. run the `kafka_batch_backfill` DAG for a time range (by offsets where the broker cannot
-   map times to offsets), which never commits the group,
+6. run the `kafka_batch_backfill` DAG for a time range, mapped to offsets by the broker (by
+   offsets where a broker cannot map times, as the embedded tansu one), which never commits the group,
 7. ingest the same topics into a Delta Lake table on the local disk (`kafka-batch run --format
    delta`, its own group), read it back with deltalake and DuckDB, list its batches
    (`kafka-batch table`), then keep it up (`kafka-batch upkeep`: its files before and after),
@@ -54,7 +55,7 @@ import pyarrow.dataset as ds  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 from pyarrow.fs import FSSpecHandler, PyFileSystem  # noqa: E402
 
-from kafka_batch_provider.dev.broker import EmbeddedBroker  # noqa: E402
+from kafka_batch_provider.dev.kafka import KafkaBroker  # noqa: E402
 from kafka_batch_provider.dev.s3 import EmbeddedS3, S3Endpoint  # noqa: E402
 from kafka_batch_provider.dev.schema_registry import EmbeddedSchemaRegistry  # noqa: E402
 from kafka_batch_provider.dev.spark_connect import SparkConnectServer  # noqa: E402
@@ -123,8 +124,9 @@ def main() -> int:
         if external:
             bootstrap = external
         else:
-            bootstrap = stack.enter_context(EmbeddedBroker(log_path=WORK / "broker.log")).bootstrap_servers
-            say(f"embedded broker (tansu, memory storage) on {bootstrap}")
+            broker = stack.enter_context(KafkaBroker(data_dir=WORK / "kafka", log_path=WORK / "broker.log"))
+            bootstrap = broker.bootstrap_servers
+            say(f"Apache Kafka (single-node KRaft, {WORK / 'kafka'}) on {bootstrap}")
         s3 = S3Endpoint.from_env(os.environ)
         if s3 is None:
             s3 = stack.enter_context(EmbeddedS3(log_path=WORK / "s3.log")).endpoint
@@ -209,7 +211,7 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str |
         how = f"time range {window_start:%H:%M}-{window_end:%H:%M} UTC"
     else:
         conf = {"topic": names[0], "start_offsets": {"0": 100}, "end_offsets": {"0": 200}}
-        how = "offsets 100-200 of partition 0 (this broker cannot map times to offsets: tansu)"
+        how = "offsets 100-200 of partition 0 (this broker cannot map times to offsets)"
     conf["output_path"] = replay_out
     say(f"backfill: airflow dags test kafka_batch_backfill, {how} ...")
     committed_before = kafka.committed_offsets(group, [tp for tp in _tps(kafka, names)])

@@ -1,6 +1,6 @@
 """``make airflow``: the live Airflow stack with the project's DAGs, ready to click through.
 
-Starts the embedded broker (topic ``orders``, some sample records), the embedded S3 server
+Starts Apache Kafka itself (a single-node KRaft broker; topic ``orders``, some sample records), the embedded S3 server
 (bucket ``lake``), and Airflow's api-server, scheduler, dag-processor and triggerer with
 ``AIRFLOW_HOME=.airflow-live`` (SQLite, LocalExecutor). The connections ``kafka_default``,
 ``spark_default`` (``local[*]``) and ``lake`` (``aws``, the S3 server) are created; the ingest
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "provider"))
 
 from kafka_batch_provider.dev.airflow_live import AirflowStack, AirflowStackError  # noqa: E402
-from kafka_batch_provider.dev.broker import EmbeddedBroker  # noqa: E402
+from kafka_batch_provider.dev.kafka import KafkaBroker  # noqa: E402
 from kafka_batch_provider.dev.s3 import EmbeddedS3  # noqa: E402
 from kafka_batch_provider.testing.producers import create_topics, produce, sample_records  # noqa: E402
 
@@ -44,7 +44,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, stop_on_sigterm)
     with ExitStack() as stack:
         try:
-            broker = stack.enter_context(EmbeddedBroker(log_path=args.home / "broker.log"))
+            broker = stack.enter_context(KafkaBroker(data_dir=args.home / "kafka", log_path=args.home / "broker.log"))
             s3 = stack.enter_context(EmbeddedS3(log_path=args.home / "s3.log"))
             kafka_config = {"bootstrap.servers": broker.bootstrap_servers}
             create_topics(kafka_config, {TOPIC: 2})
