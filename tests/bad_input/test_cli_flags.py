@@ -148,6 +148,12 @@ CASES = [
         "--value-schema is only used with --value-format=json",
     ),
     Case("json-without-value-schema", lambda s: run(s, "--value-format", "json"), "--value-format=json needs"),
+    # The scene's group feeds the scene's lake (its commits say so): a second output is refused for it.
+    Case(
+        "new-output-for-another-outputs-group",
+        lambda s: run(s, "--output", str(s.root / "second-lake")),
+        "was last committed by another output",
+    ),
     Case(
         "unwritable-output",
         # A group of its own: the scene's feeds the scene's lake, and a real Kafka hands back the
