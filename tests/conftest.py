@@ -20,7 +20,11 @@ from tests.faults import tally as _faults_tally  # noqa: F401 - registers its ma
 from tests.matrix import MATRICES
 from tests.support import generated_tally as _generated_tally  # noqa: F401 - registers its counts
 
-pytest_plugins = ["kafka_batch_provider.testing.pytest_plugin", "tests.support.spark_cluster"]
+pytest_plugins = [
+    "kafka_batch_provider.testing.pytest_plugin",
+    "tests.support.spark_cluster",
+    "tests.support.secure_kafka",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -264,6 +264,8 @@ class KafkaBroker(LocalServer):
         ``{"SASL_SSL": "SASL_SSL"}``), each on a free port (:attr:`listener_ports`); their
         SASL and TLS settings go in ``properties``.
     :param format_options: more ``StorageTool format`` arguments (e.g. ``--add-scram ...``).
+    :param listener_protocols: another security protocol for a built-in listener, e.g.
+        ``{"CONTROLLER": "SSL"}`` (its TLS settings go in ``properties``); both are PLAINTEXT otherwise.
     :param jar_dir: the jars (default ``$KAFKA_BATCH_TOOLS_DIR/kafka/jars``).
     """
 
@@ -272,6 +274,7 @@ class KafkaBroker(LocalServer):
     properties: Mapping[str, str] = field(default_factory=dict)
     extra_listeners: Mapping[str, str] = field(default_factory=dict)
     format_options: Sequence[str] = ()
+    listener_protocols: Mapping[str, str] = field(default_factory=dict)
     jar_dir: Path | None = None
     #: The port of each listener (``PLAINTEXT``, ``CONTROLLER``, the extra ones) once started.
     listener_ports: dict[str, int] = field(default_factory=dict)
@@ -334,6 +337,7 @@ class KafkaBroker(LocalServer):
             ports[name] = free_port()
             protocols[name] = protocol
             advertised[name] = ports[name]
+        protocols.update({name: p for name, p in self.listener_protocols.items() if name in protocols})
         self.listener_ports = ports
         return {
             **BASE_PROPERTIES,

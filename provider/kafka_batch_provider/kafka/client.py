@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import (
     Consumer,
+    ConsumerGroupTopicPartitions,
     IsolationLevel,
     KafkaError,
     KafkaException,
@@ -42,7 +43,7 @@ from kafka_batch_provider.kafka.config import (
     consumer_config,
     reader_consumer_config,
 )
-from kafka_batch_provider.kafka.errors import LEADERSHIP_MOVING, is_transient, is_unreachable
+from kafka_batch_provider.kafka.errors import LEADERSHIP_MOVING, is_refusal, is_transient, is_unreachable
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,31 @@ REQUEST_PARTITIONS = 1000
 def in_requests(items: Sequence[T]) -> list[Sequence[T]]:
     """``items`` cut into requests of at most :data:`REQUEST_PARTITIONS`."""
     return [items[i : i + REQUEST_PARTITIONS] for i in range(0, len(items), REQUEST_PARTITIONS)]
+
+
+#: The broker's answer to an offset commit from outside a group that has active members: while
+#: consumers are subscribed with its ``group.id``, Kafka takes the group's offsets from them only
+#: (a commit without a member id and generation is accepted from an empty group alone). Kafka 4.4
+#: answers so under both rebalance protocols, the classic one and KIP-848's consumer protocol.
+GROUP_HAS_MEMBERS = frozenset({KafkaError.UNKNOWN_MEMBER_ID})
+
+
+def group_in_use(group_id: str) -> KafkaRefusedError:
+    """Our commit refused because the group has active members: one line naming it and the remedy."""
+    return KafkaRefusedError(
+        f"Kafka refused the commit of group {group_id!r}: the group has an active member (a consumer subscribed "
+        f"with group.id {group_id!r}), and Kafka takes a group's offsets from its members only; stop that consumer "
+        "or give it a group.id of its own (a group feeds one reader); the batch stays in the output, and the next "
+        "run commits it without reading again"
+    )
+
+
+def refused_access(servers: str, error: KafkaError) -> KafkaRefusedError:
+    """A login, certificate or ACL refusal (:func:`~kafka_batch_provider.kafka.errors.is_refusal`) in one line."""
+    return KafkaRefusedError(
+        f"Kafka at {servers} refused access ({error.name()}): {error.str()}; "
+        "check the connection's credentials, CA and the principal's ACLs (a retry fails the same way)"
+    )
 
 
 def broker_error(error: Any, message: str) -> KafkaBatchError:
@@ -85,6 +111,8 @@ class KafkaOffsets:
         self._given_config = dict(config) if config is not None else None
         self.timeout = timeout
         self._consumers: dict[str, Consumer] = {}
+        #: The last refusal librdkafka reported through ``error_cb`` (a login, a certificate).
+        self._refusal: KafkaError | None = None
 
     # -- configuration -------------------------------------------------------------------
 
@@ -104,7 +132,13 @@ class KafkaOffsets:
 
     @cached_property
     def admin(self) -> AdminClient:
-        return AdminClient(admin_config(self.kafka_config))
+        return AdminClient({**admin_config(self.kafka_config), "error_cb": self._on_error})
+
+    def _on_error(self, error: KafkaError) -> None:
+        """librdkafka's client-wide errors: refusals are kept for :meth:`_metadata`, the rest (a broker
+        away, which librdkafka retries by itself) show in the request that meets them."""
+        if is_refusal(error):
+            self._refusal = error
 
     def _consumer(self, group_id: str) -> Consumer:
         if group_id not in self._consumers:
@@ -160,7 +194,7 @@ class KafkaOffsets:
         """
         if topics:  # an empty list only probes the connection
             check_topics(topics)
-        metadata = self._call("list_topics", lambda: self.admin.list_topics(timeout=self.timeout))
+        metadata = self._call("list_topics", self._metadata)
         missing = [t for t in topics if t not in metadata.topics]
         if missing:
             raise PlanError(f"unknown topic(s) {', '.join(map(repr, missing))} on {self.bootstrap_servers}")
@@ -178,6 +212,28 @@ class KafkaOffsets:
                 raise PlanError(f"topic {topic!r} has no partition(s) {absent} (it has {len(existing)})")
             result.extend(TopicPartition(topic, p) for p in chosen)
         return result
+
+    def _metadata(self) -> Any:
+        """The cluster's metadata: the first request of every step, so the one that meets a refusal.
+
+        librdkafka reports a refused login or an untrusted certificate to ``error_cb`` only (served
+        by ``poll``), while ``list_topics`` waits out its whole timeout and then says the transport
+        failed: it is asked in slices of a second, with the refusals looked at between them.
+        """
+        deadline = time.monotonic() + self.timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return self.admin.list_topics(timeout=max(min(1.0, left), 0.001))
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if not isinstance(error, KafkaError) or not is_unreachable(error):
+                    raise
+                self.admin.poll(0)  # serves error_cb
+                if self._refusal is not None:
+                    raise refused_access(self.bootstrap_servers, self._refusal) from None
+                if left <= 1.0:
+                    raise
 
     def topic_ids(self, topics: Sequence[str]) -> dict[str, str]:
         """Each topic's id (a new one when a topic is deleted and recreated); brokers without ids give none.
@@ -274,7 +330,11 @@ class KafkaOffsets:
                 answer += consumer.committed([KafkaTopicPartition(tp.topic, tp.partition) for tp in part], timeout=left)
             return answer
 
-        answer = self._call(f"committed({group_id})", run)
+        try:
+            answer = self._call(f"committed({group_id})", run)
+        except KafkaUnavailableError:
+            self._check_group_access(group_id, tps[0])
+            raise
         result: dict[TopicPartition, tuple[int | None, str | None]] = {}
         for item in answer:
             if item.error is not None:
@@ -284,6 +344,26 @@ class KafkaOffsets:
             offset = None if item.offset < 0 else item.offset
             result[TopicPartition(item.topic, item.partition)] = (offset, item.metadata if offset is not None else None)
         return result
+
+    def _check_group_access(self, group_id: str, tp: TopicPartition) -> None:
+        """Raise the refusal behind a ``committed`` that timed out, if that is what it was.
+
+        A consumer whose principal may not use the group gets no answer from librdkafka (its
+        coordinator lookup is refused and retried until the timeout); the admin API's offset
+        request gets the broker's answer (``GROUP_AUTHORIZATION_FAILED``) at once.
+        """
+        request = [ConsumerGroupTopicPartitions(group_id, [KafkaTopicPartition(tp.topic, tp.partition)])]
+        futures = self.admin.list_consumer_group_offsets(request, request_timeout=min(self.timeout, 10.0))
+        try:
+            for future in futures.values():
+                future.result()
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if isinstance(error, KafkaError) and is_refusal(error):
+                raise KafkaRefusedError(
+                    f"Kafka refused group {group_id!r} ({error.name()}): {error.str()}; the principal needs "
+                    "READ on the group (a retry fails the same way)"
+                ) from None
 
     def partition_offsets(
         self, group_id: str | None, topics: Sequence[str], partitions: Iterable[int] | None = None
@@ -331,6 +411,8 @@ class KafkaOffsets:
         request = [KafkaTopicPartition(tp.topic, tp.partition, offsets[tp], metadata=metadata) for tp in tps]
         answer = self._call(f"commit({group_id})", lambda: self._commit_synchronously(group_id, request))
         errors = [a for a in answer or [] if a.error is not None]
+        if any(a.error.code() in GROUP_HAS_MEMBERS for a in errors):
+            raise group_in_use(group_id)
         if errors:
             failed = listed(f"{a.topic}[{a.partition}]: {a.error.str()}" for a in errors)
             raise broker_error(errors[0].error, f"commit of group {group_id!r} failed for {failed}")
@@ -378,18 +460,31 @@ class KafkaOffsets:
         if not answers:
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
         error, partitions = answers[0]
+        if error is not None and error.code() in GROUP_HAS_MEMBERS:
+            raise group_in_use(group_id)  # not a KafkaException: no retry, no generic line
         if error is not None:
             raise KafkaException(error)
         return partitions
 
     def topic_retention_ms(self, topics: Sequence[str]) -> dict[str, int | None]:
-        """Each topic's ``retention.ms`` (``None`` when the broker does not say; ``-1``: forever)."""
+        """Each topic's ``retention.ms`` (``None`` when the broker does not say; ``-1``: forever).
+
+        A principal without DESCRIBE_CONFIGS on a topic (READ is all ingestion needs) gets ``None``
+        for it, with a warning: the lag check then cannot judge that topic's retention risk.
+        """
         resources = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
 
         def run() -> dict[str, int | None]:
             found: dict[str, int | None] = {}
             for resource, future in self.admin.describe_configs(resources, request_timeout=self.timeout).items():
-                entry = future.result().get("retention.ms")
+                try:
+                    entry = future.result().get("retention.ms")
+                except KafkaException as exc:
+                    error = exc.args[0] if exc.args else None
+                    if not isinstance(error, KafkaError) or error.code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                        raise
+                    log.warning("no DESCRIBE_CONFIGS on topic %r: its retention is unknown, not judged", resource.name)
+                    entry = None
                 found[resource.name] = int(entry.value) if entry is not None and entry.value is not None else None
             return found
 

@@ -25,7 +25,7 @@ READ_UNCOMMITTED = "read_uncommitted"
 #: ``s3.access-key-id``, ``credential``.
 SECRET_KEY_PATTERN = re.compile(
     r"(?i)secret|password|token|access[._-]?key|account[._-]?key|connection[._-]?string|sas[._-]?key|credential"
-    r"|jaas|oauthbearer\.config|ssl\.key\.pem|private"
+    r"|jaas|oauthbearer\.config|ssl\.key\.pem|keystore\.key|private"
 )
 #: A URI with a password in it (``postgresql://user:pw@host/db``), whatever its key is called.
 SECRET_VALUE_PATTERN = re.compile(r"://[^/@\s:]*:[^@\s]+@")
@@ -146,7 +146,9 @@ READER_DEFAULTS: dict[str, Any] = {
     "fetch.queue.backoff.ms": 10,
 }
 
-#: Group id of the reading consumer. It never joins the group (assign only) and never commits.
+#: Group id of the reading consumer. It never joins the group (assign only) and never commits, so
+#: it needs no ACL: the reader skips the group authorization errors librdkafka reports for it
+#: (``kafka.errors.READER_GROUP_ERRORS``).
 READER_GROUP_ID = "kafka-batch-reader"
 
 

@@ -53,6 +53,11 @@ NOT_NOW = frozenset(
 
 TRANSIENT_CODES = UNREACHABLE | LEADERSHIP_MOVING | NOT_NOW
 
+#: Errors about the reading consumer's own group, not about the read: librdkafka wants a
+#: ``group.id`` and looks up its coordinator, though the reader only assigns and never joins or
+#: commits. A principal allowed to read the topic (and its own group) has no ACL on that group.
+READER_GROUP_ERRORS = frozenset({KafkaError.GROUP_AUTHORIZATION_FAILED})
+
 
 def is_unreachable(error: KafkaError) -> bool:
     """No broker could be asked: a request failing so names the broker, not the input."""
@@ -66,3 +71,26 @@ def is_transient(error: KafkaError) -> bool:
     return (
         error.code() in UNREACHABLE or error.code() in LEADERSHIP_MOVING or error.code() in NOT_NOW or error.retriable()
     )
+
+
+#: Refusals that librdkafka reports through ``error_cb`` (or as a consumer's error event) only,
+#: while the request that met them waits out its timeout and then looks like an outage: the
+#: broker refused the credentials, the client does not trust the broker's certificate, the
+#: principal may not use the group or the topic. No wait changes them.
+REFUSALS = frozenset(
+    {
+        KafkaError._AUTHENTICATION,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError._SSL,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    }
+)
+
+
+def is_refusal(error: KafkaError) -> bool:
+    """A refusal (:data:`REFUSALS`), also as the transport error an untrusted certificate may give."""
+    if error.code() in REFUSALS:
+        return True
+    return error.code() == KafkaError._TRANSPORT and "certificate verify failed" in error.str()

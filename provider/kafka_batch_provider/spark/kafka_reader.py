@@ -35,7 +35,7 @@ from kafka_batch_provider.core.offsets import OffsetRange
 from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ReadFailedError, ReadStalledError
 from kafka_batch_provider.kafka.config import reader_consumer_config
-from kafka_batch_provider.kafka.errors import is_transient
+from kafka_batch_provider.kafka.errors import READER_GROUP_ERRORS, is_transient
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
@@ -171,7 +171,7 @@ def read_range(
                 error = m.error()
                 if error is None:
                     good.append(m)
-                elif error.code() == KafkaError._PARTITION_EOF:
+                elif error.code() == KafkaError._PARTITION_EOF or error.code() in READER_GROUP_ERRORS:
                     continue
                 elif is_transient(error):
                     # The broker is away or its leader moving: librdkafka reconnects by itself;

@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from kafka_batch_provider.kafka.errors import is_transient, is_unreachable
+from kafka_batch_provider.kafka.errors import is_refusal, is_transient, is_unreachable
 
 
 @pytest.mark.parametrize(
@@ -181,3 +181,52 @@ def test_a_request_answered_by_a_moving_coordinator_is_asked_again_within_the_ti
     with pytest.raises(KafkaRefusedError):
         offsets._call("committed(g)", refused)
     assert len(calls) == 1, f"an answer that is no outage is not asked again, asked {len(calls)} times"
+
+
+def test_a_commit_refused_because_the_group_has_active_members_is_one_line_naming_the_group(monkeypatch):
+    """Kafka answers UNKNOWN_MEMBER_ID to a commit from outside a group with active members (both
+    rebalance protocols; tests/integration/test_active_group_member.py shows it on Apache Kafka)."""
+    from kafka_batch_provider.core.offsets import TopicPartition
+    from kafka_batch_provider.errors import KafkaRefusedError
+    from kafka_batch_provider.kafka import client
+
+    class MemberlessCommit:
+        """The commit's consumer, answered as Kafka answers it while the group has a member."""
+
+        def __init__(self, config):
+            self.on_commit, self.offsets = config["on_commit"], []
+
+        def commit(self, offsets, asynchronous):
+            self.offsets = offsets
+
+        def poll(self, timeout):
+            self.on_commit(KafkaError(KafkaError.UNKNOWN_MEMBER_ID), self.offsets)
+
+        def close(self):
+            pass
+
+    tp = TopicPartition("orders", 0)
+    offsets = client.KafkaOffsets({"bootstrap.servers": "127.0.0.1:9"}, timeout=2)
+    monkeypatch.setattr(client, "Consumer", MemberlessCommit)
+    monkeypatch.setattr(offsets, "committed_offsets", lambda group_id, tps: {tp: None})
+    with pytest.raises(KafkaRefusedError) as refused:
+        offsets.commit("orders-to-lake", {tp: None}, {tp: 5})
+    line = str(refused.value)
+    assert not refused.value.transient and "\n" not in line, f"expected a one-line refusal, found {line!r}"
+    for expected in ("group 'orders-to-lake'", "active member", "stop that consumer", "without reading again"):
+        assert expected in line, f"expected {expected!r} in {line!r}"
+
+
+@pytest.mark.parametrize(
+    ("code", "text", "refused"),
+    [
+        (KafkaError._AUTHENTICATION, "SASL authentication error: Authentication failed", True),
+        (KafkaError._SSL, "SSL handshake failed: certificate verify failed", True),
+        (KafkaError._TRANSPORT, "SSL handshake failed: error:0A000086:SSL routines::certificate verify failed", True),
+        (KafkaError.GROUP_AUTHORIZATION_FAILED, "FindCoordinator response error: Group authorization failed.", True),
+        (KafkaError._TRANSPORT, "Connect to ipv4#127.0.0.1:9092 failed: Connection refused", False),
+        (KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down", False),
+    ],
+)
+def test_refusals_reported_beside_a_request_are_told_from_an_outage(code, text, refused):
+    assert is_refusal(KafkaError(code, text)) is refused, f"{KafkaError(code).name()} {text!r}: refused={refused}"

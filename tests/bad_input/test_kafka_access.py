@@ -1,0 +1,126 @@
+"""Kafka refusing access on a SASL_SSL listener with ACLs (``secure_kafka``): one ``error:`` line, exit 2
+(a configuration error: not retried), nothing planned, written or committed.
+
+Each case runs ``kafka-batch run`` as a principal that lacks one thing the batch needs: READ on the
+group, any ACL on the topic, the right password, a CA that signed the broker's certificate. The
+state compared is the case's group's committed offsets (read as ``admin``) and every file under
+the scene's folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kafka_batch_provider.core.offsets import TopicPartition
+from kafka_batch_provider.errors import EXIT_TERMINAL
+from kafka_batch_provider.kafka.client import KafkaOffsets
+from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
+from tests.bad_input.scene import cli, cli_refusal_problems
+from tests.support.secure_kafka import SecureKafka
+
+
+@dataclass
+class AccessScene:
+    secure: SecureKafka
+    root: Path
+    topic: str
+    kafka: KafkaOffsets  # as admin: the committed offsets of any group
+
+    def snapshot(self, group: str) -> dict[str, Any]:
+        tp = TopicPartition(self.topic, 0)
+        files = {
+            str(p.relative_to(self.root)): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+            for p in sorted(self.root.rglob("*"))
+            if p.is_file()
+        }
+        return {"committed": self.kafka.committed_offsets(group, [tp]), "files": files}
+
+    def config_file(self, config: dict[str, str]) -> str:
+        path = self.root / "inputs" / f"{uuid.uuid4().hex[:8]}-kafka.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(config))
+        return str(path)
+
+
+@pytest.fixture(scope="module")
+def access(secure_kafka: SecureKafka, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AccessScene]:
+    topic = f"access-{uuid.uuid4().hex[:8]}"
+    create_topics(secure_kafka.admin_config, {topic: 1})
+    produce(secure_kafka.admin_config, topic, sample_records(1, 5))
+    kafka = KafkaOffsets(secure_kafka.admin_config, timeout=30)
+    try:
+        yield AccessScene(secure_kafka, tmp_path_factory.mktemp("kafka-access"), topic, kafka)
+    finally:
+        kafka.close()
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    grants: tuple[tuple[str, str, str], ...]  # (resource, name, operation); {topic} and {group} filled in
+    expected: str
+    wrong_password: bool = False
+    other_ca: bool = False
+
+
+CASES = [
+    pytest.param(
+        Case("no-read-on-the-group", (("topic", "{topic}", "READ"),), "Group authorization failed"),
+        id="no-read-on-the-group",
+    ),
+    pytest.param(
+        # Without any ACL on it, the topic is not even in the metadata the principal may see.
+        Case("no-acl-on-the-topic", (("group", "{group}", "READ"),), "unknown topic(s) '{topic}'"),
+        id="no-acl-on-the-topic",
+    ),
+    pytest.param(
+        Case(
+            "wrong-password",
+            (("topic", "{topic}", "READ"), ("group", "{group}", "READ")),
+            "SASL authentication error",
+            wrong_password=True,
+        ),
+        id="wrong-password",
+    ),
+    pytest.param(
+        Case(
+            "certificate-of-another-ca",
+            (("topic", "{topic}", "READ"), ("group", "{group}", "READ")),
+            "certificate verify failed",
+            other_ca=True,
+        ),
+        id="certificate-of-another-ca",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_kafka_refusing_access_is_one_line_exit_2_and_changes_nothing(case: Case, access: AccessScene, verdict):
+    group = f"access-{case.id}-{uuid.uuid4().hex[:6]}"
+    grants = [(r, name.format(topic=access.topic, group=group), op) for r, name, op in case.grants]
+    user, password = access.secure.new_user(grants)
+    config = access.secure.client_config(
+        user, "not-the-password" if case.wrong_password else password, access.secure.other_ca if case.other_ca else None
+    )
+    config_file = access.config_file(config)
+    out = access.root / f"lake-{case.id}"
+    before = access.snapshot(group)
+
+    result = cli(
+        "run",
+        *("--kafka-config-file", config_file, "--topic", access.topic, "--group", group, "--output", str(out)),
+        *("--timeout", "5"),  # a client that waits for an answer that never comes gives up soon
+    )
+
+    problems = cli_refusal_problems(result, case.expected.format(topic=access.topic))
+    if result.returncode != EXIT_TERMINAL:
+        problems.append(f"expected exit {EXIT_TERMINAL} (a configuration error, not retried), got {result.returncode}")
+    verdict.judge(problems, before, access.snapshot(group))
