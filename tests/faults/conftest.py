@@ -12,11 +12,14 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
+from kafka_batch_provider.dev.broker import EmbeddedBroker
+from kafka_batch_provider.dev.kafka import KafkaBroker
 from kafka_batch_provider.dev.s3 import S3Endpoint
 from kafka_batch_provider.testing.pytest_plugin import local_broker
 from tests.faults.harness import Lake, reap
@@ -27,8 +30,17 @@ from tests.support.fault_proxy import FaultProxy
 FORMATS = ("parquet", "delta")
 
 
+@dataclass
+class FaultBroker:
+    """The fault matrix's broker process and the proxy every client of it goes through."""
+
+    kind: str
+    server: EmbeddedBroker | KafkaBroker
+    proxy: FaultProxy
+
+
 @pytest.fixture(scope="session")
-def broker_proxy(kafka_broker_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultProxy]:
+def fault_broker(kafka_broker_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultBroker]:
     """A broker of its own (not the session's), reachable only through a proxy that can go dark:
     tansu when the session runs on tansu, else Apache Kafka (an external broker cannot sit
     behind the proxy: its metadata names its own address)."""
@@ -37,7 +49,29 @@ def broker_proxy(kafka_broker_kind: str, tmp_path_factory: pytest.TempPathFactor
     with local_broker(kind, tmp_path_factory.mktemp("fault-broker"), advertised_port=proxy.port) as broker:
         proxy.target_port = broker.port
         with proxy:
-            yield proxy
+            yield FaultBroker(kind, broker, proxy)
+
+
+@pytest.fixture(scope="session")
+def broker_proxy(fault_broker: FaultBroker) -> FaultProxy:
+    return fault_broker.proxy
+
+
+@pytest.fixture
+def kafka_process(fault_broker: FaultBroker) -> Iterator[KafkaBroker]:
+    """The fault broker's Apache Kafka process, for a scenario that stops it: started again after the
+    test whatever the test did (same port and data folder: every topic is still there)."""
+    if fault_broker.kind != "kafka":
+        pytest.skip(
+            "stopping and restarting the broker process needs Apache Kafka (the default broker): the embedded "
+            "broker (tansu, KAFKA_BATCH_TEST_BROKER=tansu) keeps its records in memory and would come back empty"
+        )
+    server = fault_broker.server
+    assert isinstance(server, KafkaBroker)
+    yield server
+    if server.pid is None or server.exit_code() is not None:
+        server.stop()  # reaps a process that died
+        server.start()
 
 
 def back_up_afterwards(proxy: FaultProxy) -> Iterator[FaultProxy]:

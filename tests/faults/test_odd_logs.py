@@ -7,6 +7,8 @@ from dataclasses import replace
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient
 
 from kafka_batch_provider.core.planning import DataLossPolicy, PlanPolicy
 from kafka_batch_provider.errors import PlanError
@@ -74,8 +76,8 @@ def test_aborted_transactions_are_never_ingested(
 class RetentionAt(KafkaOffsets):
     """The real broker's offsets, with the log start of partition 0 moved up as retention would.
 
-    The embedded broker cannot delete records (DeleteRecords is not implemented), so the
-    loss is made at the planning boundary: every other number is the broker's own.
+    The embedded broker (tansu) cannot delete records (DeleteRecords is not implemented), so
+    there the loss is made at the planning boundary: every other number is the broker's own.
     """
 
     def __init__(self, kafka_config, log_start: int) -> None:
@@ -90,13 +92,19 @@ class RetentionAt(KafkaOffsets):
 
 
 @pytest.fixture
-def deleted_before_read(lake, kafka_config, new_topic, group_id, spark_connect_remote):
-    """A batch of offsets 0-2 ingested and committed, then 3-9 produced and 3-6 "deleted" by retention."""
+def deleted_before_read(lake, kafka_config, new_topic, group_id, spark_connect_remote, fault_broker):
+    """A batch of offsets 0-2 ingested and committed, then 3-9 produced and 3-6 deleted: by DeleteRecords
+    on Apache Kafka (the log start really moves), at the planning boundary on tansu (:class:`RetentionAt`)."""
     topic = new_topic(partitions=1)
     produce(kafka_config, topic, sample_records(1, 3))
     run_cli(scenario_args(lake, kafka_config, topic, group_id, spark_connect_remote), lake.env()).result()
     produce(kafka_config, topic, sample_records(1, 7, first_id=3))
-    return topic, RetentionAt(kafka_config, log_start=7)
+    if fault_broker.kind == "tansu":
+        return topic, RetentionAt(kafka_config, log_start=7)
+    admin = AdminClient(kafka_config)  # kept in a variable: the future needs its client alive
+    [deleted] = admin.delete_records([KafkaTopicPartition(topic, 0, 7)], request_timeout=10).values()
+    assert deleted.result().low_watermark == 7, "DeleteRecords must move the log start to 7"
+    return topic, KafkaOffsets(kafka_config, timeout=10)
 
 
 def test_records_deleted_before_they_were_read_fail_the_plan_naming_the_missing_range(
