@@ -35,6 +35,7 @@ RETENTION_RISK, DATA_LOSS; logs WARN).
 | sensor: wait in the triggerer (no worker slot) | - | `KAFKA_BATCH_SENSOR_DEFERRABLE`, else `false` |
 | retries: wait between attempts (s) | - | `KAFKA_BATCH_RETRY_DELAY_SECONDS`, else `120` |
 | health: STOP after no commit for (s) | - | `KAFKA_BATCH_STOP_AFTER_SECONDS`, else `2700` (3 intervals) |
+| Spark's reader: `python`, or `jvm` (Spark's own Kafka source) | - | `KAFKA_BATCH_READER`, else `python` |
 | values: `bytes`, `string` or `avro` (typed, from a registry) | - | `KAFKA_BATCH_VALUE_FORMAT`, else `bytes` |
 | avro: `schema_registry` connection id | - | `KAFKA_BATCH_SCHEMA_REGISTRY_CONN_ID`, else none |
 | avro: subject | - | `KAFKA_BATCH_VALUE_SUBJECT`, else `<topic>-value` |

@@ -220,29 +220,22 @@ def test_jvm_reader_without_the_connector_is_one_clear_line_and_commits_nothing(
 ):
     topic = new_topic(partitions=1)
     produce(kafka_config, topic, sample_records(1, 3))
+    no_tools = tmp_path / "tools"  # a tools folder where `make jvm-tools` never ran
+    no_tools.mkdir()
+    out = tmp_path / "lake"
     result = cli(
         "run",
-        "--bootstrap-servers",
-        kafka_bootstrap_servers,
-        "--topic",
-        topic,
-        "--group",
-        group_id,
-        "--output",
-        str(tmp_path),
-        "--reader",
-        "jvm",
-        "--spark-master",
-        "local[1]",
+        *("--bootstrap-servers", kafka_bootstrap_servers, "--topic", topic, "--group", group_id),
+        *("--output", str(out), "--reader", "jvm", "--spark-master", "local[1]"),
+        env={"KAFKA_BATCH_TOOLS_DIR": str(no_tools), "SPARK_HOME": ""},
     )
-    # Progress lines came first; the failure itself is one line, the last one.
-    lines = result.stderr.strip().splitlines()
-    errors = [line for line in lines if line.startswith("error: ")]
-    assert result.returncode != 0 and errors == lines[-1:], f"expected one final error line, got {lines!r}"
-    assert "the jvm reader needs Spark's Kafka connector (spark-sql-kafka-0-10)" in errors[0], errors[0]
+    # Refused before anything is planned: no Ivy download at run time, no plan for a batch that cannot run.
+    expected = f"whose jars are not in {no_tools}/spark-kafka/jars: fetch them with `make jvm-tools`"
+    assert_one_line_error(result, expected)
+    assert result.returncode == 2, f"expected exit 2 (a configuration error, not retried), got {result.returncode}"
     tp = TopicPartition(topic, 0)
     assert KafkaOffsets(kafka_config).committed_offsets(group_id, [tp]) == {tp: None}
-    assert not list(tmp_path.glob("batch_id=*")) and not list(tmp_path.glob("_log/*"))
+    assert not out.exists() or not any(out.rglob("*.json")), f"expected nothing planned, found {list(out.rglob('*'))}"
 
 
 def test_discard_removes_an_unpublished_batch_and_refuses_a_logged_one(

@@ -1,19 +1,21 @@
-"""Issue 10: a Kafka password and a storage secret reach Spark and nowhere else.
+"""Issue 10 (and 35): a Kafka password and a storage secret reach Spark and nowhere else.
 
 One module-scoped setup runs the shipped ``kafka_batch_ingest`` DAG with dag.test() twice,
-with the real broker, real Spark (spark-submit, local[2]) and the real S3 server:
+with real Apache Kafka over SASL_SSL, real Spark (spark-submit, local[2]) and the real S3 server:
 
-* a parquet batch under one S3 prefix, and
-* a Delta batch (``kafka_batch_format=delta``) under another, its values Avro
-  (``KAFKA_BATCH_VALUE_FORMAT=avro``) from an embedded schema registry that asks for basic auth,
+* a parquet batch under one S3 prefix, read by the ``jvm`` reader (Spark's own Kafka source, the
+  Java client: the password travels in ``sasl.jaas.config``), and
+* a Delta batch (``kafka_batch_format=delta``) under another, read by the ``python`` reader
+  (librdkafka), its values Avro (``KAFKA_BATCH_VALUE_FORMAT=avro``) from an embedded schema registry
+  that asks for basic auth,
 
-with ``sasl.password`` in the Kafka connection (the embedded broker speaks PLAINTEXT and
-librdkafka ignores the password) and the storage secret as the password of an Airflow ``aws``
-connection (the embedded S3 server accepts any secret key, so a unique marker stands in for it),
-and the registry's password in a ``schema_registry`` connection (checked by the registry).
-Meanwhile a thread samples ``/proc/*/cmdline`` every 0.2 s. Each test then searches one kind
-of place for both secrets; :func:`find_secret` does the searching and is itself tested
-against a planted secret, so these tests can fail.
+with the password of a SCRAM-SHA-512 user in the Kafka connection (``secure_kafka``: the broker
+checks it, and ACLs allow that user READ on the two topics and groups only), the storage secret
+as the password of an Airflow ``aws`` connection (the embedded S3 server accepts any secret key,
+so a unique marker stands in for it), and the registry's password in a ``schema_registry``
+connection (checked by the registry). Meanwhile a thread samples ``/proc/*/cmdline`` every 0.2 s.
+Each test then searches one kind of place for the secrets; :func:`find_secret` does the searching
+and is itself tested against a planted secret, so these tests can fail.
 """
 
 from __future__ import annotations
@@ -147,16 +149,23 @@ def spark_submit_places(launched: Iterable[tuple[list[str], dict[str, str]]]) ->
 
 
 @pytest.fixture(scope="module")
-def secrets_run(request, airflow_db, kafka_bootstrap_servers, s3_server) -> Iterator[SecretsRun]:
+def secrets_run(request, airflow_db, secure_kafka, s3_server) -> Iterator[SecretsRun]:
     import s3fs
 
     capture = request.config.pluginmanager.getplugin("capturemanager")
     if not capture.is_globally_capturing():
         pytest.fail("the task logs are searched in pytest's captured output: run without -s / --capture=no")
-    kafka_config = {"bootstrap.servers": kafka_bootstrap_servers}
+    kafka_config = secure_kafka.admin_config  # topics made and records produced as the broker's admin
     suffix = uuid.uuid4().hex[:8]
     parquet_topic, delta_topic = f"secrets-parquet-{suffix}", f"secrets-delta-{suffix}"
     create_topics(kafka_config, {parquet_topic: 1, delta_topic: 1})
+    # The DAGs' principal: its password is the secret searched for; READ on its topics and groups only.
+    user = f"ingest-{suffix}"
+    secure_kafka.add_user(user, KAFKA_SECRET)
+    for resource, name in [("topic", parquet_topic), ("topic", delta_topic)] + [
+        ("group", f"secrets-{kind}-{suffix}") for kind in ("parquet", "delta")
+    ]:
+        secure_kafka.allow(user, resource, name, "READ")
     produce(kafka_config, parquet_topic, sample_records(1, 6))
     registry = EmbeddedSchemaRegistry(
         log_path=request.config._tmp_path_factory.mktemp("registry") / "registry.log",
@@ -174,7 +183,7 @@ def secrets_run(request, airflow_db, kafka_bootstrap_servers, s3_server) -> Iter
             json.dumps(
                 {
                     "conn_type": "kafka",
-                    "extra": {"bootstrap.servers": kafka_bootstrap_servers, "sasl.password": KAFKA_SECRET},
+                    "extra": secure_kafka.client_config(user, KAFKA_SECRET),
                 }
             ),
         )
@@ -201,6 +210,7 @@ def secrets_run(request, airflow_db, kafka_bootstrap_servers, s3_server) -> Iter
             env.setenv("AIRFLOW_VAR_KAFKA_BATCH_TOPICS", parquet_topic)
             env.setenv("AIRFLOW_VAR_KAFKA_BATCH_GROUP", f"secrets-parquet-{suffix}")
             env.setenv("AIRFLOW_VAR_KAFKA_BATCH_OUTPUT", f"s3://{parquet_prefix}")
+            env.setenv("KAFKA_BATCH_READER", "jvm")  # read when the DAG file is parsed
             states["parquet"] = run("kafka_batch_ingest")
 
             env.setenv("AIRFLOW_VAR_KAFKA_BATCH_TOPICS", delta_topic)
@@ -216,6 +226,7 @@ def secrets_run(request, airflow_db, kafka_bootstrap_servers, s3_server) -> Iter
             env.setenv("KAFKA_BATCH_VALUE_FORMAT", "avro")  # read when the DAG file is parsed
             env.setenv("KAFKA_BATCH_SCHEMA_REGISTRY_CONN_ID", "registry")
             env.setenv("AIRFLOW_VAR_KAFKA_BATCH_OUTPUT", f"s3://{delta_prefix}")
+            env.delenv("KAFKA_BATCH_READER")  # the python reader decodes Avro
             states["delta"] = run("kafka_batch_ingest")
 
         out, err = capture.read_global_capture()
@@ -256,6 +267,11 @@ def test_both_dag_runs_succeeded_so_the_secrets_were_really_used(secrets_run):
         assert {"KAFKA_BATCH_KAFKA_CONFIG_FILE", "KAFKA_BATCH_STORAGE_OPTIONS_FILE"} <= set(names), (
             f"expected both secrets to travel to Spark in private files named in the environment, got {names}"
         )
+    argvs = {place: argv for place, argv in secrets_run.spark_submit.items() if place.startswith("the argv")}
+    connector = {place: "spark-sql-kafka-0-10" in argv for place, argv in argvs.items()}
+    assert list(connector.values()) == [True, False], (
+        f"expected the first run (jvm reader) alone to get Spark's Kafka connector jars, got {connector}"
+    )
     assert "KAFKA_BATCH_REGISTRY_SETTINGS_FILE" in secrets_run.added_env_names[1], (
         f"expected the registry's settings in a private file too, got {secrets_run.added_env_names[1]}"
     )

@@ -395,8 +395,12 @@ def write_options(args: argparse.Namespace):
     from kafka_batch_provider.registry.reader_schema import require_registry
 
     check_spark_target(args)
-    spark_conf_from(args)
+    conf = spark_conf_from(args)
     options = WriteOptions.from_namespace(args)
+    if not args.spark_remote:  # a Spark Connect server has its own jars: its error says so
+        from kafka_batch_provider.spark.kafka_connector import jars_for_reader
+
+        jars_for_reader(options.reader, conf)  # the jvm reader without the connector: refused before planning
     registry = registry_from(args)
     for part, fmt in options.registry_parts.items():
         require_registry(fmt, registry, part)

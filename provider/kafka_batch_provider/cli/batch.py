@@ -72,9 +72,12 @@ def submit_write(
 
     if args.spark_remote:
         return connect_write(args, options, plan_path, spec, kafka, registry)
+    from kafka_batch_provider.spark.kafka_connector import jars_for_reader, with_jars
+
     master = args.spark_master or "local[*]"
     app_args = application_args(plan_path, spec, options)
-    command = submit_command(app_args, master, spark_conf_from(args))
+    conf = spark_conf_from(args)
+    command = submit_command(app_args, master, with_jars(conf, jars_for_reader(options.reader, conf)))
     progress(f"spark-submit --master {master} ({args.reader} reader, {spec.format} output)")
     return run_submit(
         command,

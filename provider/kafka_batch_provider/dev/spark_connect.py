@@ -5,6 +5,8 @@ as a plain process on 127.0.0.1 (like the embedded broker), ``kafka-batch spark-
 start|status|stop`` and the ``spark_connect_remote`` pytest fixture. A batch sent to a warm
 server pays no JVM, session or Python-worker start.
 
+It starts with Spark's Kafka connector when ``make jvm-tools`` fetched it (``spark.jars``), so
+batches may use the ``jvm`` reader, and with :data:`~kafka_batch_provider.spark.jvm_options.REDACTION_CONF`.
 Its Python workers run this interpreter (``PYSPARK_PYTHON``), which has this package: a
 server elsewhere needs ``airflow-provider-kafka-batch`` (the same version) in the Python its
 workers run, and says so in one line when it is missing.
@@ -20,8 +22,9 @@ from typing import ClassVar
 
 from kafka_batch_provider.dev.local_servers import HOST, Detached, LocalServer, port_open
 from kafka_batch_provider.errors import SparkStepError
-from kafka_batch_provider.kafka.config import SECRET_KEY_PATTERN
+from kafka_batch_provider.spark.jvm_options import REDACTION_CONF
 from kafka_batch_provider.spark.jvm_start import lean_submit_conf
+from kafka_batch_provider.spark.kafka_connector import connector_jars, with_jars
 from kafka_batch_provider.spark.submit import conf_args, spark_submit_executable
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -56,10 +59,12 @@ class SparkConnectServer(LocalServer):
             "spark.sql.session.timeZone": "UTC",
             "spark.ui.enabled": "false",
             "spark.log.level": "WARN",
-            # Keep secret-looking settings and options out of plans, the UI and logs.
-            "spark.redaction.regex": SECRET_KEY_PATTERN.pattern,
+            # Keep secret-looking settings and options (the jvm reader's) out of plans, the UI and logs.
+            **REDACTION_CONF,
             **self.conf,
         }
+        # Spark's Kafka connector from `make jvm-tools`, for batches with the jvm reader.
+        settings = with_jars(settings, [str(jar) for jar in connector_jars()])
         # The class archive and the worker daemon (not the batches' lean JVM: a server runs for days).
         settings = lean_submit_conf(self.master, settings, short_lived=False)
         command = [spark_submit_executable(), "--master", self.master, "--class", SERVER_CLASS]

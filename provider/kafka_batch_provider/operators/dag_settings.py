@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
-from kafka_batch_provider.core.write_options import ON_BAD_RECORD
+from kafka_batch_provider.core.write_options import ON_BAD_RECORD, READERS
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.operators.output import BatchOutput
 
@@ -117,7 +117,8 @@ def value_settings() -> dict[str, object]:
     """How the values and keys are read (parse-time environment): the formats
     (``KAFKA_BATCH_VALUE_FORMAT``, ``KAFKA_BATCH_KEY_FORMAT``), and for a registry format the
     schema registry connection, the subjects, pinned versions, whether the bytes stay too and what
-    an undecodable record does (``KAFKA_BATCH_ON_BAD_RECORD``: ``fail`` or ``dead-letter``)."""
+    an undecodable record does (``KAFKA_BATCH_ON_BAD_RECORD``: ``fail`` or ``dead-letter``), and the
+    Spark task's reader (``KAFKA_BATCH_READER``: ``python``, or ``jvm`` for Spark's own Kafka source)."""
     versions = {}
     for part in ("VALUE", "KEY"):
         version = os.environ.get(f"KAFKA_BATCH_{part}_SCHEMA_VERSION") or None
@@ -127,7 +128,11 @@ def value_settings() -> dict[str, object]:
     on_bad_record = os.environ.get("KAFKA_BATCH_ON_BAD_RECORD") or "fail"
     if on_bad_record not in ON_BAD_RECORD:
         raise ConfigError(f"KAFKA_BATCH_ON_BAD_RECORD must be one of {', '.join(ON_BAD_RECORD)}, got {on_bad_record!r}")
+    reader = os.environ.get("KAFKA_BATCH_READER") or "python"
+    if reader not in READERS:
+        raise ConfigError(f"KAFKA_BATCH_READER must be one of {', '.join(READERS)}, got {reader!r}")
     return {
+        "reader": reader,
         "value_format": os.environ.get("KAFKA_BATCH_VALUE_FORMAT", "bytes"),
         "value_subject": os.environ.get("KAFKA_BATCH_VALUE_SUBJECT") or None,
         "value_schema_version": versions["VALUE"],
@@ -150,7 +155,14 @@ PLAN_VALUE_SETTINGS = (
     "key_schema_version",
     "schema_registry_conn_id",
 )
-WRITE_VALUE_SETTINGS = ("value_format", "key_format", "keep_raw_value", "schema_registry_conn_id", "on_bad_record")
+WRITE_VALUE_SETTINGS = (
+    "reader",
+    "value_format",
+    "key_format",
+    "keep_raw_value",
+    "schema_registry_conn_id",
+    "on_bad_record",
+)
 
 
 def ingest_output_asset():

@@ -30,6 +30,7 @@ from kafka_batch_provider.spark.app import (
     STORAGE_OPTIONS_FILE_ENV,
 )
 from kafka_batch_provider.spark.jvm_start import lean_submit_conf
+from kafka_batch_provider.spark.kafka_connector import jars_for_reader
 from kafka_batch_provider.spark.py_files import needs_py_files, package_zip
 from kafka_batch_provider.spark.submit import (
     DEFAULT_APPLICATION,
@@ -109,7 +110,10 @@ class KafkaSparkBatchOperator(BatchLineage, SparkSubmitOperator):
 
     :param plan_task_id: task id of the plan operator (inside a task group: ``group.plan``).
     :param kafka_config_id: the ``kafka`` connection the plan used.
-    :param reader: ``python`` (default) or ``jvm`` (needs spark-sql-kafka-0-10 on the cluster).
+    :param reader: ``python`` (default) or ``jvm``: Spark's Kafka source, whose connector jars
+        (``make jvm-tools``, :mod:`~kafka_batch_provider.spark.kafka_connector`) are passed with
+        ``--jars``; refused in one line without them (unless ``jars``, ``packages`` or the
+        cluster's Spark provide ``spark-sql-kafka-0-10``).
     :param value_format: ``bytes`` (default), ``string``, ``json`` (with ``value_schema``) or
         ``avro``, ``protobuf``, ``json-schema`` (typed columns, with the reader schema the plan
         pinned; needs ``schema_registry_conn_id``, the plan task's ``schema_registry`` connection).
@@ -236,6 +240,10 @@ class KafkaSparkBatchOperator(BatchLineage, SparkSubmitOperator):
         self.conf = lean_submit_conf(master, self.conf, local_driver=deploy_mode != "cluster")
         with task_errors():
             binary_dir = spark_submit_directory(str(connection.get("spark_binary") or "spark-submit"))
+            # The jvm reader's connector from `make jvm-tools` (--jars), or refused in one line.
+            provided = {**self.conf, "spark.jars": self.jars or "", "spark.jars.packages": self.packages or ""}
+            jars = jars_for_reader(self.write_options.reader, provided)
+        self.jars = ",".join(filter(None, [self.jars, *jars])) or None
         if deploy_mode == "cluster":
             # The driver runs elsewhere: ship the files; they land in the driver's working dir.
             self.files = ",".join(filter(None, [self.files, config_path, storage_path, catalog_path, registry_path]))

@@ -26,7 +26,7 @@ from typing import Any
 from kafka_batch_provider.core.settings import WORDING_ENV, worded
 from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
-from kafka_batch_provider.kafka.config import SECRET_KEY_PATTERN, check_config, config_object, read_config_file
+from kafka_batch_provider.kafka.config import check_config, config_object, read_config_file
 from kafka_batch_provider.output.formats import OutputSpec, add_partition_by_argument, open_store, output_of_plan
 from kafka_batch_provider.output.location import read_storage_options_file
 from kafka_batch_provider.output.store import load_plan_file
@@ -39,6 +39,7 @@ from kafka_batch_provider.spark.error_lines import (
     spark_failure_exit_code,
     task_error_class,
 )
+from kafka_batch_provider.spark.jvm_options import REDACTION_CONF
 
 CONFIG_FILE_ENV = "KAFKA_BATCH_KAFKA_CONFIG_FILE"
 CONFIG_JSON_ENV = "KAFKA_BATCH_KAFKA_CONFIG"
@@ -148,14 +149,12 @@ def run(argv: Sequence[str] | None) -> int:
     from kafka_batch_provider.spark.ingest import stage_with
     from kafka_batch_provider.steps.write import write_batch
 
-    spark = (
-        SparkSession.builder.appName(f"kafka-batch {plan.batch_id}")
-        .config("spark.sql.session.timeZone", "UTC")
-        # Kafka settings travel as kafka.* source options: keep every secret-looking one out
-        # of plans, the UI and logs (Spark's default pattern misses sasl.jaas.config).
-        .config("spark.redaction.regex", SECRET_KEY_PATTERN.pattern)
-        .getOrCreate()
-    )
+    # The jvm reader's Kafka settings travel as kafka.* source options: keep every secret-looking
+    # one out of plans, the UI, event logs and logs.
+    builder = SparkSession.builder.appName(f"kafka-batch {plan.batch_id}").config("spark.sql.session.timeZone", "UTC")
+    for key, value in REDACTION_CONF.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     timings["spark_session_seconds"] = round(time.perf_counter() - clock, 3)
     clock = time.perf_counter()
     try:

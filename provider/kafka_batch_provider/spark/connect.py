@@ -28,6 +28,7 @@ from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError, SparkStepError
 from kafka_batch_provider.output.store import BatchStore
 from kafka_batch_provider.spark.error_lines import missing_package, spark_error_line, task_error_class
+from kafka_batch_provider.spark.jvm_options import SESSION_REDACTION_CONF
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,12 @@ NO_SERVER = Advice(
 SHARED_SESSION_SECONDS = 55 * 60
 SESSION_NAMESPACE = uuid.UUID("5b0c7d5e-6f0a-4d8e-9a51-7c1c2b4e9f30")
 #: Settings the batch relies on, set on every (shared) session before it runs.
-SESSION_CONF = {"spark.sql.session.timeZone": "UTC", "spark.sql.execution.arrow.useLargeVarTypes": "false"}
+SESSION_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.useLargeVarTypes": "false",
+    # The jvm reader's secret options out of the statement text (the server's UI, event log) and plans.
+    **SESSION_REDACTION_CONF,
+}
 #: Errors no retry can fix: the task fails at once instead of spending its retries.
 NOT_RETRYABLE = ("UNAUTHENTICATED", "PERMISSION_DENIED", "INVALID_CONNECT_URL", "INVALID_HANDLE")
 

@@ -10,7 +10,14 @@ import re
 from collections.abc import Iterable
 
 from kafka_batch_provider.core.settings import Setting
-from kafka_batch_provider.errors import ConfigError, KafkaBatchError, error_for_exit_code, error_named
+from kafka_batch_provider.errors import (
+    ConfigError,
+    KafkaBatchError,
+    KafkaRefusedError,
+    ReadFailedError,
+    error_for_exit_code,
+    error_named,
+)
 
 #: What the Spark application prints last when it fails (``spark/app.py``): its error's class,
 #: then its one line. Whoever started spark-submit reads both back (:func:`application_error`).
@@ -47,6 +54,30 @@ def jvm_connector_missing(text: str) -> bool:
     return "KAFKA_DATA_SOURCE_NOT_ENABLED" in text or "Failed to find data source: kafka" in text
 
 
+#: The Java Kafka client's refusals (the jvm reader): authentication and authorization, which no
+#: retry changes (the Python reader raises ``ReadFailedError`` for the same answers).
+_JAVA_KAFKA_REFUSED = re.compile(
+    r"org\.apache\.kafka\.common\.errors\.(\w*(?:Authorization|Authentication)Exception): ?([^\n]*)"
+)
+#: Spark's Kafka source failing a read whose offsets are gone (``failOnDataLoss=true``).
+_JAVA_DATA_LOSS = "Some data may have been lost because they are not available in Kafka any more"
+_DATA_LOSS_REASON = re.compile(r"Reason: (.*?)\s*(?:with consumer group|\n\n|$)", re.DOTALL)
+
+
+def java_kafka_refusal(text: str) -> str | None:
+    """The jvm reader's authentication or authorization failure, as ``Exception: message``."""
+    match = _JAVA_KAFKA_REFUSED.search(text)
+    return f"{match.group(1)}: {match.group(2).strip()}" if match else None
+
+
+def java_data_loss(text: str) -> str | None:
+    """Why Spark's Kafka source refused to skip planned offsets (they are gone from Kafka)."""
+    if _JAVA_DATA_LOSS not in text:
+        return None
+    match = _DATA_LOSS_REASON.search(text)
+    return " ".join(match.group(1).split()) if match else "planned offsets are not in Kafka any more"
+
+
 def task_error_class(text: str) -> type[KafkaBatchError] | None:
     """The error class of a failure that reached the driver through Spark, read from its text.
 
@@ -59,6 +90,10 @@ def task_error_class(text: str) -> type[KafkaBatchError] | None:
         return error_named(kind) or KafkaBatchError
     if jvm_connector_missing(text) or missing_package(text):
         return ConfigError
+    if java_data_loss(text):
+        return ReadFailedError
+    if java_kafka_refusal(text):
+        return KafkaRefusedError
     return None
 
 
@@ -80,10 +115,19 @@ def spark_error_line(exc: BaseException) -> str:
         )
     if jvm_connector_missing(text):
         return (
-            "the jvm reader needs Spark's Kafka connector (spark-sql-kafka-0-10) on the cluster, "
-            "e.g. spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>; "
-            f"or use {Setting('reader', 'python')}"
+            "the jvm reader needs Spark's Kafka connector (spark-sql-kafka-0-10) where Spark runs: "
+            "fetch its jars with `make jvm-tools` (spark-submit and `kafka-batch spark-connect start` add them), "
+            f"give a Spark Connect server them in spark.jars, or use {Setting('reader', 'python')}"
         )
+    lost = java_data_loss(text)
+    if lost:
+        return (
+            f"the jvm reader found planned offsets gone from Kafka (retention, deleted records or topic): {lost}; "
+            "nothing was published"
+        )
+    refused = java_kafka_refusal(text)
+    if refused:
+        return f"Kafka refused the jvm reader: {refused}"
     if python_worker_died(text):
         return (
             "a Spark task's Python worker died (killed, or out of memory: see the executor's log); nothing of "

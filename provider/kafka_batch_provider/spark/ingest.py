@@ -1,7 +1,8 @@
 """The Spark half of the write step: read exactly the plan's ranges and write them, task by task,
 into a fresh staging folder (steps 1-2 of :mod:`kafka_batch_provider.steps.write`).
 
-1. Read the ranges: the slice reader with receipts, or Spark's JVM source.
+1. Read the ranges: the slice reader with receipts, or Spark's JVM source, whose rows are counted
+   on their way to the writer (:func:`observed`).
 2. Each Spark task writes its rows with pyarrow into the batch's staging folder and reports
    what it read and wrote (:mod:`kafka_batch_provider.spark.task_writer`).
 
@@ -18,8 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kafka_batch_provider import __version__
@@ -78,6 +78,24 @@ def slice_reader(
     )
 
 
+def functions_of(df: DataFrame) -> Any:
+    """``pyspark.sql.functions`` for ``df``'s kind of session: Spark Connect's for a Connect DataFrame.
+
+    pyspark picks the Connect variants only in a process marked as Spark Connect, which
+    :mod:`~kafka_batch_provider.spark.connect` keeps unmarked (a spark-submit started later
+    would inherit the mark); the classic ones need a SparkContext in this process.
+    """
+    if is_connect(df):
+        from pyspark.sql.connect import functions
+    else:
+        from pyspark.sql import functions
+    return functions
+
+
+def is_connect(df: DataFrame) -> bool:
+    return type(df).__module__.startswith("pyspark.sql.connect.")
+
+
 def decode_values(df: DataFrame, options: WriteOptions) -> DataFrame:
     """Add a decoded value column (and ``key_string``); the raw ``value`` column always stays.
 
@@ -86,6 +104,7 @@ def decode_values(df: DataFrame, options: WriteOptions) -> DataFrame:
     Bytes that are not UTF-8 become U+FFFD in ``value_string``: a plain cast would keep them,
     and a Parquet string column that is not UTF-8 breaks its readers (pyarrow cannot decode it).
     """
+    F = functions_of(df)
     if options.value_format == "string":
         df = df.withColumn("value_string", F.make_valid_utf8(F.col("value").cast("string")))
     if options.value_format == "json":
@@ -125,10 +144,12 @@ def stage_batch(
     tasks = writing_tasks(slices, plan.planned_offsets, per_offset, options.target_bytes, default_parallelism(spark))
     receipts = options.reader == "python"
     reader = slice_reader(plan, kafka_config, options, tasks=tasks) if receipts else None
+    observation = None
     if reader:
         df = reader.frame(spark)
     else:  # Spark's source decides its partitions: merge them without a shuffle
-        df = read_plan(spark, plan, kafka_config, options).coalesce(tasks)
+        df, observation = observed(read_plan(spark, plan, kafka_config, options), plan)
+        df = df.coalesce(tasks)
     df = decode_values(df, options)
     if reader and options.value_format != "json":
         # Read and write in the same Python worker: the records never go through the JVM.
@@ -138,12 +159,58 @@ def stage_batch(
         rows = df.mapInArrow(writer, REPORT_SCHEMA).collect()
     reports = [json.loads(row["report"]) for row in rows]
     check_worker_version(reports)
+    if observation is not None:
+        reports.append({"receipts": observed_receipts(plan, observation.get)})
     # The schema is resolved from the plan (and the reader schema), never by running it.
     if decoded_schema is not None:
         schema = from_arrow_schema(decoded_schema).simpleString()
     else:
         schema = (df.drop(RECEIPT_COLUMN) if receipts else df).schema.simpleString()
-    return StagedBatch(staging, TaskReports.merge(reports), schema, counted_at_source=receipts)
+    return StagedBatch(staging, TaskReports.merge(reports), schema, counted_at_source=True)
+
+
+def observed(df: DataFrame, plan: OffsetPlan) -> tuple[DataFrame, Any]:
+    """The JVM source's rows, counted as they leave it (``Dataset.observe``, classic and Spark Connect).
+
+    Spark's source sends no receipts; per planned range its rows and their first and last offset
+    are aggregated in the JVM on their way to the writing tasks, so the write check compares what
+    was written with what was read for this reader too.
+    """
+    F = functions_of(df)
+    metrics = []
+    for i, r in enumerate(plan.readable_ranges):
+        here = (F.col("topic") == r.topic) & (F.col("partition") == r.partition)
+        metrics += [
+            F.count_if(here).alias(f"rows_{i}"),
+            F.min(F.when(here, F.col("offset"))).alias(f"first_{i}"),
+            F.max(F.when(here, F.col("offset"))).alias(f"last_{i}"),
+        ]
+    name = f"kafka_batch_read_{plan.seq}"
+    if is_connect(df):  # as for functions_of
+        from pyspark.sql.connect.observation import Observation as ConnectObservation
+
+        observation = ConnectObservation(name)
+    else:
+        observation = Observation(name)
+    return df.observe(observation, *metrics), observation
+
+
+def observed_receipts(plan: OffsetPlan, metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The write check's receipts from :func:`observed`'s metrics: one per planned range, read to
+    its end (Spark's source reads up to ``endingOffsets`` or fails: ``failOnDataLoss``)."""
+    return [
+        {
+            "topic": r.topic,
+            "partition": r.partition,
+            "start": r.start,
+            "end": r.end,
+            "position": r.end,
+            "rows": int(metrics[f"rows_{i}"]),
+            "first_offset": metrics[f"first_{i}"],
+            "last_offset": metrics[f"last_{i}"],
+        }
+        for i, r in enumerate(plan.readable_ranges)
+    ]
 
 
 #: How many earlier log entries are looked at for the bytes an offset costs (idle batches have no files).

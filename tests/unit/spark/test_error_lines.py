@@ -35,6 +35,30 @@ def test_without_an_error_line_the_exit_code_is_named_and_a_retry_allowed():
     assert str(error) == "spark-submit exited with code 2 and no error line: see the log above"
 
 
+JAVA_TOPIC_REFUSED = (
+    "Job aborted due to stage failure: Task 0 in stage 0.0 failed 1 times, most recent failure: Lost task 0.0 "
+    "(TID 0) (localhost executor driver): org.apache.kafka.common.errors.TopicAuthorizationException: Not authorized "
+    "to access topics: [orders]\n\nDriver stacktrace:\n\tat org.apache.spark.scheduler.DAGScheduler..."
+)
+JAVA_DATA_LOSS = (
+    "(org.apache.spark.sql.kafka010.KafkaIllegalStateException) Some data may have been lost because they are not "
+    "available in Kafka any more;\neither the data was aged out by Kafka or the topic may have been deleted before all "
+    "the data in the\ntopic was processed.\nIf you don't want your streaming query to fail on such cases, set the "
+    "source option failOnDataLoss to false.\nReason: Could not read records in offset [0, 20) for topic partition "
+    "orders-0\nwith consumer group spark-kafka-relation-27396015-executor.\n\nJVM stacktrace:\n..."
+)
+
+
+def test_the_jvm_readers_kafka_failures_are_one_line():
+    assert spark_error_line(RuntimeError(JAVA_TOPIC_REFUSED)) == (
+        "Kafka refused the jvm reader: TopicAuthorizationException: Not authorized to access topics: [orders]"
+    )
+    assert spark_error_line(RuntimeError(JAVA_DATA_LOSS)) == (
+        "the jvm reader found planned offsets gone from Kafka (retention, deleted records or topic): Could not read "
+        "records in offset [0, 20) for topic partition orders-0; nothing was published"
+    )
+
+
 @pytest.mark.parametrize(
     "spark_text, expected",
     [
@@ -43,6 +67,10 @@ def test_without_an_error_line_the_exit_code_is_named_and_a_retry_allowed():
         ("...\nkafka_batch_provider.errors.StorageError: s3://lake: 503 Slow Down\n...", 3),
         ("...\nkafka_batch_provider.errors.LogConflictError: another run published first\n...", 4),
         ("[DATA_SOURCE_NOT_FOUND] Failed to find data source: kafka.", 2),
+        # The jvm reader: the Java client's authorization and authentication refusals, and data loss.
+        (JAVA_TOPIC_REFUSED, 2),
+        ("...org.apache.kafka.common.errors.SaslAuthenticationException: Authentication failed\n...", 2),
+        (JAVA_DATA_LOSS, 2),
         ("Job aborted due to stage failure: ExecutorLostFailure (executor 1 exited)", 1),
     ],
 )
