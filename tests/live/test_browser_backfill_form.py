@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import shutil
 import urllib.parse
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from kafka_batch_provider.testing.producers import produce, sample_records
+from kafka_batch_provider.testing.producers import Record, produce, sample_records
+from tests.integration.helpers import assert_exactly_once
 from tests.live.conftest import BACKFILL
 from tests.live.helpers import runs_since, wait_for
 from tests.live.trigger_form import SECTIONS, open_dag, open_section, open_trigger_form, set_datetime, set_json, trigger
@@ -87,6 +89,32 @@ def test_trigger_form_dry_run_by_offsets_shows_its_ranges_in_the_task_log(airflo
     )
     page.screenshot(path=tmp_path / "finished-run.png", full_page=True)
     assert not replay.exists(), "a dry run must write nothing"
+
+
+def test_trigger_form_by_time_replays_exactly_the_middle_window(airflow_stack, page, new_topic, kafka_config, tmp_path):
+    topic = new_topic(partitions=1)
+    first_hour = datetime(2026, 3, 1, 11, 0, tzinfo=timezone.utc)
+    for hour in range(3):  # four records in each of 11:xx, 12:xx and 13:xx (CreateTime)
+        stamp = int((first_hour + timedelta(hours=hour, minutes=30)).timestamp() * 1000)
+        produce(kafka_config, topic, [Record(0, b"h%d-%d" % (hour, i), timestamp_ms=stamp) for i in range(4)])
+    replay = tmp_path / "replay"
+    known = {r["dag_run_id"] for r in airflow_stack.dag_runs(BACKFILL)}
+    form = open_trigger_form(page, airflow_stack.base_url, BACKFILL)
+    open_section(form, "Source")
+    form.locator("#element_topic").fill(topic)
+    open_section(form, "Output")
+    form.locator("#element_output_path").fill(str(replay))
+    open_section(form, "Range by time")
+    set_datetime(form, "Start time", "2026/03/01", "12:00")
+    set_datetime(form, "End time", "2026/03/01", "13:00")
+    trigger(form)
+
+    run = the_new_run(airflow_stack, known)
+    states = airflow_stack.task_states(BACKFILL, run["dag_run_id"])
+    assert run["state"] == "success" and states == {"plan_replay": "success", "spark_write": "success"}, (
+        f"expected the replay of [12:00, 13:00) to plan and write, found {run['state']} with {states}"
+    )
+    assert_exactly_once(replay, {(topic, 0, offset) for offset in range(4, 8)})  # the 12:xx records only
 
 
 @pytest.mark.parametrize(
