@@ -29,13 +29,24 @@ from kafka_batch_provider.output.store import BatchStore
 
 
 def output_positions(store: BatchStore | None, kafka: KafkaOffsets, topics: Sequence[str]) -> dict[TopicPartition, int]:
-    """Where the output's offset log stands per partition (empty without an output or a log)."""
+    """Where the output's offset log stands per partition (empty without an output or a log).
+
+    A newest batch whose Kafka commit is not recorded yet stands at its start, not its end: its
+    commit is still to do (the next plan finishes it), so its records count as lag and a sensor
+    lets the run that repairs it go on instead of skipping it as idle.
+    """
     tail = store.log.tail() if store is not None else None
     if tail is None:
         return {}
-    position = log_position(tail, kafka_commit_recorded=True)
+    position = log_position(tail, store.commit_record(int(tail["seq"]), tail["batch_id"]) is not None)
+    offsets = dict(position.offsets)
+    for tp, (expected_committed, _) in position.unfinished.items():
+        if expected_committed is None:
+            offsets.pop(tp, None)  # the group had no offset there: it starts at the log start
+        else:
+            offsets[tp] = expected_committed
     topic_ids = kafka.topic_ids(topics)
-    return {tp: offset for tp, offset in position.offsets.items() if position.knows(tp, topic_ids)}
+    return {tp: offset for tp, offset in offsets.items() if position.knows(tp, topic_ids)}
 
 
 def partition_lags(
