@@ -64,6 +64,21 @@ def in_requests(items: Sequence[T]) -> list[Sequence[T]]:
     return [items[i : i + REQUEST_PARTITIONS] for i in range(0, len(items), REQUEST_PARTITIONS)]
 
 
+#: Bytes of offsets and metadata per commit request. The broker writes one commit as one record
+#: batch to ``__consumer_offsets``, within ``message.max.bytes`` (1 MiB by default): 10,000
+#: partitions with a batch's metadata (~2 MB) were refused as an unknown server error.
+COMMIT_REQUEST_BYTES = 512 * 1024
+
+
+def commit_requests(request: Sequence[KafkaTopicPartition], metadata: str) -> list[Sequence[KafkaTopicPartition]]:
+    """``request`` cut into commits of at most :data:`REQUEST_PARTITIONS` partitions and about
+    :data:`COMMIT_REQUEST_BYTES`. Not atomic across them: a commit cut short shows some partitions
+    at their targets, which :meth:`KafkaOffsets.commit` accepts as an earlier attempt of itself."""
+    per_partition = len(metadata.encode()) + max((len(tp.topic.encode()) for tp in request), default=0) + 64
+    size = max(1, min(REQUEST_PARTITIONS, COMMIT_REQUEST_BYTES // per_partition))
+    return [request[i : i + size] for i in range(0, len(request), size)]
+
+
 #: The broker's answer to an offset commit from outside a group that has active members: while
 #: consumers are subscribed with its ``group.id``, Kafka takes the group's offsets from them only
 #: (a commit without a member id and generation is accepted from an empty group alone). Kafka 4.4
@@ -409,13 +424,14 @@ class KafkaOffsets:
                 f"group {group_id!r} moved since the plan was made ({details}); nothing was committed"
             )
         request = [KafkaTopicPartition(tp.topic, tp.partition, offsets[tp], metadata=metadata) for tp in tps]
-        answer = self._call(f"commit({group_id})", lambda: self._commit_synchronously(group_id, request))
-        errors = [a for a in answer or [] if a.error is not None]
-        if any(a.error.code() in GROUP_HAS_MEMBERS for a in errors):
-            raise group_in_use(group_id)
-        if errors:
-            failed = listed(f"{a.topic}[{a.partition}]: {a.error.str()}" for a in errors)
-            raise broker_error(errors[0].error, f"commit of group {group_id!r} failed for {failed}")
+        for part in commit_requests(request, metadata):
+            answer = self._call(f"commit({group_id})", lambda part=part: self._commit_synchronously(group_id, part))
+            errors = [a for a in answer or [] if a.error is not None]
+            if any(a.error.code() in GROUP_HAS_MEMBERS for a in errors):
+                raise group_in_use(group_id)
+            if errors:
+                failed = listed(f"{a.topic}[{a.partition}]: {a.error.str()}" for a in errors)
+                raise broker_error(errors[0].error, f"commit of group {group_id!r} failed for {failed}")
         after = self.committed_offsets(group_id, tps)
         wrong = [tp for tp in tps if after.get(tp) != offsets[tp]]
         if wrong:

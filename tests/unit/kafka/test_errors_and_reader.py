@@ -230,3 +230,18 @@ def test_a_commit_refused_because_the_group_has_active_members_is_one_line_namin
 )
 def test_refusals_reported_beside_a_request_are_told_from_an_outage(code, text, refused):
     assert is_refusal(KafkaError(code, text)) is refused, f"{KafkaError(code).name()} {text!r}: refused={refused}"
+
+
+def test_a_commit_is_cut_into_requests_that_fit_the_brokers_record_batch():
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    from kafka_batch_provider.kafka.client import COMMIT_REQUEST_BYTES, REQUEST_PARTITIONS, commit_requests
+
+    request = [KafkaTopicPartition("orders", p, 10) for p in range(10_000)]
+    metadata = '{"batch_id": "b-0123456789abcdef0123", "output": "s3://bucket/' + "x" * 1000 + '"}'
+    parts = commit_requests(request, metadata)
+    assert [tp for part in parts for tp in part] == request, "every partition once, in order"
+    largest = max(len(part) for part in parts) * (len(metadata) + len("orders") + 64)
+    assert largest <= COMMIT_REQUEST_BYTES and len(parts) > 10, f"expected requests under the bound, got {len(parts)}"
+    small = commit_requests(request[:2500], "")
+    assert [len(part) for part in small] == [REQUEST_PARTITIONS, REQUEST_PARTITIONS, 500], [len(p) for p in small]
