@@ -15,8 +15,6 @@ The refusals (no READ on the group or the topic, a wrong password, another CA) a
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import uuid
 from pathlib import Path
@@ -81,9 +79,7 @@ def test_a_principal_with_read_on_topic_and_group_ingests_exactly_once_with_both
 
 
 def test_the_jvm_readers_query_plan_shows_no_password(secure_kafka: SecureKafka, spark_connect_remote):
-    from pyspark.sql import SparkSession
-
-    from kafka_batch_provider.spark.connect import SESSION_CONF
+    from kafka_batch_provider.spark.connect import connect_session
 
     topic = f"secure-plan-{uuid.uuid4().hex[:8]}"
     create_topics(secure_kafka.admin_config, {topic: 1})
@@ -92,15 +88,11 @@ def test_the_jvm_readers_query_plan_shows_no_password(secure_kafka: SecureKafka,
     options = jvm_reader_options([OffsetRange(topic, 0, 0, 10)], secure_kafka.client_config(user, password))
     assert password in options["kafka.sasl.jaas.config"], "expected the password in the source's options"
 
-    spark = SparkSession.builder.remote(spark_connect_remote).getOrCreate()
+    spark = connect_session(spark_connect_remote)  # with the session's redaction settings
     try:
-        for key, value in SESSION_CONF.items():
-            spark.conf.set(key, value)
-        plan = io.StringIO()
-        with contextlib.redirect_stdout(plan):
-            spark.read.format("kafka").options(**options).load().explain(mode="extended")
+        # The server's own rendering of the plan, as explain() and the Spark UI show it.
+        text = spark.read.format("kafka").options(**options).load()._explain_string(extended=True)
     finally:
-        spark.stop()
-    text = plan.getvalue()
+        spark.client.close()
     assert "KafkaRelation" in text and topic in text, f"expected the plan of Spark's Kafka source:\n{text}"
     assert password not in text, f"expected no password in the query plan:\n{text}"

@@ -126,8 +126,9 @@ class KafkaOffsets:
         self._given_config = dict(config) if config is not None else None
         self.timeout = timeout
         self._consumers: dict[str, Consumer] = {}
-        #: The last refusal librdkafka reported through ``error_cb`` (a login, a certificate).
-        self._refusal: KafkaError | None = None
+        #: The refusals librdkafka reported through ``error_cb`` (a login, a certificate) during the
+        #: current metadata request (:meth:`_metadata`).
+        self._refusals: list[KafkaError] = []
 
     # -- configuration -------------------------------------------------------------------
 
@@ -153,7 +154,7 @@ class KafkaOffsets:
         """librdkafka's client-wide errors: refusals are kept for :meth:`_metadata`, the rest (a broker
         away, which librdkafka retries by itself) show in the request that meets them."""
         if is_refusal(error):
-            self._refusal = error
+            self._refusals.append(error)
 
     def _consumer(self, group_id: str) -> Consumer:
         if group_id not in self._consumers:
@@ -233,22 +234,28 @@ class KafkaOffsets:
 
         librdkafka reports a refused login or an untrusted certificate to ``error_cb`` only (served
         by ``poll``), while ``list_topics`` waits out its whole timeout and then says the transport
-        failed: it is asked in slices of a second, with the refusals looked at between them.
+        failed. So it is asked in growing slices (1, 2, 4 ... s: a large cluster's metadata may take
+        longer than a second), with the refusals looked at between them; a refusal counts once
+        librdkafka reported it twice in this call (it reconnects and is refused again within a
+        second), so one odd handshake of a broker restarting is not taken for a wrong password.
         """
+        self._refusals.clear()
         deadline = time.monotonic() + self.timeout
+        wait = 1.0
         while True:
             left = deadline - time.monotonic()
             try:
-                return self.admin.list_topics(timeout=max(min(1.0, left), 0.001))
+                return self.admin.list_topics(timeout=max(min(wait, left), 0.001))
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
                 if not isinstance(error, KafkaError) or not is_unreachable(error):
                     raise
                 self.admin.poll(0)  # serves error_cb
-                if self._refusal is not None:
-                    raise refused_access(self.bootstrap_servers, self._refusal) from None
-                if left <= 1.0:
+                if len(self._refusals) >= 2:
+                    raise refused_access(self.bootstrap_servers, self._refusals[-1]) from None
+                if left <= wait:
                     raise
+            wait *= 2
 
     def topic_ids(self, topics: Sequence[str]) -> dict[str, str]:
         """Each topic's id (a new one when a topic is deleted and recreated); brokers without ids give none.

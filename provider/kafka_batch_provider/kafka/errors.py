@@ -81,16 +81,23 @@ REFUSALS = frozenset(
     {
         KafkaError._AUTHENTICATION,
         KafkaError.SASL_AUTHENTICATION_FAILED,
-        KafkaError._SSL,
         KafkaError.GROUP_AUTHORIZATION_FAILED,
         KafkaError.TOPIC_AUTHORIZATION_FAILED,
         KafkaError.CLUSTER_AUTHORIZATION_FAILED,
     }
 )
+#: Not refusals though reported as ``_AUTHENTICATION``: the identity provider of OAUTHBEARER away.
+_PASSING_AUTHENTICATION = ("OAUTHBEARER token",)
 
 
 def is_refusal(error: KafkaError) -> bool:
-    """A refusal (:data:`REFUSALS`), also as the transport error an untrusted certificate may give."""
+    """A refusal (:data:`REFUSALS`), or a TLS handshake that failed on the certificate.
+
+    ``_SSL`` also reports handshakes cut short (a broker restarting: "Connection timed out",
+    "unexpected eof"), which pass: only certificate failures count."""
+    text = error.str()
     if error.code() in REFUSALS:
-        return True
-    return error.code() == KafkaError._TRANSPORT and "certificate verify failed" in error.str()
+        return not any(words in text for words in _PASSING_AUTHENTICATION)
+    if error.code() in (KafkaError._SSL, KafkaError._TRANSPORT):
+        return "certificate verify failed" in text or "certificate" in text and "alert" in text
+    return False

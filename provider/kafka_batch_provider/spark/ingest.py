@@ -27,7 +27,7 @@ from kafka_batch_provider.core.file_sizing import bytes_per_offset, writing_task
 from kafka_batch_provider.core.plan import OffsetPlan
 from kafka_batch_provider.core.write_check import TaskReports
 from kafka_batch_provider.core.write_options import WriteOptions
-from kafka_batch_provider.errors import ConfigError
+from kafka_batch_provider.errors import ConfigError, WriteCheckError
 from kafka_batch_provider.output.store import BatchStore
 from kafka_batch_provider.registry.settings import RegistrySettings
 from kafka_batch_provider.spark.jvm_options import jvm_reader_options
@@ -160,7 +160,7 @@ def stage_batch(
     reports = [json.loads(row["report"]) for row in rows]
     check_worker_version(reports)
     if observation is not None:
-        reports.append({"receipts": observed_receipts(plan, observation.get)})
+        reports.append({"receipts": observed_receipts(plan, observation.get, reports)})
     # The schema is resolved from the plan (and the reader schema), never by running it.
     if decoded_schema is not None:
         schema = from_arrow_schema(decoded_schema).simpleString()
@@ -169,16 +169,24 @@ def stage_batch(
     return StagedBatch(staging, TaskReports.merge(reports), schema, counted_at_source=True)
 
 
+#: Planned ranges up to which the JVM source's rows are counted per range: three aggregates a range,
+#: each evaluated for every row, so a row costs O(ranges). Beyond, the rows are counted in total.
+OBSERVED_RANGES = 64
+
+
 def observed(df: DataFrame, plan: OffsetPlan) -> tuple[DataFrame, Any]:
     """The JVM source's rows, counted as they leave it (``Dataset.observe``, classic and Spark Connect).
 
-    Spark's source sends no receipts; per planned range its rows and their first and last offset
-    are aggregated in the JVM on their way to the writing tasks, so the write check compares what
-    was written with what was read for this reader too.
+    Spark's source sends no receipts; per planned range (up to :data:`OBSERVED_RANGES`; beyond, in
+    total) its rows and their first and last offset are aggregated in the JVM on their way to the
+    writing tasks, so the write check compares what was written with what was read for this reader too.
     """
     F = functions_of(df)
     metrics = []
-    for i, r in enumerate(plan.readable_ranges):
+    ranges = plan.readable_ranges
+    if len(ranges) > OBSERVED_RANGES:
+        metrics = [F.count(F.lit(1)).alias("rows")]
+    for i, r in enumerate(ranges if len(ranges) <= OBSERVED_RANGES else ()):
         here = (F.col("topic") == r.topic) & (F.col("partition") == r.partition)
         metrics += [
             F.count_if(here).alias(f"rows_{i}"),
@@ -195,9 +203,40 @@ def observed(df: DataFrame, plan: OffsetPlan) -> tuple[DataFrame, Any]:
     return df.observe(observation, *metrics), observation
 
 
-def observed_receipts(plan: OffsetPlan, metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+def observed_receipts(
+    plan: OffsetPlan, metrics: Mapping[str, Any], reports: list[Mapping[str, Any]] = ()
+) -> list[dict[str, Any]]:
     """The write check's receipts from :func:`observed`'s metrics: one per planned range, read to
-    its end (Spark's source reads up to ``endingOffsets`` or fails: ``failOnDataLoss``)."""
+    its end (Spark's source reads up to ``endingOffsets`` or fails: ``failOnDataLoss``).
+
+    Counted in total (more than :data:`OBSERVED_RANGES` ranges), the receipts are the writers'
+    own counts per partition, once the total read equals the total they wrote.
+
+    :raises WriteCheckError: the source handed on a different number of rows than were written.
+    """
+    if "rows" in metrics:
+        written: dict[tuple[str, int], dict[str, Any]] = {}  # tasks may share a partition: summed
+        for w in (w for report in reports for w in report.get("written", ())):
+            key = (w["topic"], int(w["partition"]))
+            seen = written.setdefault(key, {"rows": 0, "min_offset": None, "max_offset": None})
+            seen["rows"] += int(w["rows"])
+            lows = [o for o in (seen["min_offset"], w.get("min_offset")) if o is not None]
+            highs = [o for o in (seen["max_offset"], w.get("max_offset")) if o is not None]
+            seen["min_offset"], seen["max_offset"] = min(lows, default=None), max(highs, default=None)
+        total = sum(w["rows"] for w in written.values())
+        if int(metrics["rows"]) != total:
+            raise WriteCheckError(
+                f"batch {plan.batch_id}: Spark's Kafka source read {metrics['rows']} rows but {total} were written"
+            )
+        found = {tp: written.get((tp.topic, tp.partition), {}) for tp in (r.tp for r in plan.readable_ranges)}
+        return [
+            {
+                "topic": r.topic, "partition": r.partition, "start": r.start, "end": r.end, "position": r.end,
+                "rows": int(found[r.tp].get("rows", 0)),
+                "first_offset": found[r.tp].get("min_offset"), "last_offset": found[r.tp].get("max_offset"),
+            }
+            for r in plan.readable_ranges
+        ]  # fmt: skip
     return [
         {
             "topic": r.topic,

@@ -173,9 +173,11 @@ def _sasl(conf: Mapping[str, Any], mechanism: str, protocol: str) -> dict[str, s
     if not protocol.startswith("SASL_"):
         return {}
     username, password = conf.get("sasl.username"), conf.get("sasl.password")
+    module = JAAS_LOGIN_MODULES.get(mechanism.upper())
+    if module is None:  # OAUTHBEARER, GSSAPI: librdkafka's settings have no Java counterpart here
+        raise _refused(f"sasl.mechanism={mechanism} (it maps PLAIN and SCRAM credentials only)")
     if username is None and password is None:
         return {}
-    module = JAAS_LOGIN_MODULES.get(mechanism.upper())
     if module is None:
         raise _refused(f"sasl.username/sasl.password with sasl.mechanism={mechanism} (it maps PLAIN and SCRAM only)")
     if username is None or password is None:

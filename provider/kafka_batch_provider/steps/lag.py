@@ -95,8 +95,13 @@ def taken_offsets(
     tail = store.log.tail()
     taken: dict[TopicPartition, int] = {}
     if tail is not None and tail.get("mode") == INCREMENTAL and tail.get("group_id") == group_id:
-        for r in tail.get("ranges") or ():
-            taken[TopicPartition(r["topic"], int(r["partition"]))] = int(r["end"])
+        written = datetime.fromisoformat(tail["written_at"]) if tail.get("written_at") else None
+        recorded = store.commit_record(int(tail["seq"]), tail["batch_id"]) is not None
+        # A batch whose commit is missing after in_flight belongs to a run that failed: the next
+        # run's plan finishes its commit, so it counts as lag again and that run is fired.
+        if recorded or written is None or now - written <= in_flight:
+            for r in tail.get("ranges") or ():
+                taken[TopicPartition(r["topic"], int(r["partition"]))] = int(r["end"])
     for plan in store.plans_after(int(tail["seq"]) if tail else 0):
         created = datetime.fromisoformat(plan.created_at) if plan.created_at else None
         if plan.mode != INCREMENTAL or plan.group_id != group_id or created is None or now - created > in_flight:

@@ -226,6 +226,10 @@ def test_a_commit_refused_because_the_group_has_active_members_is_one_line_namin
         (KafkaError.GROUP_AUTHORIZATION_FAILED, "FindCoordinator response error: Group authorization failed.", True),
         (KafkaError._TRANSPORT, "Connect to ipv4#127.0.0.1:9092 failed: Connection refused", False),
         (KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down", False),
+        # A handshake cut short by a broker restarting, an identity provider away: they pass.
+        (KafkaError._SSL, "SSL transport error: Connection timed out (after 10012ms in state SSL_HANDSHAKE)", False),
+        (KafkaError._SSL, "SSL handshake failed: error:0A000126:SSL routines::unexpected eof while reading", False),
+        (KafkaError._AUTHENTICATION, "Failed to acquire SASL OAUTHBEARER token: HTTP 503", False),
     ],
 )
 def test_refusals_reported_beside_a_request_are_told_from_an_outage(code, text, refused):

@@ -77,9 +77,12 @@ def test_other_security_settings_map_to_the_java_clients(config, expected):
     ("config", "expected"),
     [
         ({"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER", "sasl.username": "u"},
-         "sasl.mechanism=OAUTHBEARER (it maps PLAIN and SCRAM only)"),
+         "sasl.mechanism=OAUTHBEARER (it maps PLAIN and SCRAM credentials only)"),
+        ({"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+          "sasl.oauthbearer.token.endpoint.url": "https://idp/token", "sasl.oauthbearer.client.id": "c"},
+         "sasl.mechanism=OAUTHBEARER (it maps PLAIN and SCRAM credentials only)"),
         ({"security.protocol": "SASL_SSL", "sasl.username": "u", "sasl.password": "p"},
-         "sasl.mechanism=GSSAPI (it maps PLAIN and SCRAM only)"),
+         "sasl.mechanism=GSSAPI (it maps PLAIN and SCRAM credentials only)"),
         ({"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "u"},
          "needs both sasl.username and sasl.password"),
         ({"security.protocol": "SSL", "ssl.certificate.location": "/c.crt", "ssl.key.location": "/c.key"},
@@ -90,7 +93,8 @@ def test_other_security_settings_map_to_the_java_clients(config, expected):
         ({"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "a\nb"},
          "with a line break"),
     ],
-    ids=["oauthbearer", "gssapi-default", "no-password", "key-apart", "no-verification", "ca-folder", "newline"],
+    ids=["oauthbearer", "oauthbearer-oidc", "gssapi-default", "no-password", "key-apart", "no-verification",
+         "ca-folder", "newline"],
 )  # fmt: skip
 def test_what_the_java_client_cannot_take_is_refused_in_one_line(config, expected):
     with pytest.raises(ConfigError, match=re.escape(expected)) as raised:
@@ -177,3 +181,31 @@ def test_without_the_connector_the_jvm_reader_is_refused_unless_spark_has_it_oth
     assert "`make jvm-tools`" in str(raised.value) and str(tmp_path / "spark-kafka" / "jars") in str(raised.value)
     packages = {"spark.jars.packages": "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"}
     assert jars_for_reader("jvm", packages) == [], "the user's own packages provide it: nothing added, no refusal"
+
+
+def test_beyond_the_observed_ranges_the_source_is_counted_in_total_against_what_was_written():
+    from kafka_batch_provider.core.offsets import OffsetRange
+    from kafka_batch_provider.core.plan import OffsetPlan
+    from kafka_batch_provider.errors import WriteCheckError
+    from kafka_batch_provider.spark.ingest import OBSERVED_RANGES, observed_receipts
+
+    ranges = tuple(OffsetRange("t", p, 0, 10) for p in range(OBSERVED_RANGES + 1))
+    plan = OffsetPlan("b-1", "incremental", "g", ("t",), "read_committed", ranges)
+    # Two tasks wrote parts of partition 0; every other partition in one.
+    written = [
+        {"topic": "t", "partition": 0, "rows": 4, "min_offset": 0, "max_offset": 3},
+        {"topic": "t", "partition": 0, "rows": 6, "min_offset": 4, "max_offset": 9},
+    ]
+    written += [
+        {"topic": "t", "partition": p, "rows": 10, "min_offset": 0, "max_offset": 9} for p in range(1, len(ranges))
+    ]
+    reports = [{"written": written[:1]}, {"written": written[1:]}]
+    total = 10 * len(ranges)
+
+    receipts = observed_receipts(plan, {"rows": total}, reports)
+    assert [(r["partition"], r["rows"], r["first_offset"], r["last_offset"]) for r in receipts[:2]] == [
+        (0, 10, 0, 9),
+        (1, 10, 0, 9),
+    ], receipts[:2]
+    with pytest.raises(WriteCheckError, match=f"read {total + 1} rows but {total} were written"):
+        observed_receipts(plan, {"rows": total + 1}, reports)
