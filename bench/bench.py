@@ -27,6 +27,13 @@ meaningful on a shared, noisy machine:
 * ``avro_rps``: as many ~200 B Avro values (the registry's wire format, the embedded registry)
   through the same warm server into typed columns (``--value-format avro``);
   ``avro_over_bytes``: its rows/s over ``connect_rps``;
+* ``spark_kafka_source_rps``: Spark's own Kafka source (``spark-sql-kafka-0-10``, the jars of
+  ``make jvm-tools``) reading the same ranges into Parquet on the same warm server (``local[2]``):
+  ``spark.read.format("kafka")...write.parquet``, no plan, no commit; ``best_over_spark_source``:
+  our best path (``pipeline_rps``, ``connect_rps``) over it; ``jvm_reader_rps``: ``kafka-batch run
+  --reader jvm`` (our pipeline on Spark's source); ``spark_source_arrow_rps``: Spark's source
+  handing Arrow batches to a Python worker that only counts them (``mapInArrow``): the rate an
+  Arrow-native Python read from the JVM's fetch would start from;
 * ``scaling``: ``connect_rps`` with ``local[2]`` over a ``local[1]`` server's;
 * ``fixed_seconds``: a 1,000-record batch through spark-submit (``kafka-batch run``), and
   ``fixed_phases``: where its time went (plan, JVM and Python launch, session, batch, exit,
@@ -40,7 +47,8 @@ meaningful on a shared, noisy machine:
   partitions, a Delta table's files per 100 batches before and after upkeep, and a soak of
   ``--soak-batches`` (1,000) batches with the plan and commit steps' growth.
 
-The last stdout line is one JSON object with all of it.
+The broker is Apache Kafka (``KafkaBroker``, the jars of ``make jvm-tools``), or
+``$KAFKA_BOOTSTRAP_SERVERS``. The last stdout line is one JSON object with all of it.
 
     python bench/bench.py [--records 1000000] [--value-size 200] [--partitions 4]
         [--formats parquet,delta,iceberg] [--no-s3] [--no-writers]
@@ -63,7 +71,7 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from kafka_batch_provider.core.offsets import OffsetRange, TopicPartition
-from kafka_batch_provider.dev.broker import EmbeddedBroker
+from kafka_batch_provider.dev.kafka import KafkaBroker
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.kafka.config import reader_consumer_config
 from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
@@ -391,6 +399,12 @@ def connect_measures(args: argparse.Namespace, config: dict, bootstrap: str, top
                 connect_records=run["records"],
                 connect_timings=run.get("timings", {}),
             )
+            result.update(spark_source_measures(server.remote, config, topic, run["records"] / seconds, work))
+            jvm_run, jvm_seconds = run_cli(
+                bootstrap, topic, "bench-connect-jvm", work / "connect-jvm", *remote, "--reader", "jvm"
+            )
+            result["jvm_reader_rps"] = round(jvm_run["records"] / jvm_seconds)
+            say(f"connect, kafka-batch run --reader jvm: {jvm_run['records']:,} records in {jvm_seconds:.2f}s")
             result.update(avro_measure(config, bootstrap, args, work, remote, run["records"] / seconds))
             _, empty = run_cli(bootstrap, topic, f"bench-connect-{cores}", work / f"connect-{cores}", *remote)
             result["empty_batch_seconds"] = round(empty, 3)
@@ -432,6 +446,58 @@ def connect_measures(args: argparse.Namespace, config: dict, bootstrap: str, top
     result["scaling"] = round(rates[2] / rates[1], 3)
     result["scaling_of"] = "connect_rps, local[2] over local[1]"
     return result
+
+
+def spark_source_measures(remote: str, config: dict, topic: str, connect_rps: float, work: Path) -> dict:
+    """Spark's own Kafka source on the warm server: into Parquet, and handing Arrow to Python.
+
+    The same ranges as every other measure (offset 0 to the end of each partition), the options the
+    ``jvm`` reader builds; a read of the small warm-up topic first loads the connector's classes.
+    """
+    from pyspark.sql import SparkSession
+
+    from kafka_batch_provider.spark.jvm_options import jvm_reader_options
+
+    kafka = KafkaOffsets(config)
+    ranges = {}
+    for name in (f"{topic}-warm", topic):
+        tps = kafka.topic_partitions([name])
+        ranges[name] = [OffsetRange(tp.topic, tp.partition, 0, end) for tp, end in kafka.log_end_offsets(tps).items()]
+    spark = SparkSession.builder.remote(remote).getOrCreate()
+
+    def source(name: str):
+        return spark.read.format("kafka").options(**jvm_reader_options(ranges[name], config)).load()
+
+    def count_batches(batches):
+        import pyarrow as pa
+
+        rows = sum(batch.num_rows for batch in batches)
+        yield pa.RecordBatch.from_pydict({"rows": [rows]})
+
+    try:
+        source(f"{topic}-warm").write.mode("overwrite").parquet(str(work / "spark-source-warm"))
+        records = sum(r.end - r.start for r in ranges[topic])
+        started = time.perf_counter()
+        source(topic).write.mode("overwrite").parquet(str(work / "spark-source"))
+        parquet_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        counted = sum(row["rows"] for row in source(topic).mapInArrow(count_batches, "rows long").collect())
+        arrow_seconds = time.perf_counter() - started
+    finally:
+        spark.stop()
+        shutil.rmtree(work / "spark-source", ignore_errors=True)
+    if counted != records:
+        raise SystemExit(f"error: Spark's source handed {counted} rows to Python, {records} were planned")
+    say(
+        f"Spark's own Kafka source: {records:,} records into Parquet in {parquet_seconds:.2f}s; "
+        f"as Arrow to a Python worker in {arrow_seconds:.2f}s"
+    )
+    return {
+        "spark_kafka_source_seconds": round(parquet_seconds, 3),
+        "spark_kafka_source_rps": round(records / parquet_seconds),
+        "connect_over_spark_source": round(connect_rps / (records / parquet_seconds), 3),
+        "spark_source_arrow_rps": round(records / arrow_seconds),
+    }
 
 
 class ParquetBuffer:
@@ -570,7 +636,15 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="kafka-batch-bench-"))
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    broker = None if external else EmbeddedBroker(log_path=work / "broker.log").start()
+    broker = (
+        None
+        if external
+        else KafkaBroker(
+            log_path=work / "broker.log",
+            data_dir=work / "kafka",
+            max_heap="1g",  # 10,000 partitions, GBs of records
+        ).start()
+    )
     bootstrap = external or broker.bootstrap_servers
     try:
         config = {"bootstrap.servers": bootstrap}
@@ -667,6 +741,9 @@ def main() -> int:
         if not args.no_connect:
             summary.update(connect_measures(args, config, bootstrap, topic, work))
             summary["connect_over_baseline"] = round(summary["connect_rps"] / summary["baseline_rps"], 3)
+            best = max(summary["pipeline_rps"], summary["connect_rps"])
+            summary["best_over_spark_source"] = round(best / summary["spark_kafka_source_rps"], 3)
+            summary["best_over_spark_source_of"] = "max(pipeline_rps, connect_rps) over spark_kafka_source_rps"
         if not args.no_airflow_kafka:
             say("ConsumeFromTopicOperator (apache-airflow-providers-apache-kafka) writing Parquet ...")
             summary.update(airflow_kafka_measure(bootstrap, topic, base_records, work))

@@ -208,10 +208,10 @@ def freshness_measures(bootstrap: str, work: Path, bursts: int = 5) -> dict:
 if __name__ == "__main__":  # alone: python bench/freshness.py [BURSTS] (make bench runs it with the rest)
     import tempfile
 
-    from kafka_batch_provider.dev.broker import EmbeddedBroker
+    from kafka_batch_provider.dev.kafka import KafkaBroker
 
     scratch = Path(tempfile.mkdtemp(prefix="kafka-batch-freshness-"))
-    with EmbeddedBroker(log_path=scratch / "broker.log") as broker:
+    with KafkaBroker(log_path=scratch / "broker.log", data_dir=scratch / "kafka") as broker:
         print(
             json.dumps(freshness_measures(broker.bootstrap_servers, scratch, int(sys.argv[1]) if sys.argv[1:] else 5))
         )

@@ -266,6 +266,7 @@ class KafkaBroker(LocalServer):
     :param format_options: more ``StorageTool format`` arguments (e.g. ``--add-scram ...``).
     :param listener_protocols: another security protocol for a built-in listener, e.g.
         ``{"CONTROLLER": "SSL"}`` (its TLS settings go in ``properties``); both are PLAINTEXT otherwise.
+    :param max_heap: the JVM's ``-Xmx`` (``256m``, a test broker's).
     :param jar_dir: the jars (default ``$KAFKA_BATCH_TOOLS_DIR/kafka/jars``).
     """
 
@@ -275,6 +276,8 @@ class KafkaBroker(LocalServer):
     extra_listeners: Mapping[str, str] = field(default_factory=dict)
     format_options: Sequence[str] = ()
     listener_protocols: Mapping[str, str] = field(default_factory=dict)
+    #: The JVM's ``-Xmx``: 256m is a test broker's; a benchmark's (10,000 partitions, GBs) needs more.
+    max_heap: str = "256m"
     jar_dir: Path | None = None
     #: The port of each listener (``PLAINTEXT``, ``CONTROLLER``, the extra ones) once started.
     listener_ports: dict[str, int] = field(default_factory=dict)
@@ -365,7 +368,10 @@ class KafkaBroker(LocalServer):
 
     def command(self) -> list[str]:
         return self._java_command(
-            MAIN_CLASS, str(self.server_properties), heap=JAVA_OPTIONS[:2], archive=self._archive_flag
+            MAIN_CLASS,
+            str(self.server_properties),
+            heap=(JAVA_OPTIONS[0], f"-Xmx{self.max_heap}"),
+            archive=self._archive_flag,
         )
 
     def _format(self, timeout: float) -> None:

@@ -9,13 +9,14 @@ reported end exact on both. Product code must not work around this; only produce
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from kafka_batch_provider.kafka.config import LIBRDKAFKA_LOGGER
 
@@ -27,6 +28,10 @@ class Record:
     key: bytes | None = None
     headers: Sequence[tuple[str, bytes]] = field(default_factory=tuple)
     timestamp_ms: int | None = None
+
+
+#: Partitions created by one request (:func:`create_topics`).
+PARTITIONS_PER_REQUEST = 5_000
 
 
 def create_topics(
@@ -42,10 +47,30 @@ def create_topics(
     """
     admin = AdminClient({**config, "logger": LIBRDKAFKA_LOGGER})
     settings = {key: str(value) for key, value in (topic_config or {}).items()}
-    new_topics = [NewTopic(name, n, 1, config=settings) for name, n in topics.items()]
-    futures = admin.create_topics(new_topics, request_timeout=timeout)
-    for future in futures.values():
-        future.result(timeout)
+    # Apache Kafka's controller refuses one operation of over 10,000 records ("excessively large
+    # batch operation"): a larger topic is made in steps, then grown.
+    for name, n in topics.items():  # the controller's cap is per request: one topic each
+        first = NewTopic(name, min(n, PARTITIONS_PER_REQUEST), 1, config=settings)
+        futures = admin.create_topics([first], request_timeout=timeout)
+        for future in futures.values():
+            future.result(timeout)
+    for name, n in topics.items():
+        for total in range(2 * PARTITIONS_PER_REQUEST, n + PARTITIONS_PER_REQUEST, PARTITIONS_PER_REQUEST):
+            grown = admin.create_partitions([NewPartitions(name, min(total, n))], request_timeout=timeout)
+            for future in grown.values():
+                future.result(timeout)
+    deadline = time.monotonic() + timeout  # until the metadata a new client gets shows every partition
+    while (short := {name: n for name, n in topics.items() if partition_count(admin, name) < n}) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.1)
+    if short:
+        raise TimeoutError(f"topics {sorted(short)} did not show all their partitions within {timeout:g}s")
+
+
+def partition_count(admin: AdminClient, topic: str) -> int:
+    found = admin.list_topics(topic, timeout=10).topics.get(topic)
+    return 0 if found is None or found.error is not None else len(found.partitions)
 
 
 def produce(config: Mapping[str, Any], topic: str, records: Iterable[Record], linger_ms: int = 20) -> dict[int, int]:
