@@ -64,7 +64,9 @@ def test_a_broker_outage_shorter_than_the_stall_timeout_is_read_through(
     expect_exactly_once(outcome, lake, offsets_of(topic, {0: 1_000, 1: 1_000}))
 
 
-@pytest.mark.parametrize("spark", ["connect", "spark-submit"])
+# Each Spark path once, each with another output format: the stalled read and its replay are the
+# reader's, which no format changes.
+@pytest.mark.parametrize(("spark", "lake"), [("connect", "parquet"), ("spark-submit", "delta")], indirect=["lake"])
 def test_a_broker_outage_longer_than_the_stall_timeout_fails_in_one_line_and_a_retry_replays_the_plan(
     outcome, lake, kafka_proxy, kafka_config, new_topic, group_id, spark_connect_remote, spark
 ):

@@ -27,6 +27,9 @@ pytestmark = pytest.mark.integration
 RECORDS = 60_000  # 30,000 per partition, in 3,000-offset tasks: the write lasts long enough to be cut
 
 
+# One output format (the other's is in the matrix's other Spark path): what is tested is a killed
+# process's retry, which stages the same way for every format; the formats' commits are in test_crash_points.py.
+@pytest.mark.parametrize("lake", ["parquet"], indirect=True)
 def test_spark_submit_killed_with_its_process_group_mid_write_then_a_retry_lands_the_batch_once(
     outcome, lake, kafka_config, new_topic, group_id, spark_connect_remote
 ):
@@ -54,6 +57,7 @@ def test_spark_submit_killed_with_its_process_group_mid_write_then_a_retry_lands
     assert lake.staged_names() == [], "the killed attempt's files were not cleaned up"
 
 
+@pytest.mark.parametrize("lake", ["delta"], indirect=True)
 def test_the_spark_connect_server_killed_mid_batch_then_a_retry_lands_the_batch_once(
     outcome, lake, kafka_config, new_topic, group_id, spark_connect_remote, tmp_path
 ):
