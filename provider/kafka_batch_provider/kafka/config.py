@@ -133,15 +133,17 @@ def consumer_config(config: Mapping[str, Any], group_id: str) -> dict[str, Any]:
 
 
 #: Defaults for the reading consumer; user config overrides them. Larger fetches and a
-#: pre-fetch queue keep librdkafka ahead of the Python loop; 32 MB of queue (not 256) keeps a
-#: worker reading 64 KB records well below 512 MB (docs/performance.md), at the same speed.
+#: pre-fetch queue keep librdkafka ahead of the Python loop; 16 MB of queue and fetches of at most
+#: 16 MB (8 MB a partition) keep a worker reading 64 KB records well below 512 MB on Apache Kafka,
+#: which fills its fetches (the tansu broker did not): with 32/32/16 MB a worker peaked at ~510 MB,
+#: with these (and 16 MB row groups) ~405 MB, at the same speed (docs/performance.md, 2026-11-26).
 #: Once the queue is full librdkafka waits ``fetch.queue.backoff.ms`` (1 s by default) before
 #: it fetches again: a reader that empties the queue faster then stalls ~0.6 s every ~100,000
 #: records (a 250,000-record range: 1.5 s -> 0.9 s with 10 ms).
 READER_DEFAULTS: dict[str, Any] = {
-    "fetch.max.bytes": 32 * 1024 * 1024,
-    "max.partition.fetch.bytes": 16 * 1024 * 1024,
-    "queued.max.messages.kbytes": 32 * 1024,
+    "fetch.max.bytes": 16 * 1024 * 1024,
+    "max.partition.fetch.bytes": 8 * 1024 * 1024,
+    "queued.max.messages.kbytes": 16 * 1024,
     "fetch.wait.max.ms": 100,
     "fetch.queue.backoff.ms": 10,
 }
