@@ -337,7 +337,9 @@ def test_ingest_on_the_cluster_to_s3_is_exactly_once(
 
     The executors run an interpreter without our package (the CLI ships it with --py-files),
     write with pyarrow + s3fs (no Hadoop connector) and report what they read; the driver
-    checks and publishes; the group is committed; a second run reads only the new records.
+    checks and publishes; the group is committed; a second run reads only the new records, with
+    the jvm reader: Spark's own Kafka source, whose connector jars (``make jvm-tools``) spark-submit
+    hands to the cluster's executors with ``--jars``.
     """
     from tests.integration.helpers import Output, assert_exactly_once
 
@@ -367,8 +369,8 @@ def test_ingest_on_the_cluster_to_s3_is_exactly_once(
         *(arg for key, value in spark_standalone.executor_conf.items() for arg in ("--spark-conf", f"{key}={value}")),
     ]
 
-    def run() -> dict[str, Any]:
-        result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    def run(*more: str) -> dict[str, Any]:
+        result = subprocess.run([*command, *more], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
         assert result.returncode == 0, f"expected exit 0, found {result.returncode}: {result.stderr[-1500:]}"
         return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -376,7 +378,7 @@ def test_ingest_on_the_cluster_to_s3_is_exactly_once(
     assert first["records"] == 2000, f"expected 2000 records, found {first['records']}"
     assert first["location"].startswith(output.uri), f"expected the batch under {output.uri}, found {first['location']}"
     produce(config, topic, sample_records(partitions=4, count=400, first_id=2000))
-    second = run()
+    second = run("--reader", "jvm")
     assert second["records"] == 400, f"expected only the 400 new records, found {second['records']}"
     assert second["committed"] == {f"{topic}:{p}": 600 for p in range(4)}, second["committed"]
     assert_exactly_once(output, {(topic, p, o) for p in range(4) for o in range(600)})
