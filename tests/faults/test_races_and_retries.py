@@ -87,6 +87,34 @@ def test_replays_of_disjoint_ranges_at_once_each_land_once_in_one_output(
     expect_exactly_once(outcome, lake, offsets_of(topic, {0: 30, 1: 30}))
 
 
+@pytest.mark.parametrize("lake", ["parquet"], indirect=True)  # the Parquet layout's publish moves files
+def test_a_replay_killed_after_its_log_entry_is_published_by_the_replay_that_takes_the_next_entry(
+    outcome, lake, kafka_config, new_topic, spark_connect_remote
+):
+    # Replay A logs its entry and dies before publishing it; nothing would run it again (its Spark
+    # retries spent). Replay B, which planned the same entry, takes the next one and finishes A's
+    # publish on its way: every logged batch of the output is published.
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, sample_records(1, 20))
+    base = [
+        a
+        for a in scenario_args(lake, kafka_config, topic, "unused", spark_connect_remote)
+        if a not in ("--group", "unused")
+    ]
+    window = lambda a, b: ["--start-offsets", json.dumps({"0": a}), "--end-offsets", json.dumps({"0": b})]  # noqa: E731
+    late = CliRun([*base, *window(10, 20)], lake.env(), fail_point="before-log-entry:stop", command="replay").start()
+    late.wait_stopped()
+    killed = CliRun([*base, *window(0, 10)], lake.env(), fail_point="before-publish:kill", command="replay").start()
+    assert killed.finish().process.returncode == -9, "expected replay A killed between its log entry and publish"
+    late.resume()
+    assert late.finish().process.returncode == 0, f"replay B must land: {late.stderr.strip().splitlines()[-1:]}"
+    assert "it takes entry 2" in late.stderr, f"expected replay B to take entry 2: {late.stderr[-500:]}"
+    store = lake.store()
+    for entry in lake.log_entries():
+        store.check_published(entry)  # raises naming the batch whose files are not in place
+    expect_exactly_once(outcome, lake, offsets_of(topic, {0: 20}))
+
+
 def test_a_run_that_publishes_while_another_plans_makes_it_plan_again_not_a_group_mismatch(
     outcome, lake, kafka_config, new_topic, group_id, spark_connect_remote
 ):

@@ -23,6 +23,7 @@ import pyarrow as pa
 from kafka_batch_provider.core.manifest import build_manifest
 from kafka_batch_provider.core.plan import REPLAY, OffsetPlan
 from kafka_batch_provider.errors import CommitConflictError, ConfigError, LogConflictError, ManifestError
+from kafka_batch_provider.fail_points import fail_point
 from kafka_batch_provider.output.dead_letter_files import (
     attempt_staging,
     check_dead_letters_published,
@@ -136,9 +137,21 @@ class BatchStore:
     def plans_after(self, seq: int, files: list[tuple[int, str]] | None = None) -> list[OffsetPlan]:
         """The plans for entries after ``seq`` (candidates for the next entry), oldest first.
 
+        A plan file gone between the listing and its read is left out: a replay moved it to a later
+        entry meanwhile (the moved file is listed by the next look), or it was discarded.
+
         :param files: :meth:`plan_files` when the caller listed them already.
         """
-        return [self.load_plan(s, b) for s, b in (self.plan_files() if files is None else files) if s > seq]
+        plans = []
+        for s, b in self.plan_files() if files is None else files:
+            if s <= seq:
+                continue
+            try:
+                plans.append(self.load_plan(s, b))
+            except ManifestError:
+                if self.location.exists(numbered_name(PLANS, s, b)):
+                    raise
+        return plans
 
     # -- the offset log ----------------------------------------------------------------------
 
@@ -202,6 +215,7 @@ class BatchStore:
                 self.data.delete_tree(mine)
                 self.sink.drop_saved_manifest(manifest)
             manifest = winner
+        fail_point("before-publish")
         self.publish(manifest)
         return manifest
 

@@ -277,6 +277,10 @@ def replay_slot(store: BatchStore, plan: OffsetPlan, progress: Callable[[str], N
             f"output log entry {plan.seq} of {store.root} was taken by another batch: replay batch {plan.batch_id}, "
             "planned by an earlier version, is never published; plan it again"
         )
+    # Every batch published since: its own publish may have been cut short (a replay whose driver
+    # died after its log entry), and only the tail's predecessor is finished by the next write.
+    for entry in since:
+        store.publish(entry)
     moved = replace(plan, seq=tail_seq + 1, previous=previous)
     store.move_plan(plan, moved)
     progress(
