@@ -247,6 +247,10 @@ def test_a_batch_whose_commit_task_failed_is_announced_by_the_next_runs_plan_as_
     assert found == expected, f"expected one event per committed batch, the repaired one first: {found}"
     assert set(events[0]) == set(events[1]), f"a repaired batch's event has a commit's facts: {events}"
     assert committed(kafka_config, group_id, topic, [0, 1]) == {0: 19, 1: 19}
+    # Who committed each: the first run's commit task, if cleared, must not announce the batch again.
+    store = BatchStore(str(airflow_env))
+    by = [store.commit_record(e["seq"], e["batch_id"]).get("committed_by") for e in entries]
+    assert by == ["plan", "commit"], f"expected the repaired batch recorded as committed by the plan: {by}"
 
 
 def output_asset_uri_of(output: Path) -> str:

@@ -76,9 +76,15 @@ class KafkaOffsetCommitOperator(BatchLineage, BaseOperator):
         with task_errors():
             entry = store.entry_of(plan)
             self.lineage_entry = entry  # for OpenLineage's COMPLETE event
-            event = entry and emit_batch_event(
-                self, context, entry, spec.describe(), False, self.emit_empty_batches, spec.catalog_properties
-            )
+            if record.get("committed_by") == "plan":
+                # A later run's plan task finished this commit and announced the batch (this task is
+                # a cleared one of a failed run): one event per batch.
+                self.log.info("batch %s was committed and announced by a later plan task: no event", plan.batch_id)
+                event = None
+            else:
+                event = entry and emit_batch_event(
+                    self, context, entry, spec.describe(), False, self.emit_empty_batches, spec.catalog_properties
+                )
         return {
             "batch_id": plan.batch_id,
             "committed": committed,

@@ -272,9 +272,16 @@ class BatchStore:
     # -- Kafka commit records ----------------------------------------------------------------
 
     def record_commit(
-        self, plan: OffsetPlan, committed: dict[str, int], rows: int, dead_letters: dict[str, list[int]] | None = None
+        self,
+        plan: OffsetPlan,
+        committed: dict[str, int],
+        rows: int,
+        dead_letters: dict[str, list[int]] | None = None,
+        committed_by: str = "commit",
     ) -> None:
-        """:param dead_letters: ``{"topic:partition": [dead letters, rows]}`` where the batch has any."""
+        """:param dead_letters: ``{"topic:partition": [dead letters, rows]}`` where the batch has any.
+        :param committed_by: ``commit`` (the batch's commit step) or ``plan`` (a later plan step that
+            finished the commit: its task announced the batch, so the commit task does not again)."""
         self.location.put_atomic(
             numbered_name(COMMITS, plan.seq, plan.batch_id),
             json_bytes(
@@ -287,6 +294,7 @@ class BatchStore:
                     "rows": rows,
                     **({"dead_letters": dead_letters} if dead_letters else {}),
                     "committed_at": utc_now(),
+                    "committed_by": committed_by,
                 }
             ),
         )

@@ -23,13 +23,18 @@ Progress = Callable[[str], None]
 
 
 def commit_batch(
-    kafka: KafkaOffsets, store: BatchStore, plan: OffsetPlan, progress: Progress = log.info
+    kafka: KafkaOffsets,
+    store: BatchStore,
+    plan: OffsetPlan,
+    progress: Progress = log.info,
+    committed_by: str = "commit",
 ) -> dict[str, int]:
     """Commit step: check the batch's log entry and files, then compare-and-set commit its ends.
 
     Idempotent: a batch whose commit is recorded is not committed again. A plan with nothing
     to read has no Spark step: its log entry is created here.
 
+    :param committed_by: who commits, recorded beside it (``plan``: a later plan step finishing it).
     :returns: committed offsets as ``{"topic:partition": offset}``.
     """
     if not plan.commits_group or not plan.group_id:
@@ -60,7 +65,7 @@ def commit_batch(
     metadata = commit_metadata(plan.batch_id, store.data.uri)
     committed = kafka.commit(plan.group_id, plan.expected_committed(), plan.end_offsets(), metadata=metadata)
     result = {tp.key: offset for tp, offset in committed.items()}
-    store.record_commit(plan, result, int(entry["rows"]), dead_letters_by_partition(entry))
+    store.record_commit(plan, result, int(entry["rows"]), dead_letters_by_partition(entry), committed_by)
     letters = dead_letter_count(entry)
     progress(
         f"batch {plan.batch_id}: committed {len(result)} partition(s) of group {plan.group_id} ({entry['rows']} rows"

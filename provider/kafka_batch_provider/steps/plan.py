@@ -141,7 +141,7 @@ def plan_batch(
             f"batch {tail['batch_id']} (output log entry {tail['seq']}) was written but its Kafka commit did not "
             "finish: committing it without reading again"
         )
-        commit_batch(kafka, store, plan_for_entry(store, tail), progress)
+        commit_batch(kafka, store, plan_for_entry(store, tail), progress, committed_by="plan")
         repaired.append(tail["batch_id"])
         repaired_entries.append(tail)
         tail, pending, plan_files, (decision, fresh, reusable) = decide_on_a_still_log(
