@@ -7,11 +7,13 @@ output: a second output started from the same group would take records the first
 and each would miss what the other took. A new output (no batch in its log yet) that meets a
 group last committed by another output is refused, unless it adopts the group on purpose; it
 then records the adoption in its first log entry. Commits of builds before this one hold the
-bare batch id: their output is unknown and nothing is refused for them.
+bare batch id: their output is unknown and nothing is refused for them. An output URI too long
+for Kafka's metadata limit is kept as its SHA-256 digest.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,9 +37,22 @@ class GroupCommit:
         return {"batch_id": self.batch_id, "output": self.output}
 
 
+#: Kafka's default ``offset.metadata.max.bytes`` (it counts characters): a longer metadata is
+#: refused (OFFSET_METADATA_TOO_LARGE), after the batch is in the output.
+METADATA_LIMIT = 4096
+
+
 def commit_metadata(batch_id: str, output: str) -> str:
-    """The metadata of a batch's Kafka commit."""
-    return json.dumps({"batch_id": batch_id, "output": output}, separators=(",", ":"))
+    """The metadata of a batch's Kafka commit; an output URI too long to fit as its digest."""
+    text = json.dumps({"batch_id": batch_id, "output": output}, ensure_ascii=False, separators=(",", ":"))
+    if len(text) <= METADATA_LIMIT:
+        return text
+    return json.dumps({"batch_id": batch_id, "output": output_digest(output)}, separators=(",", ":"))
+
+
+def output_digest(output: str) -> str:
+    """How a too long output URI is named in a commit's metadata."""
+    return "sha256:" + hashlib.sha256(output.encode()).hexdigest()
 
 
 def commit_of(metadata: str | None) -> GroupCommit | None:
@@ -59,7 +74,7 @@ def another_output(states: Sequence[PartitionOffsets], output: str) -> GroupComm
     """The commit of another output that the group's committed offsets carry, if any."""
     for state in states:
         commit = commit_of(state.committed_metadata) if state.committed is not None else None
-        if commit is not None and commit.output is not None and commit.output != output:
+        if commit is not None and commit.output is not None and commit.output not in (output, output_digest(output)):
             return commit
     return None
 

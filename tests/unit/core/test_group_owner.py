@@ -50,3 +50,25 @@ def test_a_new_output_meeting_another_outputs_group_is_refused_in_one_line_unles
     assert "\n" not in message and not refused.value.transient, "one line, terminal"
     assert adopted_group("ingest", theirs, "file:///lake/a", adopt=True) == GroupCommit("b-2", "file:///lake/b")
     assert adopted_group("ingest", [state(None)], "file:///lake/a", adopt=False) is None, "a group of no output"
+
+
+def test_an_output_uri_too_long_for_kafkas_metadata_is_kept_as_its_digest_and_still_recognised():
+    from kafka_batch_provider.core.group_owner import METADATA_LIMIT, another_output, commit_metadata, output_digest
+    from kafka_batch_provider.core.offsets import PartitionOffsets
+
+    short = "s3://lake/orders"
+    assert commit_of(commit_metadata("b-1", short)).output == short
+    non_ascii = "file:///lake/" + "ü" * 1000  # kept as characters, not as \\u escapes
+    assert (
+        len(commit_metadata("b-1", non_ascii)) < METADATA_LIMIT
+        and commit_of(commit_metadata("b-1", non_ascii)).output == non_ascii
+    )
+    long = "abfs://container@account.dfs.core.windows.net/" + "deep/" * 1000
+    metadata = commit_metadata("b-2", long)
+    assert len(metadata) <= METADATA_LIMIT, (
+        f"expected the metadata within Kafka's limit, got {len(metadata)} characters"
+    )
+    assert commit_of(metadata).output == output_digest(long), metadata
+    state = PartitionOffsets("t", 0, 5, 0, 9, metadata)
+    assert another_output([state], long) is None, "the same output, named by its digest, is not another output"
+    assert another_output([state], short) is not None, "a different output is still told apart"
