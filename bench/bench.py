@@ -454,8 +454,7 @@ def spark_source_measures(remote: str, config: dict, topic: str, connect_rps: fl
     The same ranges as every other measure (offset 0 to the end of each partition), the options the
     ``jvm`` reader builds; a read of the small warm-up topic first loads the connector's classes.
     """
-    from pyspark.sql import SparkSession
-
+    from kafka_batch_provider.spark.connect import connect_session
     from kafka_batch_provider.spark.jvm_options import jvm_reader_options
 
     kafka = KafkaOffsets(config)
@@ -463,7 +462,9 @@ def spark_source_measures(remote: str, config: dict, topic: str, connect_rps: fl
     for name in (f"{topic}-warm", topic):
         tps = kafka.topic_partitions([name])
         ranges[name] = [OffsetRange(tp.topic, tp.partition, 0, end) for tp, end in kafka.log_end_offsets(tps).items()]
-    spark = SparkSession.builder.remote(remote).getOrCreate()
+    # Our own session helper: it keeps this process out of Spark Connect mode, which would stop the
+    # writers' comparison from starting a classic session later in the run.
+    spark = connect_session(remote)
 
     def source(name: str):
         return spark.read.format("kafka").options(**jvm_reader_options(ranges[name], config)).load()
@@ -484,7 +485,7 @@ def spark_source_measures(remote: str, config: dict, topic: str, connect_rps: fl
         counted = sum(row["rows"] for row in source(topic).mapInArrow(count_batches, "rows long").collect())
         arrow_seconds = time.perf_counter() - started
     finally:
-        spark.stop()
+        spark.client.close()
         shutil.rmtree(work / "spark-source", ignore_errors=True)
     if counted != records:
         raise SystemExit(f"error: Spark's source handed {counted} rows to Python, {records} were planned")
