@@ -25,7 +25,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from kafka_batch_provider import __version__
 from kafka_batch_provider.core.file_sizing import bytes_per_offset, writing_tasks
 from kafka_batch_provider.core.plan import OffsetPlan
-from kafka_batch_provider.core.write_check import TaskReports
+from kafka_batch_provider.core.write_check import TaskReports, merge_written
 from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.errors import ConfigError, WriteCheckError
 from kafka_batch_provider.output.store import BatchStore
@@ -215,28 +215,19 @@ def observed_receipts(
     :raises WriteCheckError: the source handed on a different number of rows than were written.
     """
     if "rows" in metrics:
-        written: dict[tuple[str, int], dict[str, Any]] = {}  # tasks may share a partition: summed
-        for w in (w for report in reports for w in report.get("written", ())):
-            key = (w["topic"], int(w["partition"]))
-            seen = written.setdefault(key, {"rows": 0, "min_offset": None, "max_offset": None})
-            seen["rows"] += int(w["rows"])
-            lows = [o for o in (seen["min_offset"], w.get("min_offset")) if o is not None]
-            highs = [o for o in (seen["max_offset"], w.get("max_offset")) if o is not None]
-            seen["min_offset"], seen["max_offset"] = min(lows, default=None), max(highs, default=None)
+        written = merge_written(w for report in reports for w in report.get("written", ()))
         total = sum(w["rows"] for w in written.values())
         if int(metrics["rows"]) != total:
             raise WriteCheckError(
                 f"batch {plan.batch_id}: Spark's Kafka source read {metrics['rows']} rows but {total} were written"
             )
-        found = {tp: written.get((tp.topic, tp.partition), {}) for tp in (r.tp for r in plan.readable_ranges)}
-        return [
-            {
-                "topic": r.topic, "partition": r.partition, "start": r.start, "end": r.end, "position": r.end,
-                "rows": int(found[r.tp].get("rows", 0)),
-                "first_offset": found[r.tp].get("min_offset"), "last_offset": found[r.tp].get("max_offset"),
-            }
-            for r in plan.readable_ranges
-        ]  # fmt: skip
+        found = [written.get((r.topic, r.partition), {}) for r in plan.readable_ranges]
+        counts = [(w.get("rows", 0), w.get("min_offset"), w.get("max_offset")) for w in found]
+    else:
+        counts = [
+            (metrics[f"rows_{i}"], metrics[f"first_{i}"], metrics[f"last_{i}"])
+            for i in range(len(plan.readable_ranges))
+        ]
     return [
         {
             "topic": r.topic,
@@ -244,11 +235,11 @@ def observed_receipts(
             "start": r.start,
             "end": r.end,
             "position": r.end,
-            "rows": int(metrics[f"rows_{i}"]),
-            "first_offset": metrics[f"first_{i}"],
-            "last_offset": metrics[f"last_{i}"],
+            "rows": int(rows),
+            "first_offset": first,
+            "last_offset": last,
         }
-        for i, r in enumerate(plan.readable_ranges)
+        for r, (rows, first, last) in zip(plan.readable_ranges, counts)
     ]
 
 
