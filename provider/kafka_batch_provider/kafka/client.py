@@ -43,7 +43,7 @@ from kafka_batch_provider.kafka.config import (
     consumer_config,
     reader_consumer_config,
 )
-from kafka_batch_provider.kafka.errors import LEADERSHIP_MOVING, is_refusal, is_transient, is_unreachable
+from kafka_batch_provider.kafka.errors import LEADERSHIP_MOVING, error_of, is_refusal, is_transient, is_unreachable
 
 log = logging.getLogger(__name__)
 
@@ -179,8 +179,8 @@ class KafkaOffsets:
             try:
                 return fn()
             except KafkaException as exc:
-                error = exc.args[0] if exc.args else None
-                moving = isinstance(error, KafkaError) and error.code() in LEADERSHIP_MOVING
+                error = error_of(exc)
+                moving = error is not None and error.code() in LEADERSHIP_MOVING
                 if not moving or time.monotonic() + pause > deadline:
                     raise self._failure(what, exc) from None
             time.sleep(pause)
@@ -188,14 +188,14 @@ class KafkaOffsets:
 
     def _failure(self, what: str, exc: KafkaException) -> Exception:
         """A request's failure as one line naming the request and broker."""
-        error = exc.args[0] if exc.args else None
-        if isinstance(error, KafkaError) and is_unreachable(error):
+        error = error_of(exc)
+        if error is not None and is_unreachable(error):
             return KafkaUnavailableError(
                 f"Kafka at {self.bootstrap_servers} did not answer {what} within {self.timeout:g}s "
                 f"({error.name()}); is the broker running and reachable?"
             )
-        text = error.str() if isinstance(error, KafkaError) else str(exc)
-        if isinstance(error, KafkaError) and error.code() == KafkaError._INVALID_ARG:
+        text = error.str() if error is not None else str(exc)
+        if error is not None and error.code() == KafkaError._INVALID_ARG:
             # librdkafka refused the configuration (unknown key, bad value): no retry can fix it.
             return ConfigError(f"Kafka configuration refused: {text}")
         return broker_error(error, f"Kafka {what} failed: {text}")
@@ -247,8 +247,8 @@ class KafkaOffsets:
             try:
                 return self.admin.list_topics(timeout=max(min(wait, left), 0.001))
             except KafkaException as exc:
-                error = exc.args[0] if exc.args else None
-                if not isinstance(error, KafkaError) or not is_unreachable(error):
+                error = error_of(exc)
+                if error is None or not is_unreachable(error):
                     raise
                 self.admin.poll(0)  # serves error_cb
                 if len(self._refusals) >= 2:
@@ -380,8 +380,8 @@ class KafkaOffsets:
             for future in futures.values():
                 future.result()
         except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if isinstance(error, KafkaError) and is_refusal(error):
+            error = error_of(exc)
+            if error is not None and is_refusal(error):
                 raise KafkaRefusedError(
                     f"Kafka refused group {group_id!r} ({error.name()}): {error.str()}; the principal needs "
                     "READ on the group (a retry fails the same way)"
@@ -503,8 +503,8 @@ class KafkaOffsets:
                 try:
                     entry = future.result().get("retention.ms")
                 except KafkaException as exc:
-                    error = exc.args[0] if exc.args else None
-                    if not isinstance(error, KafkaError) or error.code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    error = error_of(exc)
+                    if error is None or error.code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
                         raise
                     log.warning("no DESCRIBE_CONFIGS on topic %r: its retention is unknown, not judged", resource.name)
                     entry = None

@@ -101,3 +101,9 @@ def is_refusal(error: KafkaError) -> bool:
     if error.code() in (KafkaError._SSL, KafkaError._TRANSPORT):
         return "certificate verify failed" in text or "certificate" in text and "alert" in text
     return False
+
+
+def error_of(exc: BaseException) -> KafkaError | None:
+    """The librdkafka error a ``KafkaException`` carries (``None`` when it carries none)."""
+    error = exc.args[0] if exc.args else None
+    return error if isinstance(error, KafkaError) else None
