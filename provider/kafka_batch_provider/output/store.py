@@ -308,6 +308,10 @@ class BatchStore:
         except ValueError as exc:
             raise ManifestError(f"commit record {self.location.uri_of(name)} is not valid JSON: {exc}") from None
 
+    def commit_recorded(self, entry: dict[str, Any]) -> bool:
+        """Whether a log entry's Kafka commit is recorded (its commit step, or a later plan, finished it)."""
+        return self.commit_record(int(entry["seq"]), entry["batch_id"]) is not None
+
     def commit_records(self, group_id: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
         """Commit history, oldest first (what lag health reads); ``last`` keeps only the newest ones."""
         names = self.numbered_files(COMMITS)

@@ -38,7 +38,7 @@ def output_positions(store: BatchStore | None, kafka: KafkaOffsets, topics: Sequ
     tail = store.log.tail() if store is not None else None
     if tail is None:
         return {}
-    position = log_position(tail, store.commit_record(int(tail["seq"]), tail["batch_id"]) is not None)
+    position = log_position(tail, store.commit_recorded(tail))
     offsets = dict(position.offsets)
     for tp, (expected_committed, _) in position.unfinished.items():
         if expected_committed is None:
@@ -96,7 +96,7 @@ def taken_offsets(
     taken: dict[TopicPartition, int] = {}
     if tail is not None and tail.get("mode") == INCREMENTAL and tail.get("group_id") == group_id:
         written = datetime.fromisoformat(tail["written_at"]) if tail.get("written_at") else None
-        recorded = store.commit_record(int(tail["seq"]), tail["batch_id"]) is not None
+        recorded = store.commit_recorded(tail)
         # A batch whose commit is missing after in_flight belongs to a run that failed: the next
         # run's plan finishes its commit, so it counts as lag again and that run is fired.
         if recorded or written is None or now - written <= in_flight:

@@ -284,7 +284,7 @@ def reconcile_group(
     """
     position = None
     if tail is not None:
-        position = log_position(tail, store.commit_record(tail["seq"], tail["batch_id"]) is not None)
+        position = log_position(tail, store.commit_recorded(tail))
     chosen = select_partitions(states, partitions)
     elsewhere = another_output(chosen, store.data.uri)
     decision = reconcile(group_id, chosen, position, topic_ids, on_group_mismatch, elsewhere)

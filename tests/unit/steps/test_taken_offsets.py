@@ -23,7 +23,7 @@ def store_with_tail(written_minutes_ago: float, commit_recorded: bool) -> Simple
     }  # fmt: skip
     return SimpleNamespace(
         log=SimpleNamespace(tail=lambda: tail),
-        commit_record=lambda seq, batch_id: {"seq": seq} if commit_recorded else None,
+        commit_recorded=lambda entry: commit_recorded,
         plans_after=lambda seq: [],
     )
 
