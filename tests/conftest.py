@@ -24,6 +24,7 @@ pytest_plugins = [
     "kafka_batch_provider.testing.pytest_plugin",
     "tests.support.spark_cluster",
     "tests.support.secure_kafka",
+    "tests.support.cdc",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow.dataset as ds
 from pyarrow.fs import FSSpecHandler, PyFileSystem
 
+from kafka_batch_provider.core.merging import MergeSpec
 from kafka_batch_provider.core.offsets import TopicPartition
 from kafka_batch_provider.core.planning import PlanPolicy
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
@@ -51,6 +52,7 @@ class TableOutput(Output):
     table: str | None = None
     catalog: dict[str, str] = field(default_factory=dict)
     partition_by: str | None = None
+    merge: MergeSpec | None = None
 
     def spec(self) -> OutputSpec:
         return OutputSpec(
@@ -60,6 +62,7 @@ class TableOutput(Output):
             catalog_properties=self.catalog,
             storage_options=self.storage_options,
             partition_by=self.partition_by,
+            merge=self.merge,
         )
 
     def store(self) -> BatchStore:

@@ -164,7 +164,7 @@ def replay_range_from(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_storage_args(p: argparse.ArgumentParser, output_help: str = "") -> None:
-    from kafka_batch_provider.output.formats import add_partition_by_argument
+    from kafka_batch_provider.output.formats import add_merge_arguments, add_partition_by_argument
     from kafka_batch_provider.output.sink import FORMATS
 
     g = p.add_argument_group("output")
@@ -191,6 +191,7 @@ def add_storage_args(p: argparse.ArgumentParser, output_help: str = "") -> None:
         "JSON object of catalog properties, for secrets",
     )
     add_partition_by_argument(g)
+    add_merge_arguments(g)
     add_pairs_and_file(
         g,
         "--storage-option",
@@ -338,7 +339,7 @@ def catalog_properties_from(args: argparse.Namespace) -> dict[str, str]:
 
 
 def output_spec_from(args: argparse.Namespace, output: str | None = None):
-    from kafka_batch_provider.output.formats import OutputSpec
+    from kafka_batch_provider.output.formats import OutputSpec, merge_of_args
 
     return OutputSpec(
         format=args.format,
@@ -347,6 +348,7 @@ def output_spec_from(args: argparse.Namespace, output: str | None = None):
         catalog_properties=catalog_properties_from(args),
         storage_options=storage_options_from(args),
         partition_by=args.partition_by,
+        merge=merge_of_args(args),
     )
 
 

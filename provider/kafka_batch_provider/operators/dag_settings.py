@@ -110,7 +110,16 @@ def ingest_output() -> BatchOutput:
         partition_by=setting("kafka_batch_partition_by", "KAFKA_BATCH_PARTITION_BY", ""),
         storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
         catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
+        **merge_settings(),
     )
+
+
+def merge_settings() -> dict[str, str | None]:
+    """How batches become rows (parse-time environment): ``KAFKA_BATCH_MODE`` (``append``,
+    ``upsert``, ``changes``), ``KAFKA_BATCH_MERGE_KEY``, ``KAFKA_BATCH_ORDER_BY``,
+    ``KAFKA_BATCH_CHANGE_FORMAT``, ``KAFKA_BATCH_ON_TRUNCATE``; unset: the table's own mode."""
+    names = ("mode", "merge_key", "order_by", "change_format", "on_truncate")
+    return {name: os.environ.get(f"KAFKA_BATCH_{name.upper()}") or None for name in names}
 
 
 def value_settings() -> dict[str, object]:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kafka_batch_provider.core.merging import merge_spec
 from kafka_batch_provider.errors import ConfigError, StorageError
 from kafka_batch_provider.output.formats import OutputSpec, open_store
 from kafka_batch_provider.output.sink import ICEBERG, PARQUET
@@ -54,6 +55,12 @@ class BatchOutput:
     :param storage_conn_id: the output's storage connection (see ``hooks/storage.py``).
     :param catalog_conn_id: the Iceberg catalog's connection (see ``hooks/catalog.py``).
     :param catalog_properties: non-secret catalog properties; override the connection's.
+    :param mode: ``append``, ``upsert`` or ``changes`` (:mod:`kafka_batch_provider.core.merging`);
+        ``None`` follows an existing table.
+    :param merge_key: value columns forming the key (a list or ``"a,b"``); default: the Kafka key.
+    :param order_by: (upsert) the value column ordering a key's records across partitions.
+    :param change_format: (changes) ``debezium``.
+    :param on_truncate: (changes) ``refuse`` (default) or ``apply``.
     """
 
     output_format: str | None = PARQUET
@@ -63,6 +70,11 @@ class BatchOutput:
     storage_conn_id: str | None = None
     catalog_conn_id: str | None = None
     catalog_properties: Mapping[str, Any] = field(default_factory=dict)
+    mode: str | None = None
+    merge_key: Any = None
+    order_by: str | None = None
+    change_format: str | None = None
+    on_truncate: str | None = None
 
     @property
     def format(self) -> str:
@@ -79,7 +91,7 @@ class BatchOutput:
         from kafka_batch_provider.hooks.catalog import check_public_properties
 
         check_public_properties(self.catalog_properties)
-        if any(is_template(v) for v in (self.output_format, self.output_path, self.table, self.partition_by)):
+        if any(is_template(getattr(self, name)) for name in OUTPUT_TEMPLATE_FIELDS):
             return
         # The connection is read when the task runs: here it only has to be named.
         self._spec(storage_options={}, catalog_from_connection={"(from the connection)": "-"})
@@ -105,6 +117,13 @@ class BatchOutput:
             catalog_properties=catalog if self.format == ICEBERG else {},
             storage_options=dict(storage_options),
             partition_by=blank_to_none(self.partition_by),
+            merge=merge_spec(
+                blank_to_none(self.mode),
+                self.merge_key if not isinstance(self.merge_key, str) else blank_to_none(self.merge_key),
+                blank_to_none(self.order_by),
+                blank_to_none(self.change_format),
+                blank_to_none(self.on_truncate),
+            ),
         )
 
     def replay(self, replay_output_path: str | None = None, replay_table: str | None = None) -> BatchOutput:
@@ -131,6 +150,7 @@ class BatchOutput:
             output_path=described.get("output"),
             table=described.get("table"),
             partition_by=described.get("partition_by"),
+            **merge_fields(described.get("merge")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -150,8 +170,30 @@ def connections_of(output: BatchOutput | None) -> BatchOutput:
     return output
 
 
+def merge_fields(described: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A plan's merge description as :class:`BatchOutput` fields (none: the table's own mode)."""
+    if not described:
+        return {}
+    return {
+        "mode": described.get("mode"),
+        "merge_key": list(described.get("merge_key") or []) or None,
+        "order_by": described.get("order_by"),
+        "change_format": described.get("change_format"),
+        "on_truncate": described.get("on_truncate"),
+    }
+
+
 #: The parts of a :class:`BatchOutput` that may be templates.
-OUTPUT_TEMPLATE_FIELDS = ("output_format", "output_path", "table", "partition_by")
+OUTPUT_TEMPLATE_FIELDS = (
+    "output_format",
+    "output_path",
+    "table",
+    "partition_by",
+    "mode",
+    "order_by",
+    "change_format",
+    "on_truncate",
+)
 
 
 class TemplatedOutput:

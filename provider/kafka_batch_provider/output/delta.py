@@ -35,8 +35,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from kafka_batch_provider.core.merging import DELETE_OP, OP_COLUMN, ORDER_COLUMN, UNAVAILABLE, UPSERT_OP, MergeSpec
+from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
 from kafka_batch_provider.output.location import Location
+from kafka_batch_provider.output.merge_source import MergeSource, merge_source
 from kafka_batch_provider.output.sink import DELTA
 from kafka_batch_provider.output.tables import (
     CONTROL,
@@ -153,10 +156,11 @@ def open_delta_store(spec: Any):
     from kafka_batch_provider.output.store import BatchStore
 
     data = Location(str(spec.output), dict(spec.storage_options))
-    sink = DeltaSink(data, spec.partition_by)
+    sink = DeltaSink(data, spec.partition_by, spec.merge)
     existing = sink.table()
     if existing is not None:
         sink.adopt_partitioning(existing)
+        sink.adopt_merge(sink.newest(existing))
     return BatchStore(data.uri_of(CONTROL), dict(spec.storage_options), sink)
 
 
@@ -169,9 +173,10 @@ class DeltaSink(TableFiles):
 
     format = DELTA
 
-    def __init__(self, location: Location, partition_by: str | None = None) -> None:
+    def __init__(self, location: Location, partition_by: str | None = None, merge: MergeSpec | None = None) -> None:
         self.data = location
         self.partition_by = partition_by
+        self.merge = merge
         self.name = location.uri
         self.label = f"Delta table {self.name}"
         self._table_uri = location.root if location.is_local else location.uri
@@ -336,8 +341,12 @@ class DeltaSink(TableFiles):
         if int(manifest["seq"]) == 1:
             self.refuse_unconditional_store()
         try:
+            merged = None
+            if self.merge is not None and self.merge.merges:
+                merged = merge_source(self.data, manifest, self.merge)
+                manifest["merged"] = merged.counts
             self.save_manifest(manifest)
-            self._commit(table, manifest)
+            self._commit(table, manifest, merged)
             return True
         except CommitFailedError:
             return False  # the table moved: look again
@@ -355,7 +364,7 @@ class DeltaSink(TableFiles):
             return  # delta-rs's locking provider makes its commits exclusive without the store's help
         self.data.require_exclusive_create("_delta_log", f"the commits of {self.label}")
 
-    def _commit(self, table: Any, manifest: dict[str, Any]) -> None:
+    def _commit(self, table: Any, manifest: dict[str, Any], merged: MergeSource | None = None) -> None:
         from deltalake import CommitProperties, Schema, Transaction
         from deltalake.transaction import create_table_with_add_actions
 
@@ -373,6 +382,9 @@ class DeltaSink(TableFiles):
                 ),
             ],
         )
+        if merged is not None:
+            self._merge(table, merged, properties)
+            return
         schema = self.table_schema(files_schema(self.data, manifest))
         actions = self.add_actions(manifest, now)
         partition_by = [DATE_COLUMN] if self.partition_by else None
@@ -400,6 +412,74 @@ class DeltaSink(TableFiles):
         table.create_write_transaction(
             actions, "append", schema=current, partition_by=partition_by, commit_properties=properties
         )
+
+    def _merge(self, table: Any, merged: MergeSource, properties: Any) -> None:
+        """The batch as one MERGE commit carrying its offsets (the ``txn`` actions and manifest of
+        ``properties``): each key's newest change, applied only where newer than the row."""
+        from deltalake import write_deltalake
+
+        if table is None:
+            # The table's first commit holds only its schema; the batch merges into it next.
+            write_deltalake(
+                self._table_uri,
+                merged.source.drop_columns([OP_COLUMN]).schema.empty_table(),
+                mode="append",
+                storage_options=self._options,
+            )
+            raise_commit_retry()
+        if not merged.source.num_rows and merged.truncated_at is None:
+            table.create_write_transaction(
+                [], "append", schema=pa.schema(table.schema().to_arrow()), commit_properties=properties
+            )
+            return
+        merger = table.merge(
+            merged.source,
+            # (a batch of truncates only has no key: every row is then "not matched by source")
+            " AND ".join(f"t.{quoted(k)} = s.{quoted(k)}" for k in merged.key_columns) or "false",
+            source_alias="s",
+            target_alias="t",
+            merge_schema=True,
+            commit_properties=properties,
+        )
+        newer = f"s.{ORDER_COLUMN} > t.{ORDER_COLUMN}"
+        merger = merger.when_matched_delete(predicate=f"s.{OP_COLUMN} = '{DELETE_OP}' AND {newer}")
+        upsert = f"s.{OP_COLUMN} = '{UPSERT_OP}'"
+        if merged.unavailable:
+            # Debezium's placeholder for a TOASTed column left unchanged: keep the row's value.
+            kept = {
+                c: f"CASE WHEN s.{quoted(c)} = '{UNAVAILABLE}' THEN t.{quoted(c)} ELSE s.{quoted(c)} END"
+                if c in merged.unavailable
+                else f"s.{quoted(c)}"
+                for c in merged.row_columns
+            }
+            merger = merger.when_matched_update(updates=kept, predicate=f"{upsert} AND {newer}")
+            fresh = {
+                c: f"CASE WHEN s.{quoted(c)} = '{UNAVAILABLE}' THEN NULL ELSE s.{quoted(c)} END"
+                if c in merged.unavailable
+                else f"s.{quoted(c)}"
+                for c in merged.row_columns
+            }
+            merger = merger.when_not_matched_insert(updates=fresh, predicate=upsert)
+        else:
+            merger = merger.when_matched_update_all(predicate=f"{upsert} AND {newer}", except_cols=[OP_COLUMN])
+            merger = merger.when_not_matched_insert_all(predicate=upsert, except_cols=[OP_COLUMN])
+        if merged.truncated_at is not None:
+            merger = merger.when_not_matched_by_source_delete(predicate=f"t.{ORDER_COLUMN} < '{merged.truncated_at}'")
+        merger.execute()
+
+    def adopt_merge(self, newest: Mapping[str, Any] | None) -> None:
+        """Follow the table's merge mode; refuse a run that asks for another mode, key or ordering."""
+        if newest is None:
+            return
+        found = MergeSpec.from_description((newest.get("options") or {}).get("merge"))
+        if self.merge is None:
+            self.merge = found
+        elif not found.keeps(self.merge):
+            raise ConfigError(
+                f"{self.label} is merged as {found.describe()}, this run asks for {self.merge.describe()}: "
+                "a table keeps its mode, merge key and ordering (ingest into a new table to change them)",
+                setting=Setting("mode", found.mode),
+            )
 
     def evolve_schema(self, schema: pa.Schema) -> None:
         """Merge ``schema`` (new columns, nested ones too) into the table's, in a commit without files."""
@@ -498,6 +578,11 @@ def restored_away(info: Mapping[str, Any], kind: str, target: int) -> bool:
     if kind == "time":
         return int(info.get("timestamp") or 0) > target
     return True
+
+
+def quoted(column: str) -> str:
+    """A column name in a merge's SQL (keeps its case and odd characters)."""
+    return '"' + column.replace('"', '""') + '"'
 
 
 def raise_commit_retry() -> None:

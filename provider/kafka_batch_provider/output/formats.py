@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafka_batch_provider.core.merging import MergeSpec
 from kafka_batch_provider.core.settings import Advice, Setting
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.output.sink import DELTA, FORMATS, ICEBERG, PARQUET
@@ -52,6 +53,8 @@ class OutputSpec:
     :param catalog_properties: pyiceberg catalog properties (iceberg).
     :param storage_options: fsspec options of the output's filesystem.
     :param partition_by: ``"date"`` (delta and iceberg).
+    :param merge: how batches become rows (:mod:`kafka_batch_provider.core.merging`): ``None``
+        follows an existing table (append for a new one).
     """
 
     format: str = PARQUET
@@ -60,6 +63,7 @@ class OutputSpec:
     catalog_properties: Mapping[str, str] = field(default_factory=dict, repr=False)
     storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)
     partition_by: str | None = None
+    merge: MergeSpec | None = None
 
     def __post_init__(self) -> None:
         """The output rules, for the command line and the operators alike (worded for each)."""
@@ -95,9 +99,37 @@ class OutputSpec:
                 setting=PARTITION,
             )
 
+        if self.merge is not None and self.merge.merges:
+            if self.format == PARQUET:
+                raise ConfigError(
+                    f"{Setting('mode', self.merge.mode)} needs a table: {Setting('output_format', DELTA)} or "
+                    f"{Setting('output_format', ICEBERG)} (the Parquet layout only appends)",
+                    setting=FORMAT,
+                )
+            if self.format == ICEBERG:
+                raise ConfigError(
+                    f"{Setting('mode', self.merge.mode)} is not available for {Setting('output_format', ICEBERG)} yet; "
+                    f"merge into {Setting('output_format', DELTA)}",
+                    setting=FORMAT,
+                )
+            if self.partition_by:
+                raise ConfigError(
+                    f"{PARTITION} partitions by the Kafka timestamp, which a merged table's rows do not keep; "
+                    f"leave it unset with {Setting('mode', self.merge.mode)}",
+                    setting=PARTITION,
+                )
+
     def describe(self) -> dict[str, Any]:
         """What may be shown (XCom, plans, logs): no storage options or catalog properties."""
-        return {"format": self.format, "output": self.output, "table": self.table, "partition_by": self.partition_by}
+        described = {
+            "format": self.format,
+            "output": self.output,
+            "table": self.table,
+            "partition_by": self.partition_by,
+        }
+        if self.merge is not None:
+            described["merge"] = self.merge.describe()
+        return described
 
 
 def open_store(spec: OutputSpec, create: bool = True) -> BatchStore:
@@ -124,6 +156,62 @@ def add_partition_by_argument(parser: argparse.ArgumentParser | argparse._Argume
         help="partition a new table by the UTC date of the Kafka timestamp (delta and iceberg; "
         "an existing table keeps its partitioning)",
     )
+
+
+def add_merge_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--mode`` and its companions (:mod:`kafka_batch_provider.core.merging`)."""
+    from kafka_batch_provider.core.merging import CHANGE_FORMATS, MODES, ON_TRUNCATE
+
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        help="append (every record a row; the default of a new table), upsert (the newest record per key wins, "
+        "a null value deletes) or changes (apply change events, --change-format); delta tables; an existing "
+        "table keeps its mode",
+    )
+    parser.add_argument(
+        "--merge-key",
+        help="upsert/changes: value columns forming the key, comma-separated (default: the Kafka key's fields)",
+    )
+    parser.add_argument(
+        "--order-by",
+        help="upsert: a timestamp value column ordering a key's records across partitions, tombstones by their "
+        "Kafka timestamp (default: the Kafka offset)",
+    )
+    parser.add_argument("--change-format", choices=CHANGE_FORMATS, help="changes: the events' format")
+    parser.add_argument(
+        "--on-truncate",
+        choices=ON_TRUNCATE,
+        help="changes: a truncate event fails the batch (refuse, the default) or empties the table (apply)",
+    )
+
+
+def merge_of_args(args: argparse.Namespace) -> MergeSpec | None:
+    from kafka_batch_provider.core.merging import merge_spec
+
+    return merge_spec(
+        getattr(args, "mode", None),
+        getattr(args, "merge_key", None),
+        getattr(args, "order_by", None),
+        getattr(args, "change_format", None),
+        getattr(args, "on_truncate", None),
+    )
+
+
+def merge_argv(merge: MergeSpec | None) -> list[str]:
+    """The flags saying ``merge`` (none for ``None``: the table's own mode)."""
+    if merge is None:
+        return []
+    argv = ["--mode", merge.mode]
+    if merge.merge_key:
+        argv += ["--merge-key", ",".join(merge.merge_key)]
+    if merge.order_by:
+        argv += ["--order-by", merge.order_by]
+    if merge.change_format:
+        argv += ["--change-format", merge.change_format]
+    if merge.merges:
+        argv += ["--on-truncate", merge.on_truncate]
+    return argv
 
 
 def output_of_plan(output_format: str, plan_path: str) -> str:

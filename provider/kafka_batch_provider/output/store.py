@@ -92,6 +92,12 @@ class BatchStore:
         """How the files are split: the existing table's partitioning, not a run's flags."""
         return getattr(self.sink, "partition_by", None)
 
+    @property
+    def merge(self) -> dict[str, Any] | None:
+        """How batches become rows when the table merges them (``None``: appended)."""
+        spec = getattr(self.sink, "merge", None)
+        return spec.describe() if spec is not None and spec.merges else None
+
     def data_uri(self, entry: dict[str, Any]) -> str | None:
         """Where a logged batch's files are (``None`` for a batch without files)."""
         return self.data.uri_of(entry["location"]) if entry.get("location") else None

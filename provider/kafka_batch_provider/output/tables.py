@@ -150,8 +150,8 @@ class TableFiles:
 
         Not for a batch the table's history forgot: upkeep may have compacted its files since.
         """
-        if not entry.get("files") or entry.get("forgotten_by_table"):
-            return
+        if not entry.get("files") or entry.get("forgotten_by_table") or entry.get("merged"):
+            return  # (a merged batch's rows are in the files its MERGE commit wrote, not its own)
         found = self.data.file_sizes(entry["location"])
         wrong = sorted(f["name"] for f in entry["files"] if found.get(f["name"]) != int(f["bytes"]))
         if wrong and not self.replaced_since(entry, wrong):

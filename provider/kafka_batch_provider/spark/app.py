@@ -27,7 +27,14 @@ from kafka_batch_provider.core.settings import WORDING_ENV, worded
 from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.kafka.config import check_config, config_object, read_config_file
-from kafka_batch_provider.output.formats import OutputSpec, add_partition_by_argument, open_store, output_of_plan
+from kafka_batch_provider.output.formats import (
+    OutputSpec,
+    add_merge_arguments,
+    add_partition_by_argument,
+    merge_of_args,
+    open_store,
+    output_of_plan,
+)
 from kafka_batch_provider.output.location import read_storage_options_file
 from kafka_batch_provider.output.store import load_plan_file
 from kafka_batch_provider.registry.settings import RegistrySettings
@@ -92,6 +99,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--storage-options-file", help="JSON file of fsspec storage options (credentials)")
     parser.add_argument("--registry-settings-file", help="JSON file of the schema registry's url and credentials")
     add_partition_by_argument(parser)
+    add_merge_arguments(parser)
     WriteOptions.add_arguments(parser)
     return parser.parse_args(argv)
 
@@ -132,6 +140,7 @@ def run(argv: Sequence[str] | None) -> int:
             catalog_properties=load_catalog_properties(args.catalog_properties_file),
             storage_options=storage_options,
             partition_by=args.partition_by,
+            merge=merge_of_args(args),
         )
         store = open_store(spec)
         plan = load_plan_file(args.plan, store.location.storage_options)

@@ -70,8 +70,11 @@ def application_args(plan_path: str, output: Any, options: WriteOptions) -> list
     if isinstance(output, str):
         return ["--plan", plan_path, "--output", output, *options.to_args()]
     where = ["--table", output.table] if output.table else ["--output", output.output]
+    from kafka_batch_provider.output.formats import merge_argv
+
     partitioning = ["--partition-by", output.partition_by] if output.partition_by else []
-    return ["--plan", plan_path, "--format", output.format, *where, *partitioning, *options.to_args()]
+    merging = merge_argv(getattr(output, "merge", None))
+    return ["--plan", plan_path, "--format", output.format, *where, *partitioning, *merging, *options.to_args()]
 
 
 def conf_args(settings: Mapping[str, str]) -> list[str]:

@@ -209,6 +209,7 @@ def publish_staged(
                 **reader_schema_options(plan, options),
                 **({"on_bad_record": options.on_bad_record} if options.on_bad_record != "fail" else {}),
                 "partition_by": store.partition_by,
+                **({"merge": store.merge} if store.merge else {}),
             },
             timings=timings,
             dead_letters=(

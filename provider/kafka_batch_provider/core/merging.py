@@ -1,0 +1,279 @@
+"""Tables, not changelogs: how a batch of keyed records or change events becomes one MERGE. Pure.
+
+``--mode append`` (the default) adds every record as a row. ``--mode upsert`` keeps the newest
+record per key (a tombstone, a record whose value is null, deletes the key). ``--mode changes``
+with ``--change-format debezium`` applies Debezium change events (``op`` c/r/u/d/t, ``before``,
+``after``, ``source``).
+
+**The ordering rule, decided once and kept.** Every change gets an *ordering value*, a string
+whose byte order is the change's order (:func:`order_text`), stored in the table's
+:data:`ORDER_COLUMN`:
+
+* Debezium Postgres: ``(source.sequence[0], phase, source.sequence[1])``: the last commit's LSN
+  before the event, then snapshot rows (``op=r``, phase 0) before streamed ones (phase 1), then
+  the event's own LSN (DBZ-2911: the LSN alone misorders concurrent transactions);
+* Debezium MySQL: ``(binlog file number, position, row)``;
+* other Debezium connectors and plain upserts: the Kafka offset (a key stays in one partition),
+  after the ``--order-by`` timestamp column when one is named (then keys may move between
+  partitions; a tombstone, which has no columns, is ordered by its Kafka timestamp);
+* the Kafka offset always last, so two events of one key never tie.
+
+Within a batch each key reduces to its newest change (:func:`reduce_changes`). Across batches
+the merge applies a change only where it is newer than the row (``s.order > t.order``), and
+deleted keys are remembered with their ordering value (:mod:`kafka_batch_provider.output.deleted_keys`),
+so a replay, a late partition or a redelivery never overwrites a newer row and never brings a
+deleted key back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from kafka_batch_provider.core.settings import Setting
+from kafka_batch_provider.errors import ConfigError
+
+APPEND, UPSERT, CHANGES = "append", "upsert", "changes"
+MODES = (APPEND, UPSERT, CHANGES)
+DEBEZIUM = "debezium"
+CHANGE_FORMATS = (DEBEZIUM,)
+ON_TRUNCATE = ("refuse", "apply")
+#: The table's column holding each row's ordering value.
+ORDER_COLUMN = "_kafka_order"
+#: The merge source's column saying what a change does (never a table column).
+OP_COLUMN = "_kafka_op"
+UPSERT_OP, DELETE_OP, TRUNCATE_OP = "u", "d", "t"
+#: What Debezium sends for a TOASTed column an update left unchanged (REPLICA IDENTITY DEFAULT).
+UNAVAILABLE = "__debezium_unavailable_value"
+#: Each component of an ordering value: 17 hex digits of the value plus 2**64 (so negatives sort first).
+WIDTH, BIAS = 17, 1 << 64
+MODE, MERGE_KEY, ORDER_BY = Setting("mode"), Setting("merge_key"), Setting("order_by")
+CHANGE_FORMAT, ON_TRUNCATE_SETTING = Setting("change_format"), Setting("on_truncate")
+
+
+@dataclass(frozen=True)
+class MergeSpec:
+    """How batches become rows of a table.
+
+    :param mode: ``append``, ``upsert`` or ``changes``.
+    :param merge_key: value columns forming the key; empty: the Kafka key (its fields when it
+        is a struct, else the column ``key``), or for Debezium its key struct.
+    :param order_by: (upsert) a timestamp value column ordering records of one key across
+        partitions, before the Kafka offset.
+    :param change_format: ``debezium`` (``changes`` only).
+    :param on_truncate: ``refuse`` (a truncate event fails the batch in one line) or ``apply``
+        (empty the table in the batch's commit).
+    """
+
+    mode: str = APPEND
+    merge_key: tuple[str, ...] = ()
+    order_by: str | None = None
+    change_format: str | None = None
+    on_truncate: str = "refuse"
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"unknown {MODE} {self.mode!r}; choose one of {', '.join(MODES)}", setting=MODE)
+        if any(not isinstance(k, str) or not k.strip() for k in self.merge_key):
+            raise ConfigError(f"{MERGE_KEY} names value columns; got {list(self.merge_key)!r}", setting=MERGE_KEY)
+        if len(set(self.merge_key)) != len(self.merge_key):
+            raise ConfigError(f"{MERGE_KEY} names a column twice: {list(self.merge_key)!r}", setting=MERGE_KEY)
+        if self.on_truncate not in ON_TRUNCATE:
+            raise ConfigError(
+                f"unknown {ON_TRUNCATE_SETTING} {self.on_truncate!r}; choose one of {', '.join(ON_TRUNCATE)}",
+                setting=ON_TRUNCATE_SETTING,
+            )
+        if self.mode == CHANGES:
+            if self.change_format not in CHANGE_FORMATS:
+                raise ConfigError(
+                    f"{Setting('mode', CHANGES)} needs {CHANGE_FORMAT} ({', '.join(CHANGE_FORMATS)}), "
+                    f"got {self.change_format!r}",
+                    setting=CHANGE_FORMAT,
+                )
+            if self.order_by:
+                raise ConfigError(
+                    f"{ORDER_BY} is for {Setting('mode', UPSERT)}: change events are ordered by their source position",
+                    setting=ORDER_BY,
+                )
+        elif self.change_format:
+            raise ConfigError(f"{CHANGE_FORMAT} goes with {Setting('mode', CHANGES)}", setting=MODE)
+        if self.mode == APPEND and (self.merge_key or self.order_by):
+            raise ConfigError(
+                f"{MERGE_KEY} and {ORDER_BY} are for {Setting('mode', UPSERT)} or {Setting('mode', CHANGES)}",
+                setting=MODE,
+            )
+
+    @property
+    def merges(self) -> bool:
+        return self.mode != APPEND
+
+    def describe(self) -> dict[str, Any]:
+        """What the table records and a plan shows (no secrets here)."""
+        if not self.merges:
+            return {"mode": APPEND}
+        return {
+            "mode": self.mode,
+            "merge_key": list(self.merge_key),
+            "order_by": self.order_by,
+            "change_format": self.change_format,
+            "on_truncate": self.on_truncate,
+        }
+
+    @classmethod
+    def from_description(cls, found: Mapping[str, Any] | None) -> MergeSpec:
+        found = dict(found or {})
+        return cls(
+            mode=str(found.get("mode") or APPEND),
+            merge_key=tuple(found.get("merge_key") or ()),
+            order_by=found.get("order_by") or None,
+            change_format=found.get("change_format") or None,
+            on_truncate=str(found.get("on_truncate") or "refuse"),
+        )
+
+    def keeps(self, other: MergeSpec) -> bool:
+        """Whether a table written with ``self`` may take batches merged with ``other``: the
+        mode, key and ordering are the table's for good (``on_truncate`` may change per run)."""
+        return (self.mode, self.merge_key, self.order_by, self.change_format) == (
+            other.mode,
+            other.merge_key,
+            other.order_by,
+            other.change_format,
+        )
+
+
+def merge_spec(
+    mode: str | None = None,
+    merge_key: str | Sequence[str] | None = None,
+    order_by: str | None = None,
+    change_format: str | None = None,
+    on_truncate: str | None = None,
+) -> MergeSpec | None:
+    """The spec from loose settings (``"a,b"`` or a list for the key); ``None`` when no mode is given."""
+    if not mode:
+        if merge_key or order_by or change_format:
+            raise ConfigError(f"{MERGE_KEY}, {ORDER_BY} and {CHANGE_FORMAT} need {MODE}", setting=MODE)
+        return None
+    keys = merge_key.split(",") if isinstance(merge_key, str) else list(merge_key or ())
+    return MergeSpec(
+        mode=mode,
+        merge_key=tuple(k.strip() for k in keys if k.strip()),
+        order_by=order_by or None,
+        change_format=change_format or None,
+        on_truncate=on_truncate or "refuse",
+    )
+
+
+# -- ordering values ------------------------------------------------------------------------------
+
+
+def order_text(*components: int) -> str:
+    """Ordering components as one string whose byte order is theirs (``a < b`` as tuples ⇔ as text)."""
+    return ".".join(format(int(c) + BIAS, f"0{WIDTH}x") for c in components)
+
+
+def debezium_order(source: Mapping[str, Any] | None, op: str, offset: int) -> str:
+    """A Debezium event's ordering value from its ``source`` block (see the module's rule)."""
+    import json
+
+    source = source or {}
+    connector = str(source.get("connector") or "")
+    snapshot = str(source.get("snapshot") or "false").lower()
+    phase = 0 if op == "r" or snapshot not in ("false", "") else 1
+    if connector == "postgresql":
+        sequence = source.get("sequence")
+        pair = json.loads(sequence) if isinstance(sequence, str) and sequence else [None, source.get("lsn")]
+        last_commit, lsn = (pair + [None, None])[:2]
+        return order_text(int(last_commit or 0), phase, int(lsn or source.get("lsn") or 0), offset)
+    if connector == "mysql":
+        name = str(source.get("file") or "")
+        number = int("".join(ch for ch in name.rpartition(".")[2] if ch.isdigit()) or 0)
+        return order_text(number, int(source.get("pos") or 0), int(source.get("row") or 0), offset)
+    return order_text(offset)
+
+
+def order_by_component(value: Any, column: str) -> int:
+    """An ``--order-by`` column's value (a timestamp) as microseconds since the epoch."""
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return int(aware.timestamp() * 1_000_000)
+    raise ConfigError(
+        f"{ORDER_BY} column {column!r} holds {type(value).__name__} values; name a timestamp column",
+        setting=ORDER_BY,
+    )
+
+
+def upsert_order(
+    row: Mapping[str, Any] | None, order_by: str | None, offset: int, where: str, kafka_timestamp: Any = None
+) -> str:
+    """A keyed record's ordering value: its offset, after its ``--order-by`` timestamp when named.
+    A tombstone has no columns: it is ordered by its Kafka timestamp instead."""
+    if not order_by:
+        return order_text(offset)
+    value = kafka_timestamp if row is None else row.get(order_by)
+    if value is None:
+        what = "Kafka timestamp of the tombstone" if row is None else f"{ORDER_BY} column {order_by!r}"
+        raise ConfigError(f"{where}: the {what} is null or missing; every record needs it to be ordered")
+    return order_text(order_by_component(value, order_by), offset)
+
+
+# -- reducing a batch -----------------------------------------------------------------------------
+
+
+@dataclass
+class Change:
+    """One record's effect on the table: ``op`` upsert, delete or truncate; ``row`` for upserts."""
+
+    key: tuple[Any, ...]
+    op: str
+    order: str
+    row: dict[str, Any] | None = None
+    where: str = ""
+
+
+@dataclass
+class Reduced:
+    """A batch's changes, one per key (its newest), after the newest truncate if any."""
+
+    changes: list[Change] = field(default_factory=list)
+    #: the ordering value of the newest truncate in the batch
+    truncated_at: str | None = None
+    #: columns where some kept change still holds Debezium's placeholder (the table's value stays)
+    unavailable: set[str] = field(default_factory=set)
+    #: events before the newest truncate, and events a newer one of the same key replaced
+    superseded: int = 0
+
+
+def reduce_changes(changes: Iterable[Change]) -> Reduced:
+    """Each key's newest change; a placeholder column takes the value an older change of the key
+    in the same batch gave it (an insert then an update that left a TOASTed column alone)."""
+    ordered = sorted(changes, key=lambda c: c.order)
+    truncates = [c for c in ordered if c.op == TRUNCATE_OP]
+    result = Reduced(truncated_at=truncates[-1].order if truncates else None)
+    if result.truncated_at is not None:
+        result.superseded = sum(1 for c in ordered if c.order < result.truncated_at and c.op != TRUNCATE_OP)
+        ordered = [c for c in ordered if c.order > result.truncated_at]
+    newest: dict[tuple[Any, ...], Change] = {}
+    for change in ordered:
+        older = newest.get(change.key)
+        if older is not None:
+            result.superseded += 1
+            if change.op == UPSERT_OP and older.op == UPSERT_OP and change.row is not None and older.row:
+                for column, value in change.row.items():
+                    if is_unavailable(value) and not is_unavailable(older.row.get(column, UNAVAILABLE)):
+                        change.row[column] = older.row.get(column)
+        newest[change.key] = change
+    result.changes = list(newest.values())
+    result.unavailable = {
+        column
+        for change in result.changes
+        if change.row
+        for column, value in change.row.items()
+        if is_unavailable(value)
+    }
+    return result
+
+
+def is_unavailable(value: Any) -> bool:
+    return value == UNAVAILABLE or value == UNAVAILABLE.encode()

@@ -1,0 +1,147 @@
+"""Debezium change events from a real PostgreSQL, merged into a Delta table exactly once
+(``--mode changes --change-format debezium``).
+
+The source is not our producer: PostgreSQL changes rows, Debezium (in Kafka Connect) turns the
+WAL into change events on Apache Kafka, and after every ingest the lake table must equal
+``SELECT * FROM`` the source table, row by row and column by column: a snapshot, inserts,
+updates (numerics, timestamps with time zones, a TOASTed column left unchanged), deletes, a
+primary-key change, a multi-statement transaction, an added column, a crash between the MERGE
+commit and the Kafka commit, and a truncate (refused, then applied).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+
+from kafka_batch_provider.core.merging import ORDER_COLUMN, MergeSpec
+from kafka_batch_provider.errors import ConfigError
+from tests.integration.helpers import TableOutput, group_offsets, run_batch, write_without_commit
+from tests.support.cdc import wait_for_records
+
+pytestmark = pytest.mark.xdist_group("cdc")
+
+CHANGES = MergeSpec(mode="changes", change_format="debezium")
+TABLE = """CREATE TABLE customers (
+    id int PRIMARY KEY, name text NOT NULL, email text, balance numeric(12,2), born date,
+    created_at timestamptz NOT NULL, updated_at timestamp(6), attrs jsonb, ext_id uuid, bio text)"""
+#: 6,400 characters that do not compress: stored out of line (TOAST), so an update that leaves it
+#: alone sends Debezium's placeholder instead of the value.
+TOASTED = "".join(uuid.UUID(int=i * 7919).hex for i in range(200))
+
+
+def source_rows(db, table: str = "customers") -> tuple[list[str], list[dict[str, Any]]]:
+    with db.connect() as conn:
+        cursor = conn.execute(f"SELECT * FROM {table} ORDER BY id")
+        columns = [d.name for d in cursor.description]
+        return columns, [dict(zip(columns, row)) for row in cursor.fetchall()]
+
+
+def as_source_value(lake: Any, source: Any) -> Any:
+    """The lake's value in the source driver's terms (jsonb as parsed JSON, uuid as text)."""
+    if isinstance(source, (dict, list)) and isinstance(lake, str):
+        return json.loads(lake)
+    if isinstance(source, uuid.UUID):
+        return uuid.UUID(lake) if isinstance(lake, str) else lake
+    return lake
+
+
+def assert_lake_equals_source(output: TableOutput, db) -> int:
+    """The table equals ``SELECT * FROM customers``: same columns (plus the ordering value), same rows."""
+    columns, expected = source_rows(db)
+    table = output.read()
+    assert table is not None, "the Delta table does not exist"
+    assert set(table.column_names) == {*columns, ORDER_COLUMN}, (
+        f"expected the source's columns {columns} and {ORDER_COLUMN}; the table has {table.column_names}"
+    )
+    found = sorted(table.drop_columns([ORDER_COLUMN]).to_pylist(), key=lambda r: r["id"])
+    assert [r["id"] for r in found] == [r["id"] for r in expected], (
+        f"expected the source's ids {[r['id'] for r in expected]}, the table holds {[r['id'] for r in found]}"
+    )
+    for lake_row, source_row in zip(found, expected):
+        for column in columns:
+            lake, source = as_source_value(lake_row[column], source_row[column]), source_row[column]
+            assert lake == source, (
+                f"row id={source_row['id']} column {column}: source has {source!r}, lake has {lake!r}"
+            )
+    return len(expected)
+
+
+def test_a_postgres_table_through_debezium_equals_its_delta_table(cdc_source, spark, kafka_config, group_id, tmp_path):
+    db = cdc_source.new_database()
+    with db.connect() as conn:
+        conn.execute(TABLE)
+        conn.execute(
+            "INSERT INTO customers VALUES "
+            "(1, 'Ada', 'ada@example.com', 1234.50, '1815-12-10', '2024-03-10 12:00:00.5+05:30', "
+            '\'2025-01-01 00:00:00.000001\', \'{"tier": "gold", "tags": [1, 2]}\', '
+            "'6f1c1b8e-2a55-4c38-9a43-0d6b8e2f0a11', %s), "
+            "(2, 'Brendan', NULL, 9999999999.99, NULL, '1999-12-31 23:59:59+00', NULL, NULL, NULL, 'short'), "
+            "(3, 'Chen', 'chen@example.com', 0.00, '2000-02-29', '2020-06-01 08:00:00-07', NULL, '[]', NULL, NULL)",
+            (TOASTED,),
+        )
+    db.capture(["public.customers"])
+    topic = db.topic("customers")
+    output = TableOutput(str(tmp_path / "customers"), merge=CHANGES)
+    records = 3  # the snapshot: op=r
+    wait_for_records(kafka_config, topic, records)
+    run_batch(spark, kafka_config, output, group_id, [topic])
+    assert assert_lake_equals_source(output, db) == 3
+
+    with db.connect() as conn:
+        conn.execute("INSERT INTO customers VALUES (4, 'Dita', NULL, 10, NULL, now(), NULL, NULL, NULL, NULL)")
+        conn.execute("UPDATE customers SET email = 'ada@lovelace.org' WHERE id = 1")  # bio: TOASTed, unchanged
+        conn.execute(
+            "UPDATE customers SET balance = -0.01, updated_at = '2026-11-26 10:11:12.123456', "
+            "created_at = '2026-11-26 10:11:12.654321-03:30' WHERE id = 2"
+        )
+        conn.execute("DELETE FROM customers WHERE id = 3")
+        conn.execute("UPDATE customers SET id = 30 WHERE id = 4")  # a key change: delete 4, create 30
+        with conn.transaction():
+            conn.execute("INSERT INTO customers VALUES (5, 'Emil', NULL, 5.5, NULL, now(), NULL, NULL, NULL, 'x')")
+            conn.execute("UPDATE customers SET name = 'Emil R.' WHERE id = 5")
+            conn.execute("INSERT INTO customers VALUES (6, 'Fay', NULL, NULL, NULL, now(), NULL, NULL, NULL, NULL)")
+    records += 1 + 1 + 1 + 2 + 3 + 3  # a delete is followed by a tombstone; a key change is delete, tombstone, create
+    wait_for_records(kafka_config, topic, records)
+    run_batch(spark, kafka_config, output, group_id, [topic])
+    assert assert_lake_equals_source(output, db) == 5
+
+    # A column added upstream becomes a column; the run crashes after its MERGE commit, before the
+    # Kafka commit: the retry must find the batch merged and only commit.
+    with db.connect() as conn:
+        conn.execute("ALTER TABLE customers ADD COLUMN loyalty int")
+        conn.execute("UPDATE customers SET loyalty = 42 WHERE id = 1")
+        conn.execute("INSERT INTO customers VALUES (7, 'Gus', NULL, 1, NULL, now(), NULL, NULL, NULL, NULL, 3)")
+    records += 2
+    wait_for_records(kafka_config, topic, records)
+    write_without_commit(spark, kafka_config, output, group_id, [topic])
+    assert assert_lake_equals_source(output, db) == 6
+    run_batch(spark, kafka_config, output, group_id, [topic])
+    assert assert_lake_equals_source(output, db) == 6
+    merges = [h for h in output.store().sink.table().history() if h["operation"] == "MERGE"]
+    assert len(merges) == 3, f"expected one MERGE per batch (3); found {len(merges)}: a batch was applied twice"
+
+    # A truncate is refused in one line (nothing changes) until the run says to apply it.
+    with db.connect() as conn:
+        conn.execute("TRUNCATE customers")
+    records += 1
+    wait_for_records(kafka_config, topic, records)
+    before = output.read().num_rows
+    with pytest.raises(ConfigError, match="truncate event would empty the table") as refused:
+        run_batch(spark, kafka_config, output, group_id, [topic])
+    assert "\n" not in str(refused.value)
+    assert output.read().num_rows == before, "a refused truncate changed the table"
+    assert group_offsets(kafka_config, group_id, topic, 1) == {0: records - 1}, "a refused batch moved the group"
+    applying = TableOutput(output.uri, merge=MergeSpec(mode="changes", change_format="debezium", on_truncate="apply"))
+    run_batch(spark, kafka_config, applying, group_id, [topic])
+    assert assert_lake_equals_source(output, db) == 0
+    with db.connect() as conn:
+        conn.execute("INSERT INTO customers VALUES (8, 'Hal', NULL, 2, NULL, now(), NULL, NULL, NULL, NULL, NULL)")
+    records += 1
+    wait_for_records(kafka_config, topic, records)
+    run_batch(spark, kafka_config, output, group_id, [topic])
+    assert assert_lake_equals_source(output, db) == 1
+    assert group_offsets(kafka_config, group_id, topic, 1) == {0: records}
