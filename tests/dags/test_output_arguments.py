@@ -100,6 +100,9 @@ def test_unusable_catalog_connections_fail_with_one_line(monkeypatch, fields, ex
             "put it in the extra of the catalog connection",
         ),
         ({"output_format": "iceberg", "table": "a.b", "catalog_conn_id": "c", "replay_output_path": "/r"}, "replay"),
+        ({"output_path": "/lake", "mode": "upsert"}, "mode='upsert' needs a table: output_format='delta'"),
+        ({"output_format": "delta", "output_path": "/t", "mode": "changes"}, "mode='changes' needs change_format"),
+        ({"output_format": "delta", "output_path": "/t", "merge_key": "id"}, "merge_key, order_by and change_format"),
     ],
 )
 def test_bad_output_arguments_fail_the_dag_import_with_one_line(arguments, expected):
@@ -160,6 +163,21 @@ def test_downstream_tasks_rebuild_the_output_from_the_xcom_and_an_old_xcom_is_a_
     ), f"got {described}"
     old = BatchOutput().planned({"output_path": "/lake"})
     assert (old.format, old.output_path) == ("parquet", "/lake"), f"got {old}"
+
+
+def test_merge_settings_reach_the_spec_and_survive_the_plan_xcom_and_a_sensor_keeps_its_own_mode():
+    from kafka_batch_provider.core.merging import MergeSpec
+    from kafka_batch_provider.sensors.lag import KafkaLagSensor
+
+    output = BatchOutput(output_format="delta", output_path="/t", mode="upsert", merge_key="region,id")
+    spec = output._spec(storage_options={}, catalog_from_connection={})
+    assert spec.merge == MergeSpec(mode="upsert", merge_key=("region", "id")), f"got {spec.merge}"
+    again = BatchOutput().planned({"output": spec.describe()})
+    assert again._spec({}, {}).merge == spec.merge, f"the plan XCom lost the merge settings: {again}"
+    sensor = KafkaLagSensor(task_id="s", group_id="g", topics="t", mode="reschedule", output=output)
+    assert sensor.mode == "reschedule" and sensor.batch_output.mode == "upsert", (
+        f"the output's mode must not replace the sensor's: {sensor.mode}, {sensor.batch_output.mode}"
+    )
 
 
 def test_the_trigger_serializes_connection_ids_not_their_contents():

@@ -183,17 +183,9 @@ def merge_fields(described: Mapping[str, Any] | None) -> dict[str, Any]:
     }
 
 
-#: The parts of a :class:`BatchOutput` that may be templates.
-OUTPUT_TEMPLATE_FIELDS = (
-    "output_format",
-    "output_path",
-    "table",
-    "partition_by",
-    "mode",
-    "order_by",
-    "change_format",
-    "on_truncate",
-)
+#: The parts of a :class:`BatchOutput` that may be templates (the operators' own attributes too:
+#: the merge settings are not, since ``mode`` is a sensor's own attribute).
+OUTPUT_TEMPLATE_FIELDS = ("output_format", "output_path", "table", "partition_by")
 
 
 class TemplatedOutput:
