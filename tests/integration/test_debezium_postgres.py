@@ -1,4 +1,4 @@
-"""Debezium change events from a real PostgreSQL, merged into a Delta table exactly once
+"""Debezium change events from a real PostgreSQL, merged into a Delta and an Iceberg table exactly once
 (``--mode changes --change-format debezium``).
 
 The source is not our producer: PostgreSQL changes rows, Debezium (in Kafka Connect) turns the
@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from kafka_batch_provider.core.merging import ORDER_COLUMN, MergeSpec
+from kafka_batch_provider.dev.kafka_connect import wait_for_records
 from kafka_batch_provider.errors import ConfigError
 from tests.integration.helpers import TableOutput, group_offsets, run_batch, write_without_commit
-from tests.support.cdc import wait_for_records
+from tests.integration.test_merged_tables import merge_commits
 
 pytestmark = pytest.mark.xdist_group("cdc")
 
@@ -53,7 +55,7 @@ def assert_lake_equals_source(output: TableOutput, db) -> int:
     """The table equals ``SELECT * FROM customers``: same columns (plus the ordering value), same rows."""
     columns, expected = source_rows(db)
     table = output.read()
-    assert table is not None, "the Delta table does not exist"
+    assert table is not None, "the table does not exist"
     assert set(table.column_names) == {*columns, ORDER_COLUMN}, (
         f"expected the source's columns {columns} and {ORDER_COLUMN}; the table has {table.column_names}"
     )
@@ -70,7 +72,9 @@ def assert_lake_equals_source(output: TableOutput, db) -> int:
     return len(expected)
 
 
-def test_a_postgres_table_through_debezium_equals_its_delta_table(cdc_source, spark, kafka_config, group_id, tmp_path):
+def test_a_postgres_table_through_debezium_equals_its_lake_table(
+    cdc_source, spark, kafka_config, group_id, table_output
+):
     db = cdc_source.new_database()
     with db.connect() as conn:
         conn.execute(TABLE)
@@ -85,7 +89,7 @@ def test_a_postgres_table_through_debezium_equals_its_delta_table(cdc_source, sp
         )
     db.capture(["public.customers"])
     topic = db.topic("customers")
-    output = TableOutput(str(tmp_path / "customers"), merge=CHANGES)
+    output = table_output(CHANGES, name="customers")
     records = 3  # the snapshot: op=r
     wait_for_records(kafka_config, topic, records)
     run_batch(spark, kafka_config, output, group_id, [topic])
@@ -121,8 +125,7 @@ def test_a_postgres_table_through_debezium_equals_its_delta_table(cdc_source, sp
     assert assert_lake_equals_source(output, db) == 6
     run_batch(spark, kafka_config, output, group_id, [topic])
     assert assert_lake_equals_source(output, db) == 6
-    merges = [h for h in output.store().sink.table().history() if h["operation"] == "MERGE"]
-    assert len(merges) == 3, f"expected one MERGE per batch (3); found {len(merges)}: a batch was applied twice"
+    assert merge_commits(output) == 3, f"expected one merge commit per batch (3), found {merge_commits(output)}"
 
     # A truncate is refused in one line (nothing changes) until the run says to apply it.
     with db.connect() as conn:
@@ -135,7 +138,7 @@ def test_a_postgres_table_through_debezium_equals_its_delta_table(cdc_source, sp
     assert "\n" not in str(refused.value)
     assert output.read().num_rows == before, "a refused truncate changed the table"
     assert group_offsets(kafka_config, group_id, topic, 1) == {0: records - 1}, "a refused batch moved the group"
-    applying = TableOutput(output.uri, merge=MergeSpec(mode="changes", change_format="debezium", on_truncate="apply"))
+    applying = replace(output, merge=MergeSpec(mode="changes", change_format="debezium", on_truncate="apply"))
     run_batch(spark, kafka_config, applying, group_id, [topic])
     assert assert_lake_equals_source(output, db) == 0
     with db.connect() as conn:

@@ -28,6 +28,16 @@ def table_rows(output: TableOutput) -> dict[int, dict]:
     return by_key
 
 
+def merge_commits(output: TableOutput) -> int:
+    """How many commits merged a batch into the table (a retry must not add one)."""
+    table = output.store().sink.table()
+    if output.format == "delta":
+        return sum(1 for h in table.history() if h["operation"] == "MERGE")
+    return sum(
+        1 for s in table.metadata.snapshots if s.summary and "kafka_batch.seq" in s.summary.additional_properties
+    )
+
+
 def newest_per_key(records: list[Record]) -> dict[int, dict]:
     """What the table must hold: each key's last record in its partition, a null value deleting it."""
     expected: dict[int, dict] = {}
@@ -40,9 +50,11 @@ def newest_per_key(records: list[Record]) -> dict[int, dict]:
     return expected
 
 
-def test_upserts_and_tombstones_merge_exactly_once_across_a_crash(spark, kafka_config, new_topic, group_id, tmp_path):
+def test_upserts_and_tombstones_merge_exactly_once_across_a_crash(
+    spark, kafka_config, new_topic, group_id, table_output
+):
     topic = new_topic(partitions=2)
-    output = TableOutput(str(tmp_path / "customers"), merge=UPSERT)
+    output = table_output(UPSERT)
     first = [keyed(k % 2, k, {"id": k, "name": f"v1-{k}", "amount": k * 10}) for k in range(1, 9)]
     first += [
         keyed(1, 1, {"id": 1, "name": "v2-1", "amount": 11}),
@@ -67,5 +79,70 @@ def test_upserts_and_tombstones_merge_exactly_once_across_a_crash(spark, kafka_c
     assert table_rows(output) == newest_per_key(first + second)
     ends = {p: sum(1 for r in first + second if r.partition == p) for p in (0, 1)}
     assert group_offsets(kafka_config, group_id, topic, 2) == ends, "the group did not reach the log's end"
-    history = [h for h in output.store().sink.table().history() if h["operation"] == "MERGE"]
-    assert len(history) == 2, f"expected one MERGE per batch (2), found {len(history)}: the retry merged again"
+    batches = [entry["batch_id"] for entry in output.store().sink.entries()]
+    assert len(batches) == 2 == merge_commits(output), f"expected 2 batches, each one merge commit: {batches}"
+
+
+ENVELOPE_VALUE = {
+    "type": "record", "name": "Value",
+    "fields": [
+        {"name": "id", "type": "long"}, {"name": "name", "type": "string"},
+        {"name": "balance", "type": ["null", {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}],
+         "default": None},
+    ],
+}  # fmt: skip
+ENVELOPE = {
+    "type": "record", "name": "Envelope", "namespace": "db.public.customers",
+    "fields": [
+        {"name": "before", "type": ["null", ENVELOPE_VALUE], "default": None},
+        {"name": "after", "type": ["null", "Value"], "default": None},
+        {"name": "source", "type": {"type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
+                                    "fields": [{"name": "connector", "type": "string"},
+                                               {"name": "snapshot", "type": ["null", "string"], "default": None},
+                                               {"name": "lsn", "type": ["null", "long"], "default": None},
+                                               {"name": "sequence", "type": ["null", "string"], "default": None}]}},
+        {"name": "op", "type": "string"},
+    ],
+}  # fmt: skip
+ENVELOPE_KEY = {
+    "type": "record",
+    "name": "Key",
+    "namespace": "db.public.customers",
+    "fields": [{"name": "id", "type": "long"}],
+}
+
+
+def test_debezium_events_in_avro_through_the_registry_merge_by_their_avro_key(
+    spark, kafka_config, new_topic, group_id, schema_registry, table_output
+):
+    from decimal import Decimal
+
+    from kafka_batch_provider.registry.settings import RegistrySettings
+    from tests.integration.test_key_formats import avro, ingest
+
+    topic = new_topic(partitions=1)
+    output = table_output(MergeSpec(mode="changes", change_format="debezium"))
+
+    def event(op: str, lsn: int, after: dict | None = None, before: dict | None = None) -> dict:
+        source = {"connector": "postgresql", "snapshot": "true" if op == "r" else "false", "lsn": lsn,
+                  "sequence": json.dumps([str(lsn - 1), str(lsn)])}  # fmt: skip
+        return {"before": before, "after": after, "source": source, "op": op}
+
+    events = [
+        (1, event("r", 100, {"id": 1, "name": "Ada", "balance": Decimal("10.50")})),
+        (2, event("r", 100, {"id": 2, "name": "Bo", "balance": None})),
+        (2, event("u", 120, {"id": 2, "name": "Bo B.", "balance": Decimal("-0.01")})),
+        (1, event("d", 130, None, {"id": 1, "name": "", "balance": None})),
+        (3, event("c", 140, {"id": 3, "name": "Cy", "balance": Decimal("9999999999.99")})),
+    ]
+    keys = avro(schema_registry, topic, ENVELOPE_KEY, [{"id": k} for k, _ in events] + [{"id": 1}], "KEY")
+    values = avro(schema_registry, topic, ENVELOPE, [e for _, e in events], "VALUE") + [None]  # the delete's tombstone
+    produce(kafka_config, topic, [Record(0, v, k) for k, v in zip(keys, values)])
+    store = output.store()
+    ingest(spark, kafka_config, store, group_id, topic, RegistrySettings(schema_registry), "avro", "avro")
+
+    found = sorted(output.read().drop_columns([ORDER_COLUMN]).to_pylist(), key=lambda r: r["id"])
+    assert found == [
+        {"id": 2, "name": "Bo B.", "balance": Decimal("-0.01")},
+        {"id": 3, "name": "Cy", "balance": Decimal("9999999999.99")},
+    ], f"expected the source table after the events, found {found}"

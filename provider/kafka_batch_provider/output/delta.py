@@ -36,7 +36,6 @@ from typing import Any
 import pyarrow as pa
 
 from kafka_batch_provider.core.merging import DELETE_OP, OP_COLUMN, ORDER_COLUMN, UNAVAILABLE, UPSERT_OP, MergeSpec
-from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
 from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.output.merge_source import MergeSource, merge_source
@@ -466,20 +465,6 @@ class DeltaSink(TableFiles):
         if merged.truncated_at is not None:
             merger = merger.when_not_matched_by_source_delete(predicate=f"t.{ORDER_COLUMN} < '{merged.truncated_at}'")
         merger.execute()
-
-    def adopt_merge(self, newest: Mapping[str, Any] | None) -> None:
-        """Follow the table's merge mode; refuse a run that asks for another mode, key or ordering."""
-        if newest is None:
-            return
-        found = MergeSpec.from_description((newest.get("options") or {}).get("merge"))
-        if self.merge is None:
-            self.merge = found
-        elif not found.keeps(self.merge):
-            raise ConfigError(
-                f"{self.label} is merged as {found.describe()}, this run asks for {self.merge.describe()}: "
-                "a table keeps its mode, merge key and ordering (ingest into a new table to change them)",
-                setting=Setting("mode", found.mode),
-            )
 
     def evolve_schema(self, schema: pa.Schema) -> None:
         """Merge ``schema`` (new columns, nested ones too) into the table's, in a commit without files."""

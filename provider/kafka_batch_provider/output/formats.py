@@ -106,12 +106,6 @@ class OutputSpec:
                     f"{Setting('output_format', ICEBERG)} (the Parquet layout only appends)",
                     setting=FORMAT,
                 )
-            if self.format == ICEBERG:
-                raise ConfigError(
-                    f"{Setting('mode', self.merge.mode)} is not available for {Setting('output_format', ICEBERG)} yet; "
-                    f"merge into {Setting('output_format', DELTA)}",
-                    setting=FORMAT,
-                )
             if self.partition_by:
                 raise ConfigError(
                     f"{PARTITION} partitions by the Kafka timestamp, which a merged table's rows do not keep; "

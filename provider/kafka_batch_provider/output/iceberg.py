@@ -31,8 +31,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from kafka_batch_provider.core.merging import OP_COLUMN, ORDER_COLUMN, MergeSpec
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError, ManifestError, StorageError
 from kafka_batch_provider.output.location import Location
+from kafka_batch_provider.output.merge_source import MergeSource, apply_changes, merge_source
 from kafka_batch_provider.output.sink import ICEBERG
 from kafka_batch_provider.output.tables import (
     CONTROL,
@@ -122,8 +124,9 @@ def open_iceberg_store(spec: Any, create: bool = True):
         raise StorageError(f"Iceberg table {identifier}: {one_line(exc)}") from None
     storage = dict(spec.storage_options) or storage_options_from_catalog(spec.catalog_properties)
     data = Location(table.location(), storage)
-    sink = IcebergSink(catalog, identifier, data, spec.partition_by, table.location())
+    sink = IcebergSink(catalog, identifier, data, spec.partition_by, table.location(), spec.merge)
     sink.adopt_partitioning(table)
+    sink.adopt_merge(sink.newest(table))
     return BatchStore(data.uri_of(CONTROL), storage, sink)
 
 
@@ -161,8 +164,10 @@ class IcebergSink(TableFiles):
         data: Location,
         partition_by: str | None = None,
         table_location: str | None = None,
+        merge: MergeSpec | None = None,
     ) -> None:
         self.catalog = catalog
+        self.merge = merge
         # The location exactly as the catalog spells it (pyiceberg does not percent-decode URIs).
         self.table_location = (table_location or data.uri).rstrip("/")
         self.identifier = identifier
@@ -282,10 +287,20 @@ class IcebergSink(TableFiles):
         from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
         try:
-            if self.evolve_schema(table, manifest):
+            merged = None
+            if self.merge is not None and self.merge.merges:
+                merged = merge_source(self.data, manifest, self.merge)
+                manifest["merged"] = merged.counts
+                schema = merged.source.drop_columns([OP_COLUMN]).schema
+            else:
+                schema = files_schema(self.data, manifest)
+            if self.evolve_schema(table, schema):
                 return False  # a schema-only commit first: the batch goes on the new state
             self.save_manifest(manifest)
-            self._commit(table, manifest)
+            if merged is not None:
+                self._merge(table, manifest, merged)
+            else:
+                self._commit(table, manifest)
             return True
         except (CommitFailedException, CommitStateUnknownException):
             return False  # the table moved (or we cannot tell): look again
@@ -298,15 +313,14 @@ class IcebergSink(TableFiles):
         except Exception as exc:  # noqa: BLE001 - catalogs raise their own (SQLAlchemy, HTTP, OS) errors
             raise StorageError(f"{self.name}: batch {manifest['batch_id']} not committed: {one_line(exc)}") from None
 
-    def evolve_schema(self, table: Any, manifest: Mapping[str, Any]) -> bool:
+    def evolve_schema(self, table: Any, schema: pa.Schema) -> bool:
         """Add the columns (nested ones too) the batch's files bring, make optional those they hold
         as nullable, and widen the numbers they promote (int to long, float to double: Iceberg's
         type promotions); pyiceberg's union by name does all three. ``True`` if it changed the table.
 
         The table is created with the Kafka columns before its first batch is read: that batch
         decides its columns (typed values without ``--keep-raw-value`` have no ``value``, and a
-        value field named ``value`` takes its own type)."""
-        schema = files_schema(self.data, manifest)
+        value field named ``value`` takes its own type; a merged table, its rows' columns)."""
         current = table.schema().as_arrow()
         unused = []
         if table.current_snapshot() is None:
@@ -322,7 +336,8 @@ class IcebergSink(TableFiles):
                 update.union_by_name(schema)
         return True
 
-    def _commit(self, table: Any, manifest: Mapping[str, Any]) -> None:
+    def _transaction(self, table: Any, manifest: Mapping[str, Any]) -> tuple[Any, dict[str, str]]:
+        """A transaction on ``table`` (no retries) and the batch's snapshot summary."""
         names = {
             SEQ_KEY: str(manifest["seq"]),
             BATCH_ID_KEY: str(manifest["batch_id"]),
@@ -330,9 +345,49 @@ class IcebergSink(TableFiles):
         }
         offsets = manifest.get("offsets", {})
         summary = {**names, OFFSETS_DIGEST_KEY: offsets_digest(offsets), PARTITIONS_KEY: str(len(offsets))}
-        transaction = without_retries(table).transaction()
-        # In the same commit as the snapshot, with the sequence number the snapshot will get.
-        transaction.set_properties({**names, SNAPSHOT_NUMBER_KEY: str(table.metadata.next_sequence_number())})
+        return without_retries(table).transaction(), summary
+
+    @staticmethod
+    def _name_batch(transaction: Any, summary: Mapping[str, str]) -> None:
+        """The batch in the table's properties, in the same commit as its snapshot (added next:
+        it takes the transaction's next sequence number)."""
+        names = {key: summary[key] for key in (SEQ_KEY, BATCH_ID_KEY, ATTEMPT_KEY)}
+        number = transaction.table_metadata.next_sequence_number()
+        transaction.set_properties({**names, SNAPSHOT_NUMBER_KEY: str(number)})
+
+    def _merge(self, table: Any, manifest: Mapping[str, Any], merged: MergeSource) -> None:
+        """The batch as one commit (copy-on-write): a delete of every row of the batch's keys
+        (and, for a truncate, every older row), then an append, carrying the batch's summary, of
+        what replaces them (:func:`~kafka_batch_provider.output.merge_source.apply_changes`)."""
+        from functools import reduce
+
+        from pyiceberg.expressions import In, LessThan, Or
+
+        transaction, summary = self._transaction(table, manifest)
+        schema = table.schema().as_arrow()
+        filters = []
+        if merged.source.num_rows:
+            first = merged.key_columns[0]
+            filters.append(In(first, merged.source.column(first).unique().to_pylist()))
+            target = table.scan(row_filter=filters[0]).to_arrow()
+        else:
+            target = schema.empty_table()
+        rows = apply_changes(target, merged, schema)
+        if merged.truncated_at is not None:
+            filters.append(LessThan(ORDER_COLUMN, merged.truncated_at))
+        if filters:
+            transaction.delete(reduce(Or, filters))
+        self._name_batch(transaction, summary)
+        if rows.num_rows:
+            transaction.append(rows, snapshot_properties=summary)
+        else:
+            with transaction.update_snapshot(snapshot_properties=summary).fast_append():
+                pass
+        transaction.commit_transaction()
+
+    def _commit(self, table: Any, manifest: Mapping[str, Any]) -> None:
+        transaction, summary = self._transaction(table, manifest)
+        self._name_batch(transaction, summary)
         paths = [f"{self.table_location}/{manifest['location']}/{f['name']}" for f in manifest.get("files", [])]
         if paths:
             transaction.add_files(paths, snapshot_properties=summary, check_duplicate_files=False)

@@ -28,6 +28,7 @@ from kafka_batch_provider.core.merging import (
     ORDER_COLUMN,
     UPSERT_OP,
     MergeSpec,
+    is_unavailable,
     reduce_changes,
 )
 from kafka_batch_provider.output.deleted_keys import DeletedKeys
@@ -99,3 +100,32 @@ def merge_source(data: Location, manifest: Mapping[str, Any], spec: MergeSpec) -
             "skipped": found.skipped,
         },
     )
+
+
+def apply_changes(target: pa.Table, merged: MergeSource, schema: pa.Schema) -> pa.Table:
+    """The rows that replace ``target`` (the table's rows a merge reads back: every row whose
+    first key column takes one of the batch's values), for formats that rewrite rows themselves
+    (Iceberg's copy-on-write): each row with a newer change is updated or dropped, the others
+    stay as they are (unless the batch's truncate is newer), and the new keys are added.
+    """
+    keys = merged.key_columns
+    changes = {tuple(row[k] for k in keys): row for row in merged.source.to_pylist()}
+    columns = schema.names
+    kept, matched = [], set()
+    for row in target.to_pylist():
+        key = tuple(row.get(k) for k in keys)
+        change = changes.get(key)
+        if change is None or change[ORDER_COLUMN] <= (row.get(ORDER_COLUMN) or ""):
+            if change is not None:
+                matched.add(key)  # an older change: the row stays
+            if merged.truncated_at is None or (row.get(ORDER_COLUMN) or "") > merged.truncated_at:
+                kept.append(row)
+            continue
+        matched.add(key)
+        if change[OP_COLUMN] == UPSERT_OP:
+            kept.append({c: row.get(c) if c in merged.unavailable and is_unavailable(change.get(c)) else change.get(c)
+                         for c in columns})  # fmt: skip
+    for key, change in changes.items():
+        if key not in matched and change[OP_COLUMN] == UPSERT_OP:
+            kept.append({c: None if is_unavailable(change.get(c)) else change.get(c) for c in columns})
+    return pa.Table.from_pylist(kept, schema=schema)

@@ -26,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kafka_batch_provider.core.merging import MergeSpec
 from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ColumnTypeError, ConfigError, ManifestError, StorageError
 from kafka_batch_provider.output.dead_letter_files import attempt_staging
@@ -77,6 +78,8 @@ class TableFiles:
     _by_seq: dict[int, dict[str, Any]]
     #: "date" when the table is partitioned by the UTC date of the Kafka timestamp
     partition_by: str | None
+    #: how batches become rows (``None``: appended, or the table's own mode once adopted)
+    merge: MergeSpec | None = None
 
     def table(self) -> Any:
         """The table at its newest state, or ``None`` while it does not exist."""
@@ -95,6 +98,20 @@ class TableFiles:
                 f"{self.label} is partitioned by {found or 'nothing'}, this run asks for "
                 f"{wanted or 'no partitioning'} ({Setting('partition_by')}): a table keeps its partitioning",
                 setting=Setting("partition_by", "date" if found == by_date else None),
+            )
+
+    def adopt_merge(self, newest: Mapping[str, Any] | None) -> None:
+        """Follow the table's merge mode; refuse a run that asks for another mode, key or ordering."""
+        if newest is None:
+            return
+        found = MergeSpec.from_description((newest.get("options") or {}).get("merge"))
+        if self.merge is None:
+            self.merge = found
+        elif not found.keeps(self.merge):
+            raise ConfigError(
+                f"{self.label} is merged as {found.describe()}, this run asks for {self.merge.describe()}: "
+                "a table keeps its mode, merge key and ordering (ingest into a new table to change them)",
+                setting=Setting("mode", found.mode),
             )
 
     def look_up(self, seq: int) -> dict[str, Any] | None:
