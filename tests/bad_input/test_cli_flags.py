@@ -313,6 +313,15 @@ CASES = [
     Case("upkeep-target-huge", lambda s: upkeep(s, "--target-file-mb", "9999"), "between 1 and 4096 (MB)"),
     Case("upkeep-keep-zero", lambda s: upkeep(s, "--keep-batches", "0"), "expected a positive integer, got 0"),
     Case("upkeep-no-output", lambda s: ["upkeep"], "--format=parquet needs --output"),
+    # -- merged tables (--mode)
+    Case("upsert-into-parquet", lambda s: run(s, "--mode", "upsert"), "--mode=upsert needs a table: --format=delta"),
+    Case("changes-without-format", lambda s: run(s, "--mode", "changes"), "--mode=changes needs --change-format"),
+    Case("merge-key-without-mode", lambda s: run(s, "--merge-key", "id"), "--merge-key, --order-by and --change"),
+    Case(
+        "merge-partitioned-by-date",
+        lambda s: run(s, "--format", "delta", "--mode", "upsert", "--partition-by", "date"),
+        "--partition-by partitions by the Kafka timestamp, which a merged table's rows do not keep",
+    ),
 ]
 
 
