@@ -33,6 +33,13 @@ def add_upkeep_args(p: argparse.ArgumentParser) -> None:
         default=defaults.keep_batches,
         help=f"keep the plans and Kafka commit records of the newest N batches (default {defaults.keep_batches})",
     )
+    g.add_argument(
+        "--deleted-keys-retention-days",
+        type=float,
+        default=defaults.deleted_keys_retention_days,
+        help="merged tables: remember deleted keys this long, so older changes cannot bring them back "
+        f"(default {defaults.deleted_keys_retention_days:g}, at least 1)",
+    )
     g.add_argument("--dry-run", action="store_true", help="count what would be done, change nothing")
 
 
@@ -44,6 +51,7 @@ def cmd_upkeep(args: argparse.Namespace) -> dict[str, Any]:
         retention_hours=args.retention_hours,
         keep_batches=args.keep_batches,
         dry_run=args.dry_run,
+        deleted_keys_retention_days=args.deleted_keys_retention_days,
     )  # checked before the output is opened: a refused run touches nothing
     store = store_from(args, create=False)
     report = upkeep(store, settings, progress=lambda line: print(line, file=sys.stderr, flush=True))

@@ -31,12 +31,16 @@ class UpkeepSettings:
     :param keep_batches: plans and Kafka commit records of the newest this many batches stay
         (lag health reads the recent commit records); older ones are removed.
     :param dry_run: report what would be done, change nothing.
+    :param deleted_keys_retention_days: (merged tables) how long a deleted key is remembered, so
+        that an older change (a replay, a late partition) cannot bring it back: replays of ranges
+        older than this may.
     """
 
     target_file_mb: int = DEFAULT_TARGET_FILE_MB
     retention_hours: float = 168.0
     keep_batches: int = 1000
     dry_run: bool = False
+    deleted_keys_retention_days: float = 30.0
 
     def __post_init__(self) -> None:
         check_target_file_mb(self.target_file_mb)
@@ -45,6 +49,12 @@ class UpkeepSettings:
                 f"{Setting('retention_hours')} must be at least {MIN_RETENTION_HOURS:g}, got {self.retention_hours:g}: "
                 "a batch in flight has staged files no table commit names yet, and upkeep must not remove them",
                 setting=Setting("retention_hours"),
+            )
+        days = self.deleted_keys_retention_days
+        if not (math.isfinite(days) and days >= 1):
+            raise ConfigError(
+                f"{Setting('deleted_keys_retention_days')} must be at least 1, got {days:g}",
+                setting=Setting("deleted_keys_retention_days"),
             )
         if self.keep_batches < 1:
             raise ConfigError(

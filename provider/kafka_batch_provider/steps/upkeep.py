@@ -43,9 +43,24 @@ def upkeep(store: BatchStore, settings: UpkeepSettings, progress: Callable[[str]
         upkeep_iceberg(store.sink, settings, report, progress, in_flight)  # type: ignore[arg-type]
     else:
         upkeep_parquet_layout(store, settings, report, progress, in_flight)
+    if store.format in (DELTA, ICEBERG) and not settings.dry_run:
+        expire_deleted_keys(store, settings, report)
     report.pruned_plans, report.pruned_commit_records = store.prune_control(settings.keep_batches, settings.dry_run)
     progress(report.summary())
     return report
+
+
+def expire_deleted_keys(store: BatchStore, settings: UpkeepSettings, report: UpkeepReport) -> None:
+    """A merged table's deleted keys older than their retention are forgotten."""
+    import time
+
+    from kafka_batch_provider.output.deleted_keys import DeletedKeys
+
+    dropped = DeletedKeys(store.data).expire(time.time() - settings.deleted_keys_retention_days * 86400)
+    if dropped:
+        report.notes.append(
+            f"{dropped} file(s) of deleted keys older than {settings.deleted_keys_retention_days:g} days dropped"
+        )
 
 
 def upkeep_parquet_layout(
