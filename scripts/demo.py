@@ -21,7 +21,11 @@
    (`--value-format avro --on-bad-record dead-letter`): typed columns, a field a new schema
    version adds mid-stream becoming a column, and three corrupt records set aside as dead
    letters, all read back by DuckDB,
-9. print a summary: batches, ranges, rows, lag before and after, lag health, where the data is,
+9. change data capture: a PostgreSQL table (a plain server process) changed three times, Debezium
+   in Kafka Connect writing its change events to Kafka, `kafka-batch run --mode changes
+   --change-format debezium` merging each round into a Delta table in one commit with its offsets,
+   DuckDB reading the table back equal to `SELECT * FROM` the source each time (scripts/demo_cdc.py),
+10. print a summary: batches, ranges, rows, lag before and after, lag health, where the data is,
    and copy-paste snippets that query the Delta table.
 
 Airflow uses the project-local AIRFLOW_HOME (.airflow, SQLite); its full task logs go to
@@ -53,6 +57,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import pyarrow.dataset as ds  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
+from demo_cdc import cdc_demo  # noqa: E402 - beside this script
 from pyarrow.fs import FSSpecHandler, PyFileSystem  # noqa: E402
 
 from kafka_batch_provider.dev.kafka import KafkaBroker  # noqa: E402
@@ -243,6 +248,7 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str |
     )  # fmt: skip
     upkept_rows, upkept_once, _ = read_delta(delta_path)
     avro = avro_demo(config, registry_url, spark_remote, suffix)
+    cdc = cdc_demo(config, spark_remote, WORK, kafka_batch, duckdb_connection, say)
 
     filesystem = PyFileSystem(FSSpecHandler(store.location.fs))
     table = ds.dataset(store.location.root, filesystem=filesystem, format="parquet", partitioning="hive").to_table(
@@ -315,7 +321,13 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str |
     say(f"    dead letters (DuckDB read_parquet('{avro['dead_letter_glob']}')):")
     for partition, offset, error in avro["letters"]:
         say(f"      [{partition}] offset {offset}: {error}")
-    path = f"a Spark Connect server at {spark_remote} for all 7 batches" if spark_remote else "spark-submit per batch"
+    say(f"  Postgres -> Debezium -> Kafka -> Delta table {cdc['path']} (--mode changes --change-format debezium):")
+    for number, r in enumerate(cdc["rounds"], start=1):
+        say(
+            f"    round {number}: {r['what']}: {r['events']} events, {r['upserts']} upserts + {r['deletes']} deletes "
+            f"merged; DuckDB {r['lake_rows']:,} rows {'==' if r['equal'] else '!='} Postgres {r['source_rows']:,} rows"
+        )
+    path = f"a Spark Connect server at {spark_remote} for all 10 batches" if spark_remote else "spark-submit per batch"
     say(f"  Spark: {path}")
     say(f"  Airflow task logs: {WORK}/airflow-*.log; done in {time.perf_counter() - started:.0f}s")
     ok = (
@@ -338,6 +350,8 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str |
         and avro["duckdb_rows"] == 500
         and avro["with_humidity"] == 200
         and len(avro["letters"]) == 3
+        and [r["equal"] for r in cdc["rounds"]] == [True, True, True]
+        and [r["source_rows"] for r in cdc["rounds"]] == [1000, 1050, 1050]
     )
     return 0 if ok else 1
 

@@ -14,12 +14,10 @@ import shutil
 import socket
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -111,26 +109,3 @@ def cdc_source(kafka_bootstrap_servers: str) -> Iterator[CdcSource]:
     finally:
         source.stop()
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def wait_for_records(kafka_config: dict[str, Any], topic: str, count: int, timeout: float = 120.0) -> None:
-    """Wait until ``topic`` holds ``count`` records (Debezium writes them asynchronously)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({**kafka_config, "group.id": "cdc-test-probe", "enable.auto.commit": False})
-    deadline = time.monotonic() + timeout
-    found = -1
-    try:
-        while time.monotonic() < deadline:
-            try:
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)
-                found = high
-            except Exception:  # noqa: BLE001 - the topic may not exist yet
-                found = -1
-            if found >= count:
-                assert found == count, f"{topic}: expected {count} records from Debezium, found {found}"
-                return
-            time.sleep(0.1)
-    finally:
-        consumer.close()
-    raise AssertionError(f"{topic}: expected {count} records from Debezium within {timeout:.0f} s, found {found}")

@@ -179,6 +179,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
         **result,
         "records": entry.get("rows", 0),
         "dead_letters": dead_letter_count(entry),
+        **({"merged": entry["merged"]} if entry.get("merged") else {}),
         "committed": committed,
         "skipped": False,
         "location": store.data_uri(entry),

@@ -111,6 +111,32 @@ def debezium_postgres_config(
     }
 
 
+def wait_for_records(kafka_config: dict[str, Any], topic: str, count: int, timeout: float = 120.0) -> None:
+    """Wait until partition 0 of ``topic`` holds ``count`` records (a connector writes them in its own time).
+
+    :raises AssertionError: more records than ``count`` arrived, or fewer within ``timeout``.
+    """
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer({**kafka_config, "group.id": "kafka-batch-record-probe", "enable.auto.commit": False})
+    deadline = time.monotonic() + timeout
+    found = -1
+    try:
+        while time.monotonic() < deadline:
+            try:
+                found = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1]
+            except KafkaException:
+                found = -1  # the connector has not created the topic yet
+            if found >= count:
+                if found != count:
+                    raise AssertionError(f"{topic}: expected {count} records from the connector, found {found}")
+                return
+            time.sleep(0.1)
+    finally:
+        consumer.close()
+    raise AssertionError(f"{topic}: expected {count} records from the connector within {timeout:.0f} s, found {found}")
+
+
 class ConnectWorker:
     """A standalone Kafka Connect worker in ``folder``, REST on ``port``, writing to ``bootstrap_servers``."""
 
@@ -207,6 +233,12 @@ class ConnectWorker:
             return " | ".join((self.folder / "stdout.log").read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+    def __enter__(self) -> ConnectWorker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def stop(self, timeout: float = 30.0) -> None:
         if self.process is None or self.process.poll() is not None:

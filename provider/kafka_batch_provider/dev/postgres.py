@@ -152,6 +152,12 @@ class PostgresServer:
         with self.admin() as conn:
             conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE NOT active")
 
+    def __enter__(self) -> PostgresServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self, timeout: float = 30.0) -> None:
         if self.process is None or self.process.poll() is not None:
             return
