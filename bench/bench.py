@@ -45,7 +45,12 @@ meaningful on a shared, noisy machine:
   ``--rss-gb`` (2) GB of 64 KB records;
 * ``year``: a year of batches (``bench/year.py``): Iceberg metadata bytes per batch at 2,000
   partitions, a Delta table's files per 100 batches before and after upkeep, and a soak of
-  ``--soak-batches`` (1,000) batches with the plan and commit steps' growth.
+  ``--soak-batches`` (1,000) batches with the plan and commit steps' growth;
+* ``merge_*``: merged tables (``bench/merge.py``, ``--merge-rows`` 1,000,000, ``--merge-changes``
+  10,000): seconds per batch and files rewritten in Delta and Iceberg, beside a bare delta-rs
+  ``merge`` (``merge_delta_*_over_bare``, goal <= 1.2) and pyiceberg's ``upsert``
+  (``merge_iceberg_*_over_upsert``, goal <= 0.5), for changes spread over the table and confined
+  to its newest keys, and the merges' peak RSS.
 
 The broker is Apache Kafka (``KafkaBroker``, the jars of ``make jvm-tools``), or
 ``$KAFKA_BOOTSTRAP_SERVERS``. The last stdout line is one JSON object with all of it.
@@ -53,6 +58,7 @@ The broker is Apache Kafka (``KafkaBroker``, the jars of ``make jvm-tools``), or
     python bench/bench.py [--records 1000000] [--value-size 200] [--partitions 4]
         [--formats parquet,delta,iceberg] [--no-s3] [--no-writers]
         [--large-records 5000000] [--rss-gb 2] [--no-connect] [--no-airflow-kafka] [--soak-batches 1000]
+        [--merge-rows 1000000] [--merge-changes 10000]
 """
 
 from __future__ import annotations
@@ -605,6 +611,17 @@ def plan_commit_measure(config: dict, topic: str, work: Path) -> dict:
     return seconds
 
 
+def merge_measures(rows: int, changes: int) -> dict:
+    """``merge_*``: bench/merge.py in a process of its own (its peak RSS is the merges' alone)."""
+    say(f"merge: a {rows:,}-row table, batches of {changes:,} changes, against bare delta-rs and pyiceberg ...")
+    script = Path(__file__).resolve().parent / "merge.py"
+    found = subprocess.run(
+        [sys.executable, str(script), "--rows", str(rows), "--changes", str(changes)],
+        stdout=subprocess.PIPE, text=True, check=True,
+    )  # fmt: skip
+    return json.loads(found.stdout.strip().splitlines()[-1])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -628,6 +645,8 @@ def main() -> int:
     parser.add_argument(
         "--freshness-bursts", type=int, default=5, help="1,000-record bursts through the lag-fired DAG (0: skip)"
     )
+    parser.add_argument("--merge-rows", type=int, default=1_000_000, help="the merged table's rows (0: skip)")
+    parser.add_argument("--merge-changes", type=int, default=10_000, help="changes per merged batch")
     args = parser.parse_args()
     output = result_stream()
     formats = list(dict.fromkeys(f.strip() for f in args.formats.split(",") if f.strip()))
@@ -763,6 +782,8 @@ def main() -> int:
         from year import year_measures  # bench/ is this script's folder
 
         summary["year"] = year_measures(config, topic, work, args.soak_batches)
+        if args.merge_rows:
+            summary.update(merge_measures(args.merge_rows, args.merge_changes))
         print(json.dumps(summary), file=output, flush=True)
         return 0
     finally:

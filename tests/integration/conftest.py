@@ -34,17 +34,3 @@ def any_output(request: pytest.FixtureRequest, tmp_path) -> Output:
         return TableOutput(str(tmp_path / "table"))
     catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}
     return TableOutput("", format="iceberg", table="lake.events", catalog=catalog)
-
-
-@pytest.fixture(params=["delta", "iceberg"])
-def table_output(request: pytest.FixtureRequest, tmp_path):
-    """A Delta table or an Iceberg table (SQL catalog) on a local disk, not created yet:
-    ``table_output(merge)`` names how batches become its rows."""
-
-    def make(merge=None, name: str = "table") -> TableOutput:
-        if request.param == "delta":
-            return TableOutput(str(tmp_path / name), merge=merge)
-        catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}
-        return TableOutput("", format="iceberg", table=f"lake.{name}", catalog=catalog, merge=merge)
-
-    return make

@@ -11,14 +11,17 @@ commit and the Kafka commit, and a truncate (refused, then applied).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import random
 import uuid
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from kafka_batch_provider.core.merging import ORDER_COLUMN, MergeSpec
+from kafka_batch_provider.core.merging import ORDER_COLUMN, UNAVAILABLE, MergeSpec
 from kafka_batch_provider.dev.kafka_connect import wait_for_records
 from kafka_batch_provider.errors import ConfigError
 from tests.integration.helpers import TableOutput, group_offsets, run_batch, write_without_commit
@@ -29,10 +32,32 @@ pytestmark = pytest.mark.xdist_group("cdc")
 CHANGES = MergeSpec(mode="changes", change_format="debezium")
 TABLE = """CREATE TABLE customers (
     id int PRIMARY KEY, name text NOT NULL, email text, balance numeric(12,2), born date,
-    created_at timestamptz NOT NULL, updated_at timestamp(6), attrs jsonb, ext_id uuid, bio text)"""
+    created_at timestamptz NOT NULL, updated_at timestamp(6), attrs jsonb, ext_id uuid, bio text,
+    photo bytea, tags text[])"""
 #: 6,400 characters that do not compress: stored out of line (TOAST), so an update that leaves it
 #: alone sends Debezium's placeholder instead of the value.
-TOASTED = "".join(uuid.UUID(int=i * 7919).hex for i in range(200))
+TOASTED = "".join(hashlib.md5(str(i).encode()).hexdigest() for i in range(200))
+#: The same for a bytea and an array column (Debezium's placeholder is then bytes, or a list holding it).
+PHOTO = random.Random(7).randbytes(8192)
+TAGS = [hashlib.sha1(str(i).encode()).hexdigest() for i in range(300)]
+
+
+def change_events(kafka_config: dict, topic: str) -> list[dict]:
+    """Every change event's payload in the topic (the tombstones left out)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**kafka_config, "group.id": "debezium-events-probe", "enable.auto.commit": False})
+    try:
+        end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        found = []
+        while len(found) < end:
+            message = consumer.poll(10)
+            assert message is not None and message.error() is None, f"could not read {topic}: {message}"
+            found.append(message)
+        return [json.loads(m.value())["payload"] for m in found if m.value() is not None]
+    finally:
+        consumer.close()
 
 
 def source_rows(db, table: str = "customers") -> tuple[list[str], list[dict[str, Any]]]:
@@ -72,8 +97,8 @@ def assert_lake_equals_source(output: TableOutput, db) -> int:
     return len(expected)
 
 
-def test_a_postgres_table_through_debezium_equals_its_lake_table(
-    cdc_source, spark, kafka_config, group_id, table_output
+def test_a_postgres_table_through_debezium_equals_its_delta_and_iceberg_tables(
+    cdc_source, spark, kafka_config, group_id, tmp_path
 ):
     db = cdc_source.new_database()
     with db.connect() as conn:
@@ -82,22 +107,42 @@ def test_a_postgres_table_through_debezium_equals_its_lake_table(
             "INSERT INTO customers VALUES "
             "(1, 'Ada', 'ada@example.com', 1234.50, '1815-12-10', '2024-03-10 12:00:00.5+05:30', "
             '\'2025-01-01 00:00:00.000001\', \'{"tier": "gold", "tags": [1, 2]}\', '
-            "'6f1c1b8e-2a55-4c38-9a43-0d6b8e2f0a11', %s), "
-            "(2, 'Brendan', NULL, 9999999999.99, NULL, '1999-12-31 23:59:59+00', NULL, NULL, NULL, 'short'), "
-            "(3, 'Chen', 'chen@example.com', 0.00, '2000-02-29', '2020-06-01 08:00:00-07', NULL, '[]', NULL, NULL)",
-            (TOASTED,),
+            "'6f1c1b8e-2a55-4c38-9a43-0d6b8e2f0a11', %s, %s, %s), "
+            "(2, 'Brendan', NULL, 9999999999.99, NULL, '1999-12-31 23:59:59+00', NULL, NULL, NULL, 'short', "
+            "'\\x00ff'::bytea, '{a,b}'), "
+            "(3, 'Chen', 'chen@example.com', 0.00, '2000-02-29', '2020-06-01 08:00:00-07', NULL, '[]', NULL, NULL, "
+            "NULL, NULL)",
+            (TOASTED, PHOTO, TAGS),
         )
     db.capture(["public.customers"])
     topic = db.topic("customers")
-    output = table_output(CHANGES, name="customers")
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}
+    # One source, two lakes: a Delta and an Iceberg table, each with its own group.
+    lakes = {
+        f"{group_id}-delta": TableOutput(str(tmp_path / "customers"), merge=CHANGES),
+        f"{group_id}-iceberg": TableOutput(
+            "", format="iceberg", table="lake.customers", catalog=catalog, merge=CHANGES
+        ),
+    }
+
+    def ingest_and_compare(rows: int, crash_first: bool = False) -> None:
+        for group, output in lakes.items():
+            if crash_first:  # after the merge commit, before the Kafka commit: the retry only commits
+                write_without_commit(spark, kafka_config, output, group, [topic])
+                assert assert_lake_equals_source(output, db) == rows, output.format
+            run_batch(spark, kafka_config, output, group, [topic])
+            assert assert_lake_equals_source(output, db) == rows, output.format
+
     records = 3  # the snapshot: op=r
     wait_for_records(kafka_config, topic, records)
-    run_batch(spark, kafka_config, output, group_id, [topic])
-    assert assert_lake_equals_source(output, db) == 3
+    ingest_and_compare(3)
 
     with db.connect() as conn:
-        conn.execute("INSERT INTO customers VALUES (4, 'Dita', NULL, 10, NULL, now(), NULL, NULL, NULL, NULL)")
-        conn.execute("UPDATE customers SET email = 'ada@lovelace.org' WHERE id = 1")  # bio: TOASTed, unchanged
+        conn.execute(
+            "INSERT INTO customers VALUES (4, 'Dita', NULL, 10, NULL, now(), NULL, NULL, NULL, NULL, NULL, NULL)"
+        )
+        # bio, photo and tags are TOASTed and left unchanged: Debezium sends its placeholder for each
+        conn.execute("UPDATE customers SET email = 'ada@lovelace.org' WHERE id = 1")
         conn.execute(
             "UPDATE customers SET balance = -0.01, updated_at = '2026-11-26 10:11:12.123456', "
             "created_at = '2026-11-26 10:11:12.654321-03:30' WHERE id = 2"
@@ -105,46 +150,62 @@ def test_a_postgres_table_through_debezium_equals_its_lake_table(
         conn.execute("DELETE FROM customers WHERE id = 3")
         conn.execute("UPDATE customers SET id = 30 WHERE id = 4")  # a key change: delete 4, create 30
         with conn.transaction():
-            conn.execute("INSERT INTO customers VALUES (5, 'Emil', NULL, 5.5, NULL, now(), NULL, NULL, NULL, 'x')")
+            conn.execute(
+                "INSERT INTO customers VALUES (5, 'Emil', NULL, 5.5, NULL, now(), NULL, NULL, NULL, 'x', NULL, NULL)"
+            )
             conn.execute("UPDATE customers SET name = 'Emil R.' WHERE id = 5")
-            conn.execute("INSERT INTO customers VALUES (6, 'Fay', NULL, NULL, NULL, now(), NULL, NULL, NULL, NULL)")
+            conn.execute(
+                "INSERT INTO customers VALUES (6, 'Fay', NULL, NULL, NULL, now(), NULL, NULL, NULL, NULL, NULL, NULL)"
+            )
     records += 1 + 1 + 1 + 2 + 3 + 3  # a delete is followed by a tombstone; a key change is delete, tombstone, create
     wait_for_records(kafka_config, topic, records)
-    run_batch(spark, kafka_config, output, group_id, [topic])
-    assert assert_lake_equals_source(output, db) == 5
+    [after] = [e["after"] for e in change_events(kafka_config, topic) if e["op"] == "u" and e["after"]["id"] == 1]
+    sent = {c: str(after[c])[:40] for c in ("bio", "photo", "tags")}
+    placeholders = {
+        "bio": UNAVAILABLE,
+        "photo": base64.b64encode(UNAVAILABLE.encode()).decode(),
+        "tags": f"['{UNAVAILABLE}']",
+    }
+    assert sent == {c: v[:40] for c, v in placeholders.items()}, (
+        f"expected Debezium's placeholder for each TOASTed column left unchanged, found {sent}"
+    )
+    ingest_and_compare(5)
 
-    # A column added upstream becomes a column; the run crashes after its MERGE commit, before the
+    # A column added upstream becomes a column; the run crashes after its merge commit, before the
     # Kafka commit: the retry must find the batch merged and only commit.
     with db.connect() as conn:
         conn.execute("ALTER TABLE customers ADD COLUMN loyalty int")
         conn.execute("UPDATE customers SET loyalty = 42 WHERE id = 1")
-        conn.execute("INSERT INTO customers VALUES (7, 'Gus', NULL, 1, NULL, now(), NULL, NULL, NULL, NULL, 3)")
+        conn.execute(
+            "INSERT INTO customers VALUES (7, 'Gus', NULL, 1, NULL, now(), NULL, NULL, NULL, NULL, NULL, NULL, 3)"
+        )
     records += 2
     wait_for_records(kafka_config, topic, records)
-    write_without_commit(spark, kafka_config, output, group_id, [topic])
-    assert assert_lake_equals_source(output, db) == 6
-    run_batch(spark, kafka_config, output, group_id, [topic])
-    assert assert_lake_equals_source(output, db) == 6
-    assert merge_commits(output) == 3, f"expected one merge commit per batch (3), found {merge_commits(output)}"
+    ingest_and_compare(6, crash_first=True)
+    for output in lakes.values():
+        assert merge_commits(output) == 3, f"{output.format}: expected 3 merge commits, found {merge_commits(output)}"
 
     # A truncate is refused in one line (nothing changes) until the run says to apply it.
     with db.connect() as conn:
         conn.execute("TRUNCATE customers")
     records += 1
     wait_for_records(kafka_config, topic, records)
-    before = output.read().num_rows
-    with pytest.raises(ConfigError, match="truncate event would empty the table") as refused:
-        run_batch(spark, kafka_config, output, group_id, [topic])
-    assert "\n" not in str(refused.value)
-    assert output.read().num_rows == before, "a refused truncate changed the table"
-    assert group_offsets(kafka_config, group_id, topic, 1) == {0: records - 1}, "a refused batch moved the group"
-    applying = replace(output, merge=MergeSpec(mode="changes", change_format="debezium", on_truncate="apply"))
-    run_batch(spark, kafka_config, applying, group_id, [topic])
-    assert assert_lake_equals_source(output, db) == 0
+    applying = MergeSpec(mode="changes", change_format="debezium", on_truncate="apply")
+    for group, output in lakes.items():
+        before = output.read().num_rows
+        with pytest.raises(ConfigError, match="truncate event would empty the table") as refused:
+            run_batch(spark, kafka_config, output, group, [topic])
+        assert "\n" not in str(refused.value)
+        assert output.read().num_rows == before, f"{output.format}: a refused truncate changed the table"
+        assert group_offsets(kafka_config, group, topic, 1) == {0: records - 1}, "a refused batch moved the group"
+        run_batch(spark, kafka_config, replace(output, merge=applying), group, [topic])
+        assert assert_lake_equals_source(output, db) == 0, output.format
     with db.connect() as conn:
-        conn.execute("INSERT INTO customers VALUES (8, 'Hal', NULL, 2, NULL, now(), NULL, NULL, NULL, NULL, NULL)")
+        conn.execute(
+            "INSERT INTO customers VALUES (8, 'Hal', NULL, 2, NULL, now(), NULL, NULL, NULL, NULL, NULL, NULL, NULL)"
+        )
     records += 1
     wait_for_records(kafka_config, topic, records)
-    run_batch(spark, kafka_config, output, group_id, [topic])
-    assert assert_lake_equals_source(output, db) == 1
-    assert group_offsets(kafka_config, group_id, topic, 1) == {0: records}
+    ingest_and_compare(1)
+    for group in lakes:
+        assert group_offsets(kafka_config, group, topic, 1) == {0: records}

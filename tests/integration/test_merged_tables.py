@@ -50,11 +50,10 @@ def newest_per_key(records: list[Record]) -> dict[int, dict]:
     return expected
 
 
-def test_upserts_and_tombstones_merge_exactly_once_across_a_crash(
-    spark, kafka_config, new_topic, group_id, table_output
-):
+def test_upserts_and_tombstones_merge_exactly_once_across_a_crash(spark, kafka_config, new_topic, group_id, tmp_path):
+    # (Iceberg: the same crash in the fault matrix, Debezium's in test_debezium_postgres.py)
     topic = new_topic(partitions=2)
-    output = table_output(UPSERT)
+    output = TableOutput(str(tmp_path / "customers"), merge=UPSERT)
     first = [keyed(k % 2, k, {"id": k, "name": f"v1-{k}", "amount": k * 10}) for k in range(1, 9)]
     first += [
         keyed(1, 1, {"id": 1, "name": "v2-1", "amount": 11}),
@@ -113,15 +112,23 @@ ENVELOPE_KEY = {
 
 
 def test_debezium_events_in_avro_through_the_registry_merge_by_their_avro_key(
-    spark, kafka_config, new_topic, group_id, schema_registry, table_output
+    spark, kafka_config, new_topic, group_id, schema_registry, tmp_path
 ):
+    # (into Iceberg: the upserts above and the Connect JSON events of test_debezium_postgres.py cover Delta)
     from decimal import Decimal
 
     from kafka_batch_provider.registry.settings import RegistrySettings
     from tests.integration.test_key_formats import avro, ingest
 
     topic = new_topic(partitions=1)
-    output = table_output(MergeSpec(mode="changes", change_format="debezium"))
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}
+    output = TableOutput(
+        "",
+        format="iceberg",
+        table="lake.customers",
+        catalog=catalog,
+        merge=MergeSpec(mode="changes", change_format="debezium"),
+    )
 
     def event(op: str, lsn: int, after: dict | None = None, before: dict | None = None) -> dict:
         source = {"connector": "postgresql", "snapshot": "true" if op == "r" else "false", "lsn": lsn,

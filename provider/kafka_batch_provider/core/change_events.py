@@ -6,17 +6,22 @@ Where a record's fields come from:
 * the registry formats (``avro``, ``protobuf``, ``json-schema``): the typed columns the Spark
   tasks decoded (a Debezium envelope's ``before``, ``after``, ``source`` and ``op`` columns);
   the key is the decoded ``key`` struct;
-* ``json`` with a DDL: the ``value_json`` struct;
+* ``json`` with a DDL: the ``value_json`` struct (a Debezium envelope inside it too);
 * ``bytes`` or ``string``: the value is Kafka Connect's ``JsonConverter`` output, typed by its
-  embedded schema (:mod:`kafka_batch_provider.decoding.connect_json`), or plain JSON objects
-  without one; the key likewise.
+  embedded schema (:mod:`kafka_batch_provider.decoding.connect_json`), or a plain JSON object
+  without one, whose column types are inferred from all of the batch's rows at once. The key
+  likewise when it is Connect JSON or a JSON object; any other key (a ``StringConverter`` key, a
+  number as text) is kept as its bytes.
 
-A record that cannot be a change (no key, a value that is not a Debezium envelope, a key column
-the value lacks) fails the batch in one line naming its topic, partition and offset.
+The key's columns come from the key itself (its Connect schema, its struct), so a batch of
+deletes alone knows them. A record that cannot be a change (no key, a value that is not a
+Debezium envelope, a key column the value lacks, one key in two partitions) fails the batch in one
+line naming its topic, partition and offset.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +33,7 @@ from kafka_batch_provider.core.merging import (
     DELETE_OP,
     MERGE_KEY,
     ON_TRUNCATE_SETTING,
+    ORDER_BY,
     TRUNCATE_OP,
     UPSERT_OP,
     Change,
@@ -39,7 +45,7 @@ from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.decoding import connect_json
 from kafka_batch_provider.errors import ConfigError, SchemaError
 
-#: The Kafka columns a table row never takes (the Kafka timestamp is a value column only in append mode).
+#: The Kafka columns a table row never takes.
 KAFKA_COLUMNS = (
     "key",
     "key_string",
@@ -66,10 +72,47 @@ class Changes:
     row_fields: dict[str, pa.Field] = field(default_factory=dict)
     #: Debezium tombstones (the null value after a delete) and messages with nothing to apply
     skipped: int = 0
+    #: rows (and keys) without a schema: their column types are inferred from all of them at once
+    untyped: list[Mapping[str, Any]] = field(default_factory=list)
+    #: the partition each key was seen in (a key in two partitions cannot be ordered by offsets)
+    partitions: dict[tuple[Any, ...], tuple[int, str]] = field(default_factory=dict)
 
     def add_fields(self, fields: list[pa.Field]) -> None:
+        """Columns with their types; a column known only as all-null takes the first real type."""
         for f in fields:
-            self.row_fields.setdefault(f.name, f.with_nullable(True))
+            known = self.row_fields.get(f.name)
+            if known is None or (pa.types.is_null(known.type) and not pa.types.is_null(f.type)):
+                self.row_fields[f.name] = f.with_nullable(True)
+
+    def infer_untyped(self, where: str) -> None:
+        """The types of schemaless rows, from all of them at once (``10`` then ``10.5`` is a double)."""
+        if not self.untyped:
+            return
+        try:
+            inferred = pa.array(self.untyped).type
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise SchemaError(f"{where}: the JSON values' types disagree across the batch: {exc}") from None
+        self.add_fields([f for f in inferred if not pa.types.is_null(f.type)])
+
+    def set_key_columns(self, names: tuple[str, ...], where: str) -> None:
+        if not self.key_columns:
+            self.key_columns = names
+        elif names != self.key_columns:
+            raise ConfigError(
+                f"{where}: the key's columns {list(names)} differ from the batch's {list(self.key_columns)}"
+            )
+
+    def note_partition(self, key: tuple[Any, ...], partition: int, where: str, spec: MergeSpec) -> None:
+        """Offsets order a key's records only within one partition."""
+        if spec.order_by or spec.mode == CHANGES:
+            return
+        seen = self.partitions.setdefault(key, (partition, where))
+        if seen[0] != partition:
+            raise ConfigError(
+                f"{where}: key {list(key)} is also in partition {seen[0]} ({seen[1]}): offsets cannot order "
+                f"records of two partitions; name a timestamp column with {ORDER_BY}",
+                setting=ORDER_BY,
+            )
 
     def check_key(self) -> None:
         missing = [k for k in self.key_columns if k not in self.row_fields]
@@ -85,12 +128,10 @@ def changes_of(batch: pa.Table, spec: MergeSpec, value_format: str) -> Changes:
     """The batch's records as changes (see the module's docstring for where fields come from)."""
     rows = batch.to_pylist()
     found = Changes()
-    if spec.mode == CHANGES:
-        for record in rows:
-            debezium_change(record, batch.schema, spec, value_format, found)
-    else:
-        for record in rows:
-            upsert_change(record, batch.schema, spec, value_format, found)
+    convert = debezium_change if spec.mode == CHANGES else upsert_change
+    for record in rows:
+        convert(record, batch.schema, spec, value_format, found)
+    found.infer_untyped(where_of(rows[-1]) if rows else "the batch")
     found.check_key()
     return found
 
@@ -120,20 +161,16 @@ def debezium_change(
         if after_schema is not None:
             found.add_fields(list(connect_json.arrow_type(after_schema, where)))
         elif isinstance(envelope.get("after"), Mapping):
-            found.add_fields(list(pa.Table.from_pylist([envelope["after"]]).schema))
-        key_doc = connect_json.parse(record.get("key"), f"{where}: the key")
-        key = connect_json.value_of(key_doc[1], key_doc[0])
+            found.untyped.append(envelope["after"])
+        key = json_key(record.get("key"), found, where)
     else:
-        if "op" not in schema.names or "source" not in schema.names:
-            raise SchemaError(f"{where}: the value is not a Debezium change event (it has no op and source)")
-        envelope = record
-        if record.get("op") is None and record.get("source") is None:
+        envelope, fields = typed_envelope(record, schema, value_format, where)
+        if envelope is None:
             found.skipped += 1  # a tombstone: every value column is null
             return
-        after, before = record.get("after"), record.get("before")
-        if "after" in schema.names:
-            found.add_fields(list(schema.field("after").type))
-        key = record.get("key")
+        after, before = envelope.get("after"), envelope.get("before")
+        found.add_fields(fields)
+        key = typed_key(record, schema, found)
     op = DEBEZIUM_OPS.get(str(envelope.get("op")))
     if op is None:
         raise SchemaError(f"{where}: unknown Debezium op {envelope.get('op')!r} (expected c, r, u, d or t)")
@@ -147,23 +184,36 @@ def debezium_change(
             )
         found.changes.append(Change((), TRUNCATE_OP, order, None, where))
         return
-    row = after if op == UPSERT_OP else before
     if op == UPSERT_OP and not isinstance(after, Mapping):
         raise SchemaError(f"{where}: a Debezium {envelope.get('op')!r} event without an after row")
-    names, values = key_of(key, row, spec, where)
-    if not found.key_columns:
-        found.key_columns = names
-    elif names != found.key_columns:
-        raise ConfigError(f"{where}: the key's columns {list(names)} differ from the batch's {list(found.key_columns)}")
+    names, values = key_of(key, after if op == UPSERT_OP else before, spec, where)
+    found.set_key_columns(names, where)
     found.changes.append(Change(values, op, order, dict(after) if op == UPSERT_OP else None, where))
 
 
-def json_key(raw: bytes | None) -> tuple[Mapping[str, Any] | None, Any]:
-    """A key beside Connect JSON values: Connect JSON too, or (a ``StringConverter`` key) its bytes."""
-    try:
-        return connect_json.parse(raw, "the key")
-    except SchemaError:
-        return None, raw
+def typed_envelope(
+    record: Mapping[str, Any], schema: pa.Schema, value_format: str, where: str
+) -> tuple[Mapping[str, Any] | None, list[pa.Field]]:
+    """A decoded Debezium envelope (``None`` for a tombstone) and its ``after`` row's fields."""
+    if value_format == "json":  # the envelope is the value_json struct
+        if "value_json" not in schema.names:
+            raise SchemaError(f"{where}: the value is not a Debezium change event (it has no op and source)")
+        kind = schema.field("value_json").type
+        if record.get("value") is None:
+            return None, []
+        envelope = record.get("value_json") or {}
+        names = {f.name for f in kind}
+    else:
+        kind, envelope = None, record
+        names = set(schema.names)
+        if all(record.get(n) is None for n in ("op", "source", "after", "before")):
+            return None, []
+    if "op" not in names or "source" not in names:
+        raise SchemaError(f"{where}: the value is not a Debezium change event (it has no op and source)")
+    after_type = (
+        (kind.field("after").type if kind is not None else schema.field("after").type) if "after" in names else None
+    )
+    return envelope, list(after_type) if after_type is not None and pa.types.is_struct(after_type) else []
 
 
 def is_envelope(document: Any) -> bool:
@@ -185,20 +235,13 @@ def upsert_change(
         if value_schema is not None:
             found.add_fields(list(connect_json.arrow_type(value_schema, where)))
         elif payload is not None:
-            found.add_fields(list(pa.Table.from_pylist([payload]).schema))
-        key_doc = json_key(record.get("key"))
-        key = connect_json.value_of(key_doc[1], key_doc[0])
-        key_fields = (
-            list(connect_json.arrow_type(key_doc[0], where))
-            if key_doc[0] is not None and key_doc[0].get("type") == "struct"
-            else None
-        )
+            found.untyped.append(payload)
+        key = json_key(record.get("key"), found, where, with_key_columns=not spec.merge_key)
     else:
         columns = [n for n in schema.names if n not in KAFKA_COLUMNS]
         if value_format == "json":
-            columns = [n for n in columns if n != "value_json"]
             payload = record.get("value_json")
-            row = dict(payload) if payload is not None else None
+            row = dict(payload) if payload is not None and record.get("value") is not None else None
             found.add_fields(list(schema.field("value_json").type) if "value_json" in schema.names else [])
         else:
             tombstone = (
@@ -206,16 +249,10 @@ def upsert_change(
             )
             row = None if tombstone else {n: record.get(n) for n in columns}
             found.add_fields([schema.field(n) for n in columns])
-        key = record.get("key")
-        key_type = schema.field("key").type if "key" in schema.names else pa.binary()
-        key_fields = list(key_type) if pa.types.is_struct(key_type) else [pa.field("key", key_type)]
+        key = typed_key(record, schema, found, with_key_columns=not spec.merge_key)
     names, values = key_of(key, row, spec, where)
-    if not spec.merge_key and key_fields is not None:
-        found.add_fields(key_fields)  # the Kafka key's columns are row columns
-    elif not spec.merge_key and not isinstance(key, Mapping):
-        found.add_fields([pa.field("key", pa.binary() if isinstance(key, bytes) else pa.string())])
-    if not found.key_columns:
-        found.key_columns = names
+    found.set_key_columns(names, where)
+    found.note_partition(values, int(record.get("partition") or 0), where, spec)
     order = upsert_order(row, spec.order_by, int(record["offset"]), where, record.get("timestamp"))
     if row is None:
         found.changes.append(Change(values, DELETE_OP, order, None, where))
@@ -225,6 +262,39 @@ def upsert_change(
 
 
 # -- keys -----------------------------------------------------------------------------------------
+
+
+def json_key(raw: bytes | None, found: Changes, where: str, with_key_columns: bool = True) -> Any:
+    """A key beside Connect JSON values: Connect JSON (typed by its schema), a JSON object, or else
+    (a ``StringConverter`` key, a number as text) its bytes; its columns join the row's."""
+    if raw is None:
+        return None
+    try:
+        document = json.loads(raw)
+    except (UnicodeDecodeError, ValueError):
+        document = None
+    if connect_json.is_enveloped(document):
+        key_schema = document["schema"]
+        key = connect_json.value_of(document["payload"], key_schema)
+        if with_key_columns:
+            kind = connect_json.arrow_type(key_schema, f"{where}: the key")
+            found.add_fields(list(kind) if pa.types.is_struct(kind) else [pa.field("key", kind)])
+        return key
+    if isinstance(document, Mapping):
+        if with_key_columns:
+            found.untyped.append(document)
+        return document
+    if with_key_columns:
+        found.add_fields([pa.field("key", pa.binary())])
+    return raw
+
+
+def typed_key(record: Mapping[str, Any], schema: pa.Schema, found: Changes, with_key_columns: bool = True) -> Any:
+    """A decoded (registry) key, or the key's bytes; its columns join the row's."""
+    kind = schema.field("key").type if "key" in schema.names else pa.binary()
+    if with_key_columns:
+        found.add_fields(list(kind) if pa.types.is_struct(kind) else [pa.field("key", kind)])
+    return record.get("key")
 
 
 def key_of(

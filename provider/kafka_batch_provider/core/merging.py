@@ -10,8 +10,9 @@ whose byte order is the change's order (:func:`order_text`), stored in the table
 :data:`ORDER_COLUMN`:
 
 * Debezium Postgres: ``(source.sequence[0], phase, source.sequence[1])``: the last commit's LSN
-  before the event, then snapshot rows (``op=r``, phase 0) before streamed ones (phase 1), then
-  the event's own LSN (DBZ-2911: the LSN alone misorders concurrent transactions);
+  before the event (the event's own LSN when there is none: snapshot rows, the first events after
+  a start), then snapshot rows (``op=r``, phase 0) before streamed ones (phase 1), then the
+  event's own LSN (DBZ-2911: the LSN alone misorders concurrent transactions);
 * Debezium MySQL: ``(binlog file number, position, row)``;
 * other Debezium connectors and plain upserts: the Kafka offset (a key stays in one partition),
   after the ``--order-by`` timestamp column when one is named (then keys may move between
@@ -28,7 +29,7 @@ deleted key back.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -40,6 +41,8 @@ MODES = (APPEND, UPSERT, CHANGES)
 DEBEZIUM = "debezium"
 CHANGE_FORMATS = (DEBEZIUM,)
 ON_TRUNCATE = ("refuse", "apply")
+#: Where a plan records how its batch becomes rows (the plan's ``extra``).
+MERGE_PLAN_KEY = "merge"
 #: The table's column holding each row's ordering value.
 ORDER_COLUMN = "_kafka_order"
 #: The merge source's column saying what a change does (never a table column).
@@ -143,6 +146,22 @@ class MergeSpec:
         )
 
 
+def planned_merge(extra: Mapping[str, Any], asked: MergeSpec | None, batch_id: str) -> MergeSpec | None:
+    """How a planned batch becomes rows: as its plan recorded, unless the run asks otherwise
+    (then refused: the plan's batch id names one batch, written one way)."""
+    recorded = extra.get(MERGE_PLAN_KEY)
+    if recorded is None:
+        return asked
+    planned = MergeSpec.from_description(recorded)
+    if asked is None or asked.keeps(planned):
+        return replace(planned, on_truncate=asked.on_truncate) if asked is not None else planned
+    raise ConfigError(
+        f"batch {batch_id} was planned to merge as {planned.describe()}, this run asks for {asked.describe()}: "
+        "finish it as planned, or discard it first (kafka-batch discard --plan ...)",
+        setting=MODE,
+    )
+
+
 def merge_spec(
     mode: str | None = None,
     merge_key: str | Sequence[str] | None = None,
@@ -185,7 +204,11 @@ def debezium_order(source: Mapping[str, Any] | None, op: str, offset: int) -> st
         sequence = source.get("sequence")
         pair = json.loads(sequence) if isinstance(sequence, str) and sequence else [None, source.get("lsn")]
         last_commit, lsn = (pair + [None, None])[:2]
-        return order_text(int(last_commit or 0), phase, int(lsn or source.get("lsn") or 0), offset)
+        lsn = int(lsn or source.get("lsn") or 0)
+        # Without a last commit (snapshot rows, the first events after the connector starts) the
+        # event's own LSN stands in: a later snapshot (snapshot.mode=always, a lost slot) then
+        # ranks after what was streamed before it, not before everything.
+        return order_text(int(last_commit or lsn), phase, lsn, offset)
     if connector == "mysql":
         name = str(source.get("file") or "")
         number = int("".join(ch for ch in name.rpartition(".")[2] if ch.isdigit()) or 0)
@@ -276,4 +299,7 @@ def reduce_changes(changes: Iterable[Change]) -> Reduced:
 
 
 def is_unavailable(value: Any) -> bool:
+    """Debezium's placeholder, as text, as bytes (``bytea``) or inside a list (an array column)."""
+    if isinstance(value, list):
+        return any(is_unavailable(item) for item in value)
     return value == UNAVAILABLE or value == UNAVAILABLE.encode()

@@ -10,7 +10,8 @@ Connect schema (``type`` / ``name``)                Arrow
 int8 / int16 / int32 / int64                        int8 / int16 / int32 / int64
 float32 / float64 / boolean / string / bytes        float32 / float64 / bool / string / binary
 struct / array / map                                struct / list / map
-``org.apache.kafka.connect.data.Decimal``           decimal128(precision, scale): the payload is
+``org.apache.kafka.connect.data.Decimal``           decimal128(precision, scale) (decimal256 above
+                                                    38 digits): the payload is
 (bytes, ``parameters.scale``)                       base64 of the big-endian two's-complement
                                                     unscaled integer (Debezium's
                                                     ``decimal.handling.mode=precise``)
@@ -63,6 +64,7 @@ TIMESTAMPS = {
 }
 ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
 EPOCH = date(1970, 1, 1)
+EPOCH_TIME = datetime(1970, 1, 1)  # Connect's timestamps have no time zone: UTC wall time
 #: Decimals whose schema gives no precision (Postgres ``numeric`` without one) take the widest.
 DEFAULT_PRECISION = 38
 
@@ -91,8 +93,8 @@ def arrow_type(schema: Mapping[str, Any], where: str = "the record") -> pa.DataT
     if name == DECIMAL:
         parameters = schema.get("parameters") or {}
         scale = int(parameters.get("scale", 0))
-        precision = int(parameters.get("connect.decimal.precision") or DEFAULT_PRECISION)
-        return pa.decimal128(max(precision, scale, 1), scale)
+        precision = max(int(parameters.get("connect.decimal.precision") or DEFAULT_PRECISION), scale, 1)
+        return pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
     if name in DATES:
         return pa.date32()
     if name in TIMESTAMPS:
@@ -120,15 +122,23 @@ def value_of(payload: Any, schema: Mapping[str, Any] | None) -> Any:
     if name in DATES:
         return EPOCH + timedelta(days=int(payload))
     if name in TIMESTAMPS:
-        return int(payload)  # pyarrow reads an int as the count of the type's unit
+        unit = TIMESTAMPS[name]
+        if unit == "ns":
+            return int(payload)  # pyarrow reads an int as the count of the type's unit (a datetime has µs)
+        return (
+            EPOCH_TIME + timedelta(milliseconds=int(payload))
+            if unit == "ms"
+            else EPOCH_TIME + timedelta(microseconds=int(payload))
+        )
     if name == ZONED_TIMESTAMP:
         return zoned(str(payload))
     if kind == "struct":
         return {f["field"]: value_of(payload.get(f["field"]), f) for f in schema.get("fields", [])}
     if kind == "array":
         return [value_of(item, schema["items"]) for item in payload]
-    if kind == "map":
-        return [(value_of(k, schema["keys"]), value_of(v, schema["values"])) for k, v in payload.items()]
+    if kind == "map":  # an object for string keys; a list of [key, value] pairs for any other key type
+        pairs = payload.items() if isinstance(payload, Mapping) else payload
+        return [(value_of(k, schema["keys"]), value_of(v, schema["values"])) for k, v in pairs]
     if kind == "bytes":
         return base64.b64decode(payload) if isinstance(payload, str) else payload
     return payload

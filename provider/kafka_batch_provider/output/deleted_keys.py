@@ -1,25 +1,28 @@
 """The keys a merged table deleted, with the ordering value of the delete: what stops an older
 change (a replay, a late partition, a redelivery) from bringing a deleted key back.
 
-One Parquet file per batch, ``<table>/_kafka_batch/_deleted_keys/<batch id>.parquet``: the
-key's columns, :data:`~kafka_batch_provider.core.merging.ORDER_COLUMN`, and ``truncate`` (a row
-whose key is null: the table was emptied at that ordering value).
+One Parquet file per batch attempt, ``<table>/_kafka_batch/_deleted_keys/<seq>-<batch id>.parquet``:
+the key's columns, :data:`~kafka_batch_provider.core.merging.ORDER_COLUMN`, ``truncate`` (a row
+whose key is null: the table was emptied at that ordering value) and ``recorded_at``.
 
-It is written *before* the batch's table commit, and that is safe: a file only ever says "this
-key was deleted at this point of the source's history", which the batch's own range of the log
-holds and will apply; a guard that is early is still right, since the commit that follows (or
-a retry of the same range) applies exactly that delete. Readers take the newest ordering value
-per key, so files repeated by retries change nothing. Upkeep drops files older than the
-retention (``kafka-batch upkeep --deleted-keys-retention-days``).
+It is written *before* the batch's table commit, and only files of committed batches count
+(plus the committing batch's own), so a batch that lost its entry to another attempt with other
+offsets guards nothing. Readers take the newest ordering value per key, so repeated files change
+nothing. Upkeep forgets deletes recorded before the retention
+(``kafka-batch upkeep --deleted-keys-retention-days``), drops the files of batches that never
+committed, and folds the rest into one file, so a merge reads few files.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Sequence
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kafka_batch_provider.core.merging import DELETE_OP, ORDER_COLUMN, TRUNCATE_OP, Change
@@ -27,47 +30,101 @@ from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.output.tables import CONTROL
 
 FOLDER = f"{CONTROL}/_deleted_keys"
-TRUNCATE = "truncate"
+TRUNCATE, RECORDED_AT = "truncate", "recorded_at"
+COMPACTED = "compacted-"
+#: Whether the batch ``(seq, batch id)`` is in the table's log.
+Committed = Callable[[int, str], bool]
+
+
+def file_name(seq: int, batch_id: str) -> str:
+    return f"{seq:012d}-{batch_id}.parquet"
+
+
+def batch_of(name: str) -> tuple[int, str] | None:
+    """``(seq, batch id)`` of a batch's file; ``None`` for a compacted one."""
+    if name.startswith(COMPACTED):
+        return None
+    seq, _, batch_id = name.removesuffix(".parquet").partition("-")
+    return int(seq), batch_id
 
 
 class DeletedKeys:
-    """The deleted keys of the table at ``data``."""
+    """The deleted keys of the table at ``data``; ``committed`` says which batches' files count."""
 
-    def __init__(self, data: Location) -> None:
+    def __init__(self, data: Location, committed: Committed) -> None:
         self.data = data
+        self.committed = committed
 
-    def record(self, batch_id: str, key_fields: Sequence[pa.Field], changes: Iterable[Change]) -> int:
+    def record(self, seq: int, batch_id: str, key_fields: Sequence[pa.Field], changes: Iterable[Change]) -> int:
         """Save the batch's deletes and truncate (before its commit); how many were saved."""
         kept = [c for c in changes if c.op in (DELETE_OP, TRUNCATE_OP)]
         if not kept:
             return 0
-        schema = pa.schema([*key_fields, pa.field(ORDER_COLUMN, pa.string()), pa.field(TRUNCATE, pa.bool_())])
+        schema = pa.schema(
+            [*key_fields, pa.field(ORDER_COLUMN, pa.string()), pa.field(TRUNCATE, pa.bool_()),
+             pa.field(RECORDED_AT, pa.float64())]
+        )  # fmt: skip
+        now = time.time()
         rows = [
             {
                 **{f.name: (c.key[i] if c.op == DELETE_OP else None) for i, f in enumerate(key_fields)},
                 ORDER_COLUMN: c.order,
                 TRUNCATE: c.op == TRUNCATE_OP,
+                RECORDED_AT: now,
             }
             for c in kept
         ]
         sink = io.BytesIO()
         pq.write_table(pa.Table.from_pylist(rows, schema=schema), sink)
-        self.data.put_atomic(f"{FOLDER}/{batch_id}.parquet", sink.getvalue())
+        self.data.put_atomic(f"{FOLDER}/{file_name(seq, batch_id)}", sink.getvalue())
         return len(kept)
 
-    def load(self) -> pa.Table | None:
-        names = sorted(n for n in self.data.list_names(FOLDER) if n.endswith(".parquet"))
-        if not names:
-            return None
-        tables = []
-        for name in names:
-            with self.data.open_input(f"{FOLDER}/{name}") as f:
-                tables.append(pq.read_table(f))
-        return pa.concat_tables(tables, promote_options="permissive")
+    def names(self) -> list[str]:
+        return sorted(n for n in self.data.list_names(FOLDER) if n.endswith(".parquet"))
 
-    def guard(self, key_columns: Sequence[str]) -> tuple[dict[tuple[Any, ...], str], str | None]:
-        """The newest delete per key, and the newest truncate (``None`` when never truncated)."""
-        found = self.load()
+    def counts(self, name: str, current: tuple[int, str] | None = None) -> bool:
+        batch = batch_of(name)
+        return batch is None or batch == current or self.committed(*batch)
+
+    def load(
+        self, wanted: tuple[str, pa.Array] | None = None, current: tuple[int, str] | None = None
+    ) -> pa.Table | None:
+        """The rows of the files that count (``wanted``: only truncates and the rows whose
+        ``column`` takes one of ``values``).
+
+        A file that vanishes while it is read was folded into a compacted file by upkeep: the
+        listing is taken again, so the compacted file is read instead.
+        """
+        while True:
+            tables = []
+            try:
+                for name in (n for n in self.names() if self.counts(n, current)):
+                    with self.data.open_input(f"{FOLDER}/{name}") as f:
+                        tables.append(pq.read_table(f))
+            except FileNotFoundError:
+                continue
+            if wanted is not None:
+                column, values = wanted
+                tables = [
+                    t.filter(pc.field(TRUNCATE) | pc.field(column).isin(values))
+                    if column in t.column_names
+                    else t.filter(pc.field(TRUNCATE))  # a batch of truncates alone has no key columns
+                    for t in tables
+                ]
+            return pa.concat_tables(tables, promote_options="permissive") if tables else None
+
+    def guard(
+        self,
+        key_columns: Sequence[str],
+        keys: Iterable[tuple[Any, ...]] | None = None,
+        current: tuple[int, str] | None = None,
+    ) -> tuple[dict[tuple[Any, ...], str], str | None]:
+        """The newest delete per key (of ``keys`` only, when given) and the newest truncate, from
+        committed batches and the ``current`` one."""
+        wanted = None
+        if keys is not None and key_columns:
+            wanted = (key_columns[0], pa.array(sorted({key[0] for key in keys}, key=repr)))
+        found = self.load(wanted, current)
         if found is None:
             return {}, None
         newest: dict[tuple[Any, ...], str] = {}
@@ -75,9 +132,8 @@ class DeletedKeys:
         columns = [
             found.column(k).to_pylist() if k in found.column_names else [None] * found.num_rows for k in key_columns
         ]
-        for i, (order, truncate) in enumerate(
-            zip(found.column(ORDER_COLUMN).to_pylist(), found.column(TRUNCATE).to_pylist())
-        ):
+        orders, truncates = found.column(ORDER_COLUMN).to_pylist(), found.column(TRUNCATE).to_pylist()
+        for i, (order, truncate) in enumerate(zip(orders, truncates)):
             if truncate:
                 truncated = max(truncated or order, order)
                 continue
@@ -86,9 +142,43 @@ class DeletedKeys:
                 newest[key] = order
         return newest, truncated
 
-    def expire(self, older_than: float) -> int:
-        """Drop the files written before ``older_than`` (epoch seconds); how many were dropped."""
-        found = self.data.files_below(FOLDER)
-        old = sorted(name for name, (_, modified) in found.items() if modified < older_than)
-        self.data.delete(f"{FOLDER}/{name}" for name in old)
-        return len(old)
+    def upkeep(self, older_than: float, tail_seq: int) -> tuple[int, int, int]:
+        """Forget deletes recorded before ``older_than`` (epoch seconds), drop the files of batches
+        that lost their entry (at or below the log's tail ``tail_seq``, not committed), and fold the
+        committed ones into one file holding each key's newest delete and the newest truncate:
+        ``(files folded, deletes forgotten, keys kept)``. Files of batches still in flight are left
+        alone; the newest ordering value per key is what every reader takes anyway."""
+        names, lost = [], []
+        for name in self.names():
+            batch = batch_of(name)
+            if batch is None or self.committed(*batch):
+                names.append(name)
+            elif batch[0] <= tail_seq:
+                lost.append(name)
+        self.data.delete(f"{FOLDER}/{name}" for name in lost)
+        if not names:
+            return 0, 0, 0
+        tables = []
+        for name in names:
+            with self.data.open_input(f"{FOLDER}/{name}") as f:
+                tables.append(pq.read_table(f))
+        found = pa.concat_tables(tables, promote_options="permissive")
+        recent = found.filter(pc.field(RECORDED_AT) >= older_than)
+        keys = [n for n in found.column_names if n not in (ORDER_COLUMN, TRUNCATE, RECORDED_AT)]
+        folded = recent.group_by([*keys, TRUNCATE], use_threads=False).aggregate(
+            [(ORDER_COLUMN, "max"), (RECORDED_AT, "max")]
+        )
+        folded = folded.rename_columns([*keys, TRUNCATE, ORDER_COLUMN, RECORDED_AT])
+        folded = folded.select([*keys, ORDER_COLUMN, TRUNCATE, RECORDED_AT])
+        truncates = folded.filter(pc.field(TRUNCATE))
+        if truncates.num_rows > 1:  # only the newest truncate counts
+            newest = max(truncates.column(ORDER_COLUMN).to_pylist())
+            folded = folded.filter(~pc.field(TRUNCATE) | (pc.field(ORDER_COLUMN) == newest))
+        if len(names) == 1 and folded.num_rows == found.num_rows:
+            return 1, 0, folded.num_rows  # one file, nothing to forget or fold
+        if folded.num_rows:
+            sink = io.BytesIO()
+            pq.write_table(folded, sink)
+            self.data.put_atomic(f"{FOLDER}/{COMPACTED}{uuid.uuid4().hex[:12]}.parquet", sink.getvalue())
+        self.data.delete(f"{FOLDER}/{name}" for name in names)
+        return len(names), found.num_rows - recent.num_rows, folded.num_rows

@@ -35,10 +35,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from kafka_batch_provider.core.merging import DELETE_OP, OP_COLUMN, ORDER_COLUMN, UNAVAILABLE, UPSERT_OP, MergeSpec
+from kafka_batch_provider.core.merging import DELETE_OP, OP_COLUMN, ORDER_COLUMN, UPSERT_OP, MergeSpec
 from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
 from kafka_batch_provider.output.location import Location
-from kafka_batch_provider.output.merge_source import MergeSource, merge_source
+from kafka_batch_provider.output.merge_source import MergeSource, conform
 from kafka_batch_provider.output.sink import DELTA
 from kafka_batch_provider.output.tables import (
     CONTROL,
@@ -340,10 +340,7 @@ class DeltaSink(TableFiles):
         if int(manifest["seq"]) == 1:
             self.refuse_unconditional_store()
         try:
-            merged = None
-            if self.merge is not None and self.merge.merges:
-                merged = merge_source(self.data, manifest, self.merge)
-                manifest["merged"] = merged.counts
+            merged = self.merge_batch(manifest) if self.merging else None
             self.save_manifest(manifest)
             self._commit(table, manifest, merged)
             return True
@@ -414,25 +411,24 @@ class DeltaSink(TableFiles):
 
     def _merge(self, table: Any, merged: MergeSource, properties: Any) -> None:
         """The batch as one MERGE commit carrying its offsets (the ``txn`` actions and manifest of
-        ``properties``): each key's newest change, applied only where newer than the row."""
+        ``properties``): each key's newest change, applied only where newer than the row. An
+        upsert replaces the whole row (a column the change does not carry becomes null), except a
+        column the change left unavailable (TOAST), which keeps the row's value."""
         from deltalake import write_deltalake
 
         if table is None:
             # The table's first commit holds only its schema; the batch merges into it next.
             write_deltalake(
-                self._table_uri,
-                merged.source.drop_columns([OP_COLUMN]).schema.empty_table(),
-                mode="append",
-                storage_options=self._options,
+                self._table_uri, merged.row_schema.empty_table(), mode="append", storage_options=self._options
             )
             raise_commit_retry()
+        target = pa.schema(table.schema().to_arrow())
         if not merged.source.num_rows and merged.truncated_at is None:
-            table.create_write_transaction(
-                [], "append", schema=pa.schema(table.schema().to_arrow()), commit_properties=properties
-            )
+            table.create_write_transaction([], "append", schema=target, commit_properties=properties)
             return
+        source = conform(merged.source, target, self.label)
         merger = table.merge(
-            merged.source,
+            source,
             # (a batch of truncates only has no key: every row is then "not matched by source")
             " AND ".join(f"t.{quoted(k)} = s.{quoted(k)}" for k in merged.key_columns) or "false",
             source_alias="s",
@@ -441,27 +437,19 @@ class DeltaSink(TableFiles):
             commit_properties=properties,
         )
         newer = f"s.{ORDER_COLUMN} > t.{ORDER_COLUMN}"
-        merger = merger.when_matched_delete(predicate=f"s.{OP_COLUMN} = '{DELETE_OP}' AND {newer}")
         upsert = f"s.{OP_COLUMN} = '{UPSERT_OP}'"
-        if merged.unavailable:
-            # Debezium's placeholder for a TOASTed column left unchanged: keep the row's value.
-            kept = {
-                c: f"CASE WHEN s.{quoted(c)} = '{UNAVAILABLE}' THEN t.{quoted(c)} ELSE s.{quoted(c)} END"
-                if c in merged.unavailable
-                else f"s.{quoted(c)}"
-                for c in merged.row_columns
-            }
-            merger = merger.when_matched_update(updates=kept, predicate=f"{upsert} AND {newer}")
-            fresh = {
-                c: f"CASE WHEN s.{quoted(c)} = '{UNAVAILABLE}' THEN NULL ELSE s.{quoted(c)} END"
-                if c in merged.unavailable
-                else f"s.{quoted(c)}"
-                for c in merged.row_columns
-            }
-            merger = merger.when_not_matched_insert(updates=fresh, predicate=upsert)
-        else:
-            merger = merger.when_matched_update_all(predicate=f"{upsert} AND {newer}", except_cols=[OP_COLUMN])
-            merger = merger.when_not_matched_insert_all(predicate=upsert, except_cols=[OP_COLUMN])
+        merger = merger.when_matched_delete(predicate=f"s.{OP_COLUMN} = '{DELETE_OP}' AND {newer}")
+        columns = merged.row_columns
+        updates = {c: f"s.{quoted(c)}" for c in columns}
+        updates.update({c: "NULL" for c in target.names if c not in updates})  # the whole row is replaced
+        for column, flag in merged.keep.items():
+            updates[column] = f"CASE WHEN s.{quoted(flag)} THEN t.{quoted(column)} ELSE s.{quoted(column)} END"
+        merger = merger.when_matched_update(
+            updates={quoted(c): e for c, e in updates.items()}, predicate=f"{upsert} AND {newer}"
+        )
+        merger = merger.when_not_matched_insert(
+            updates={quoted(c): f"s.{quoted(c)}" for c in columns}, predicate=upsert
+        )
         if merged.truncated_at is not None:
             merger = merger.when_not_matched_by_source_delete(predicate=f"t.{ORDER_COLUMN} < '{merged.truncated_at}'")
         merger.execute()

@@ -5,8 +5,10 @@ The Spark tasks write a merged batch's records exactly as an appended batch's (s
 check, dead letters and retries are the same); at the table commit, this module reads those
 files back on the driver and hands the Delta and Iceberg sinks one source table:
 
-* the row columns, :data:`~kafka_batch_provider.core.merging.ORDER_COLUMN` (kept in the table)
-  and :data:`~kafka_batch_provider.core.merging.OP_COLUMN` (``u`` or ``d``, never in the table);
+* the row columns, :data:`~kafka_batch_provider.core.merging.ORDER_COLUMN` (kept in the table),
+  :data:`~kafka_batch_provider.core.merging.OP_COLUMN` (``u`` or ``d``) and, for a column some
+  change left unavailable (Debezium's TOAST placeholder, never written), a flag saying the row
+  keeps its value (neither is a table column);
 * at most one change per key, the newest (:func:`~kafka_batch_provider.core.merging.reduce_changes`);
 * without the changes older than a delete or truncate the table already applied
   (:class:`~kafka_batch_provider.output.deleted_keys.DeletedKeys`).
@@ -31,8 +33,13 @@ from kafka_batch_provider.core.merging import (
     is_unavailable,
     reduce_changes,
 )
+from kafka_batch_provider.errors import SchemaError
 from kafka_batch_provider.output.deleted_keys import DeletedKeys
 from kafka_batch_provider.output.location import Location
+
+#: The merge source's flag column saying a change left ``column`` unavailable (a TOASTed value
+#: Debezium did not send): the row keeps its value.
+KEEP_PREFIX = "_kafka_keep__"
 
 
 @dataclass
@@ -41,13 +48,19 @@ class MergeSource:
     key_columns: tuple[str, ...]
     #: the ordering value of the batch's newest truncate (rows older than it leave the table)
     truncated_at: str | None = None
-    #: columns where a kept change holds Debezium's TOAST placeholder (the table's value stays)
-    unavailable: set[str] = field(default_factory=set)
+    #: ``{column: its flag column}`` for columns some change left unavailable (TOAST)
+    keep: dict[str, str] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def row_columns(self) -> list[str]:
-        return [n for n in self.source.column_names if n != OP_COLUMN]
+        """The columns a table row takes (not the op and flag columns)."""
+        helpers = {OP_COLUMN, *self.keep.values()}
+        return [n for n in self.source.column_names if n not in helpers]
+
+    @property
+    def row_schema(self) -> pa.Schema:
+        return pa.schema([self.source.schema.field(n) for n in self.row_columns])
 
 
 def read_batch(data: Location, manifest: Mapping[str, Any]) -> pa.Table:
@@ -59,16 +72,17 @@ def read_batch(data: Location, manifest: Mapping[str, Any]) -> pa.Table:
     return pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
 
 
-def merge_source(data: Location, manifest: Mapping[str, Any], spec: MergeSpec) -> MergeSource:
-    """The batch's merge source (see the module's docstring); records its deletes first."""
+def merge_source(data: Location, manifest: Mapping[str, Any], spec: MergeSpec, deleted: DeletedKeys) -> MergeSource:
+    """The batch's merge source (see the module's docstring); records its deletes in ``deleted`` first."""
     batch = read_batch(data, manifest)
     value_format = str((manifest.get("options") or {}).get("value_format") or "bytes")
     found = changes_of(batch, spec, value_format)
     reduced = reduce_changes(found.changes)
     key_fields = [found.row_fields[k] for k in found.key_columns if k in found.row_fields]
-    deleted = DeletedKeys(data)
-    deleted.record(str(manifest["batch_id"]), key_fields, found.changes)
-    newest_deletes, truncated = deleted.guard(found.key_columns)
+    current = (int(manifest["seq"]), str(manifest["batch_id"]))
+    deleted.record(*current, key_fields, found.changes)
+    upserts = [c.key for c in reduced.changes if c.op == UPSERT_OP]
+    newest_deletes, truncated = deleted.guard(found.key_columns, upserts, current)
     kept, guarded = [], 0
     for change in reduced.changes:
         floor = max(newest_deletes.get(change.key, ""), truncated or "")
@@ -76,20 +90,34 @@ def merge_source(data: Location, manifest: Mapping[str, Any], spec: MergeSpec) -
             guarded += 1  # older than a delete or truncate already seen: it must not bring the key back
             continue
         kept.append(change)
-    schema = pa.schema(
-        [*found.row_fields.values(), pa.field(ORDER_COLUMN, pa.string()), pa.field(OP_COLUMN, pa.string())]
-    )
-    rows = []
+    rows, unavailable = [], set()
     for change in kept:
         row = dict(change.row) if change.op == UPSERT_OP else dict(zip(found.key_columns, change.key))
+        for column, value in list(row.items()):
+            if is_unavailable(value):  # never the placeholder: the table's value stays (a new row: null)
+                row[column] = None
+                row[KEEP_PREFIX + column] = True
+                unavailable.add(column)
         row[ORDER_COLUMN], row[OP_COLUMN] = change.order, change.op
         rows.append(row)
-    source = pa.Table.from_pylist(rows, schema=schema)
+    keep = {column: KEEP_PREFIX + column for column in sorted(unavailable)}
+    schema = pa.schema(
+        [
+            *found.row_fields.values(),
+            pa.field(ORDER_COLUMN, pa.string()),
+            pa.field(OP_COLUMN, pa.string()),
+            *(pa.field(flag, pa.bool_()) for flag in keep.values()),
+        ]
+    )
+    try:
+        source = pa.Table.from_pylist(rows, schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+        raise SchemaError(f"batch {manifest['batch_id']}: a value does not fit its column's type: {exc}") from None
     return MergeSource(
         source=source,
         key_columns=found.key_columns,
         truncated_at=reduced.truncated_at,
-        unavailable={c for c in reduced.unavailable if pa.types.is_string(schema.field(c).type)},
+        keep=keep,
         counts={
             "records": batch.num_rows,
             "changes": len(found.changes),
@@ -102,30 +130,17 @@ def merge_source(data: Location, manifest: Mapping[str, Any], spec: MergeSpec) -
     )
 
 
-def apply_changes(target: pa.Table, merged: MergeSource, schema: pa.Schema) -> pa.Table:
-    """The rows that replace ``target`` (the table's rows a merge reads back: every row whose
-    first key column takes one of the batch's values), for formats that rewrite rows themselves
-    (Iceberg's copy-on-write): each row with a newer change is updated or dropped, the others
-    stay as they are (unless the batch's truncate is newer), and the new keys are added.
-    """
-    keys = merged.key_columns
-    changes = {tuple(row[k] for k in keys): row for row in merged.source.to_pylist()}
-    columns = schema.names
-    kept, matched = [], set()
-    for row in target.to_pylist():
-        key = tuple(row.get(k) for k in keys)
-        change = changes.get(key)
-        if change is None or change[ORDER_COLUMN] <= (row.get(ORDER_COLUMN) or ""):
-            if change is not None:
-                matched.add(key)  # an older change: the row stays
-            if merged.truncated_at is None or (row.get(ORDER_COLUMN) or "") > merged.truncated_at:
-                kept.append(row)
-            continue
-        matched.add(key)
-        if change[OP_COLUMN] == UPSERT_OP:
-            kept.append({c: row.get(c) if c in merged.unavailable and is_unavailable(change.get(c)) else change.get(c)
-                         for c in columns})  # fmt: skip
-    for key, change in changes.items():
-        if key not in matched and change[OP_COLUMN] == UPSERT_OP:
-            kept.append({c: None if is_unavailable(change.get(c)) else change.get(c) for c in columns})
-    return pa.Table.from_pylist(kept, schema=schema)
+def conform(source: pa.Table, target: pa.Schema, label: str) -> pa.Table:
+    """The source with each column the table already has cast to the table's type (a JSON number
+    inferred as a long for a double column); one line when a value does not fit."""
+    for name in source.column_names:
+        if name in target.names and source.schema.field(name).type != target.field(name).type:
+            try:
+                cast = source.column(name).cast(target.field(name).type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise SchemaError(
+                    f"{label}: column {name} is {target.field(name).type}, the batch has "
+                    f"{source.schema.field(name).type} values that do not fit: {str(exc).splitlines()[0]}"
+                ) from None
+            source = source.set_column(source.column_names.index(name), name, cast)
+    return source

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -100,19 +100,42 @@ class TableFiles:
                 setting=Setting("partition_by", "date" if found == by_date else None),
             )
 
+    @property
+    def merging(self) -> bool:
+        return self.merge is not None and self.merge.merges
+
     def adopt_merge(self, newest: Mapping[str, Any] | None) -> None:
-        """Follow the table's merge mode; refuse a run that asks for another mode, key or ordering."""
+        """Follow the table's merge mode; refuse a run that asks for another mode, key or ordering.
+
+        What a truncate does is the run's choice, never adopted: ``apply`` holds for the run that
+        says so; a run that does not say refuses truncates."""
         if newest is None:
             return
         found = MergeSpec.from_description((newest.get("options") or {}).get("merge"))
         if self.merge is None:
-            self.merge = found
+            self.merge = replace(found, on_truncate="refuse") if found.merges else found
         elif not found.keeps(self.merge):
             raise ConfigError(
                 f"{self.label} is merged as {found.describe()}, this run asks for {self.merge.describe()}: "
                 "a table keeps its mode, merge key and ordering (ingest into a new table to change them)",
                 setting=Setting("mode", found.mode),
             )
+
+    def merge_batch(self, manifest: dict[str, Any]):
+        """The batch's merge source (:mod:`kafka_batch_provider.output.merge_source`), its deletes
+        recorded first; its counts go into the manifest. Deleted keys of committed batches count."""
+        from kafka_batch_provider.output.deleted_keys import DeletedKeys
+        from kafka_batch_provider.output.merge_source import merge_source
+
+        def committed(seq: int, batch_id: str) -> bool:
+            entry = self.entry(seq)
+            return entry is not None and str(entry["batch_id"]) == batch_id
+
+        assert self.merge is not None
+        merged = merge_source(self.data, manifest, self.merge, DeletedKeys(self.data, committed))
+        self.check_columns(merged.row_schema)
+        manifest["merged"] = merged.counts
+        return merged
 
     def look_up(self, seq: int) -> dict[str, Any] | None:
         """The batch ``seq`` from the table (its history, or a forgotten entry), ``None`` if absent."""

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from kafka_batch_provider.core.group_owner import adopted_group, another_output
 from kafka_batch_provider.core.listing import listed
 from kafka_batch_provider.core.manifest import log_position, plan_of_entry
+from kafka_batch_provider.core.merging import MERGE_PLAN_KEY as MERGE_KEY
 from kafka_batch_provider.core.offsets import PartitionOffsets
 from kafka_batch_provider.core.plan import INCREMENTAL, OffsetPlan
 from kafka_batch_provider.core.planning import LogSlot, PlanPolicy, plan_incremental, select_partitions
@@ -160,6 +161,7 @@ def plan_batch(
     if not fresh.ranges:
         progress(f"group {group_id}: no new data on {', '.join(topics)}")
         return PlanOutcome(fresh, repaired=repaired, notes=notes, repaired_entries=repaired_entries)
+    fresh = with_merge(fresh, store)
     path = store.save_plan(fresh)
     progress(
         f"batch {fresh.batch_id}: planned {len(fresh.readable_ranges)} partition(s) with data, "
@@ -218,6 +220,13 @@ def with_reader_schema(
     if reader_schema is None or reusable is not None or not fresh.has_data:
         return fresh
     return replace(fresh, extra={**fresh.extra, **reader_schema.pins(fresh.topics)})
+
+
+def with_merge(plan: OffsetPlan, store: BatchStore) -> OffsetPlan:
+    """The plan with how its batch becomes rows, when the output merges: the write step follows
+    it (``kafka-batch write --plan`` needs no ``--mode``) and refuses a run asking otherwise."""
+    merge = store.merge
+    return replace(plan, extra={**plan.extra, MERGE_KEY: merge}) if merge and MERGE_KEY not in plan.extra else plan
 
 
 Decided = tuple[Reconciliation, OffsetPlan, "OffsetPlan | None"]

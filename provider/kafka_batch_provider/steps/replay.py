@@ -30,6 +30,7 @@ from kafka_batch_provider.steps.plan import (
     ReaderSchemaPin,
     refuse_another_format,
     refuse_foreign_output,
+    with_merge,
     with_reader_schema,
 )
 
@@ -271,6 +272,7 @@ def plan_replay_batch(
     if tail is not None:
         store.publish(tail)  # finishes a publish cut short (replays have no commit step to do it)
     # No plan is dropped for having lost its entry: a replay running now takes the next one.
+    plan = with_merge(plan, store)
     path = store.save_plan(plan)
     progress(f"replay batch {plan.batch_id}: planned {described} ({plan.planned_offsets} offsets)")
     return PlanOutcome(plan, plan_path=path)

@@ -51,15 +51,23 @@ def upkeep(store: BatchStore, settings: UpkeepSettings, progress: Callable[[str]
 
 
 def expire_deleted_keys(store: BatchStore, settings: UpkeepSettings, report: UpkeepReport) -> None:
-    """A merged table's deleted keys older than their retention are forgotten."""
+    """A merged table's deleted keys older than their retention are forgotten, the rest folded into one file."""
     import time
 
     from kafka_batch_provider.output.deleted_keys import DeletedKeys
 
-    dropped = DeletedKeys(store.data).expire(time.time() - settings.deleted_keys_retention_days * 86400)
-    if dropped:
+    days = settings.deleted_keys_retention_days
+
+    def committed(seq: int, batch_id: str) -> bool:
+        entry = store.log.entry(seq)
+        return entry is not None and str(entry["batch_id"]) == batch_id
+
+    tail = store.log.tail_seq()
+    files, forgotten, kept = DeletedKeys(store.data, committed).upkeep(time.time() - days * 86400, tail)
+    if files:
         report.notes.append(
-            f"{dropped} file(s) of deleted keys older than {settings.deleted_keys_retention_days:g} days dropped"
+            f"deleted keys: {forgotten} older than {days:g} days forgotten, {files} file(s) folded into one "
+            f"of {kept} key(s)"
         )
 
 

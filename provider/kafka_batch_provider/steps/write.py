@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kafka_batch_provider.core.manifest import build_manifest
+from kafka_batch_provider.core.merging import planned_merge
 from kafka_batch_provider.core.plan import REPLAY, OffsetPlan, legacy_replay_id
 from kafka_batch_provider.core.reader_schema import PLAN_KEYS, check_plan_formats, planned_reader_schema
 from kafka_batch_provider.core.replays import by_incarnation, refuse_overlaps
@@ -87,6 +88,8 @@ def write_batch(
     if previous is not None:
         store.publish(previous)  # finishes a predecessor's publish cut short (replays have no commit step)
     check_plan_formats(bid, plan.extra, options.value_format, options.key_format)  # before anything is read or recorded
+    if hasattr(store.sink, "merge"):  # a table: merged as the plan says (a step run need not repeat --mode)
+        store.sink.merge = planned_merge(plan.extra, store.sink.merge, bid)
     kafka = KafkaOffsets(kafka_config)
     try:
         if not plan.has_data:

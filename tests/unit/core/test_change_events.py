@@ -120,3 +120,43 @@ def test_typed_registry_columns_upsert_with_their_decoded_key_struct():
     assert [c.op for c in found.changes] == [UPSERT_OP, DELETE_OP], "a row whose value columns are all null deletes"
     assert found.changes[0].row == {"id": 1, "name": "a", "amount": 1.5}
     assert list(found.row_fields) == ["name", "amount", "id"]
+
+
+def test_schemaless_json_types_come_from_every_row_and_a_batch_of_deletes_knows_its_key():
+    records = batch((b'{"id": 1}', b'{"id": 1, "email": null, "price": 10}'),
+                    (b'{"id": 2}', b'{"id": 2, "email": "x", "price": 10.5}'))  # fmt: skip
+    found = changes_of(records, MergeSpec(mode="upsert"), "bytes")
+    assert found.row_fields["email"].type == pa.string() and found.row_fields["price"].type == pa.float64()
+    typed = pa.Table.from_pylist([c.row for c in found.changes], schema=pa.schema(found.row_fields.values()))
+    assert typed.column("price").to_pylist() == [10.0, 10.5]
+    deletes = changes_of(batch((key(3), envelope("d", None, {"id": 3}))), CHANGES, "bytes")
+    assert deletes.key_columns == ("id",) and deletes.row_fields["id"].type == pa.int32(), "the key's schema names it"
+
+
+def test_a_key_that_is_not_a_json_object_is_kept_as_its_bytes():
+    found = changes_of(
+        batch((b"1001", b'{"name": "a"}'), (b"null", b'{"name": "b"}')), MergeSpec(mode="upsert"), "bytes"
+    )
+    assert [c.key for c in found.changes] == [(b"1001",), (b"null",)] and found.row_fields["key"].type == pa.binary()
+
+
+def test_one_key_in_two_partitions_cannot_be_ordered_by_offsets():
+    records = batch((b"k", b'{"v": 1}'), (b"k", b'{"v": 2}'))
+    records = records.set_column(3, "partition", pa.array([0, 1], pa.int32()))
+    with pytest.raises(ConfigError, match=r"key \[b'k'\] is also in partition 0 .*order_by"):
+        changes_of(records, MergeSpec(mode="upsert"), "bytes")
+
+
+def test_connect_timestamps_are_datetimes_and_wide_decimals_decimal256():
+    from kafka_batch_provider.decoding.connect_json import arrow_type, value_of
+
+    micro = {"type": "int64", "name": "io.debezium.time.MicroTimestamp"}
+    assert value_of(1735689600000001, micro) == datetime(2025, 1, 1, 0, 0, 0, 1)
+    wide = {
+        "type": "bytes",
+        "name": "org.apache.kafka.connect.data.Decimal",
+        "parameters": {"scale": "2", "connect.decimal.precision": "50"},
+    }
+    assert arrow_type(wide) == pa.decimal256(50, 2)
+    pairs = {"type": "map", "keys": {"type": "int32"}, "values": {"type": "string"}}
+    assert value_of([[1, "a"], [2, "b"]], pairs) == [(1, "a"), (2, "b")]

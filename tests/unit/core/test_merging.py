@@ -42,9 +42,13 @@ def test_postgres_events_order_by_commit_then_lsn_not_by_lsn_alone():
     earlier_tx = debezium_order(postgres_source(100, 500), "u", offset=1)
     later_tx_lower_lsn = debezium_order(postgres_source(600, 450), "u", offset=2)
     assert earlier_tx < later_tx_lower_lsn
-    snapshot = debezium_order(postgres_source(None, 900, "last"), "r", offset=0)
-    first_streamed = debezium_order(postgres_source(None, 901), "c", offset=1)
+    snapshot = debezium_order(postgres_source(None, 90, "last"), "r", offset=0)
+    first_streamed = debezium_order(postgres_source(None, 95), "c", offset=1)
     assert snapshot < first_streamed < earlier_tx
+    same_lsn_streamed = debezium_order(postgres_source(90, 90), "u", offset=2)
+    assert snapshot < same_lsn_streamed, "a snapshot row ranks before a streamed event at its LSN"
+    later_snapshot = debezium_order(postgres_source(None, 1000, "true"), "r", offset=3)
+    assert later_tx_lower_lsn < later_snapshot, "a later snapshot (snapshot.mode=always) must win over older streams"
 
 
 def test_mysql_events_order_by_binlog_file_position_and_row():
@@ -123,3 +127,14 @@ def test_a_table_keeps_its_mode_key_and_ordering_but_not_its_truncate_choice():
     assert not table.keeps(MergeSpec(mode="upsert"))
     assert not MergeSpec(mode="upsert", merge_key=("a",)).keeps(MergeSpec(mode="upsert", merge_key=("b",)))
     assert MergeSpec.from_description(table.describe()) == table
+
+
+def test_a_planned_batch_is_merged_as_planned_and_a_run_asking_otherwise_is_refused():
+    from kafka_batch_provider.core.merging import planned_merge
+
+    upsert = MergeSpec(mode="upsert", merge_key=("id",))
+    extra = {"merge": upsert.describe()}
+    assert planned_merge(extra, None, "b-1") == upsert, "a step run without --mode follows the plan"
+    assert planned_merge({}, upsert, "b-1") == upsert, "a plan of an earlier version follows the run"
+    with pytest.raises(ConfigError, match="batch b-1 was planned to merge as .* discard it first"):
+        planned_merge(extra, MergeSpec(mode="upsert", merge_key=("name",)), "b-1")
