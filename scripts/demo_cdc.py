@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from kafka_batch_provider.dev.kafka_connect import ConnectWorker, debezium_postgres_config, wait_for_records
-from kafka_batch_provider.dev.local_servers import free_port
 from kafka_batch_provider.dev.postgres import PostgresServer
 
 PASSWORD = "demo-cdc-password"
@@ -70,8 +69,8 @@ def cdc_demo(
     folder.chmod(0o755)  # the postgres OS user runs the server (as root)
     with ExitStack() as stack:
         started = time.perf_counter()
-        postgres = stack.enter_context(PostgresServer(folder / "postgres", free_port()))
-        connect = stack.enter_context(ConnectWorker(folder / "connect", free_port(), bootstrap))
+        postgres = stack.enter_context(PostgresServer(folder=folder / "postgres"))
+        connect = stack.enter_context(ConnectWorker(folder=folder / "connect", bootstrap_servers=bootstrap))
         say(
             f"cdc: PostgreSQL on 127.0.0.1:{postgres.port} and Kafka Connect with Debezium on {connect.url} "
             f"({time.perf_counter() - started:.1f}s)"

@@ -100,7 +100,7 @@ def airflow_stack(kafka_bootstrap_servers: str, tmp_path_factory: pytest.TempPat
         "AIRFLOW__OPENLINEAGE__EMISSION_POLICY": json.dumps([{"scope": {}, "controls": {"emit_dag_events": False}}]),
     }
     (home / "lineage").mkdir()
-    stack = AirflowStack(home=home, dags_folder=DAGS, env=env)
+    stack = AirflowStack(home=home, dags_folder=DAGS, env=env, stop_timeout=3)
     with stack:
         stack.set_connection("kafka_default", "kafka", extra={"bootstrap.servers": kafka_bootstrap_servers})
         stack.set_connection("spark_default", "spark", host="local[2]")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import tempfile
 import threading
 import uuid
@@ -25,12 +24,6 @@ from kafka_batch_provider.dev.kafka_connect import ConnectWorker, debezium_postg
 from kafka_batch_provider.dev.postgres import PostgresServer
 
 PASSWORD = "cdc-test-secret"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -62,8 +55,8 @@ class CdcDatabase:
 
 class CdcSource:
     def __init__(self, folder: Path, bootstrap_servers: str) -> None:
-        self.postgres = PostgresServer(folder / "postgres", free_port())
-        self.connect = ConnectWorker(folder / "connect", free_port(), bootstrap_servers)
+        self.postgres = PostgresServer(folder=folder / "postgres")
+        self.connect = ConnectWorker(folder=folder / "connect", bootstrap_servers=bootstrap_servers)
 
     def start(self) -> CdcSource:
         # Both start at once: on 2 cores the JVM's start and initdb overlap well.

@@ -27,14 +27,15 @@ Connect with one partition.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from kafka_batch_provider.dev.kafka import JVM_TOOLS_TARGET, java_executable, tools_dir
+from kafka_batch_provider.dev.local_servers import LocalServer
 from kafka_batch_provider.errors import ConfigError
 
 WORKER_CLASS = "org.apache.kafka.connect.cli.ConnectStandalone"
@@ -137,14 +138,19 @@ def wait_for_records(kafka_config: dict[str, Any], topic: str, count: int, timeo
     raise AssertionError(f"{topic}: expected {count} records from the connector within {timeout:.0f} s, found {found}")
 
 
-class ConnectWorker:
+@dataclass
+class ConnectWorker(LocalServer):
     """A standalone Kafka Connect worker in ``folder``, REST on ``port``, writing to ``bootstrap_servers``."""
 
-    def __init__(self, folder: Path, port: int, bootstrap_servers: str) -> None:
-        self.folder = Path(folder)
-        self.port = port
-        self.bootstrap_servers = bootstrap_servers
-        self.process: subprocess.Popen[bytes] | None = None
+    folder: Path = Path("kafka-connect")
+    bootstrap_servers: str = ""
+
+    label: ClassVar[str] = "Kafka Connect"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.folder = Path(self.folder)
+        self.log_path = self.log_path or self.folder / "stdout.log"
 
     @property
     def url(self) -> str:
@@ -171,7 +177,10 @@ class ConnectWorker:
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / "worker.properties").write_text(self.worker_properties())
         (self.folder / "log4j2.properties").write_text(LOG4J)
-        command = [
+        return super().start(timeout)
+
+    def command(self) -> list[str]:
+        return [
             java_executable(),
             *JAVA_OPTIONS,
             f"-Dlog4j2.configurationFile={self.folder / 'log4j2.properties'}",
@@ -181,17 +190,11 @@ class ConnectWorker:
             WORKER_CLASS,
             str(self.folder / "worker.properties"),
         ]
-        log = open(self.folder / "stdout.log", "ab")  # noqa: SIM115 - the worker writes it while it runs
-        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        log.close()
-        deadline = time.monotonic() + timeout
-        while self.request("GET", "/health", quiet=True)[0] != 200:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"Kafka Connect exited ({self.process.returncode}): {self.log_tail()}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"Kafka Connect on port {self.port} not healthy after {timeout:.0f} s")
-            time.sleep(0.1)
-        return self
+
+    def wait_until_ready(self, timeout: float) -> None:
+        self.poll_until(
+            lambda: self.request("GET", "/health", quiet=True)[0] == 200, timeout, ConfigError, "was not healthy"
+        )
 
     def request(self, method: str, path: str, body: Any = None, quiet: bool = False) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
@@ -227,25 +230,3 @@ class ConnectWorker:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"connector {name} has no running task after {timeout:.0f} s: {state}")
             time.sleep(0.1)
-
-    def log_tail(self, lines: int = 5) -> str:
-        try:
-            return " | ".join((self.folder / "stdout.log").read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def __enter__(self) -> ConnectWorker:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def stop(self, timeout: float = 30.0) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)

@@ -1,4 +1,4 @@
-"""Servers this package runs as plain local processes: the embedded broker, S3 and Spark Connect servers.
+"""Servers this package runs as plain local processes: the brokers, S3, Spark Connect, PostgreSQL and Kafka Connect.
 
 Both bind 127.0.0.1, log to a file, stop with SIGTERM and then SIGKILL, and can be detached
 (``kafka-batch broker|s3 start``): the process then outlives the command, and a state file in
@@ -59,9 +59,9 @@ def runs(pid: int, marker: str) -> bool:
         return False
 
 
-def stop_pid(pid: int, timeout: float = 10.0) -> None:
-    """SIGTERM, wait, then SIGKILL if it would not go."""
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+def stop_pid(pid: int, timeout: float = 10.0, first: int = signal.SIGTERM) -> None:
+    """``first`` (SIGTERM), wait, then SIGKILL if it would not go."""
+    for sig, wait in ((first, timeout), (signal.SIGKILL, 5.0)):
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
@@ -95,6 +95,8 @@ class LocalServer:
 
     #: What the server is called in messages.
     label: ClassVar[str] = "server"
+    #: The signal that asks the server to stop (SIGKILL follows when it would not).
+    stop_signal: ClassVar[int] = signal.SIGTERM
 
     def __post_init__(self) -> None:
         if self.port == 0:
@@ -126,6 +128,10 @@ class LocalServer:
         """The server's environment (default: this process's)."""
         return None
 
+    def popen_options(self) -> dict[str, Any]:
+        """More arguments of the server's ``Popen`` (its working folder, the user it runs as)."""
+        return {}
+
     def start(self, timeout: float = 30.0):
         if port_open(self.port):
             raise ConfigError(f"port {self.port} on {HOST} is already in use; choose another with --port")
@@ -138,6 +144,7 @@ class LocalServer:
                 stderr=subprocess.STDOUT,
                 env=self.environment(),
                 start_new_session=self.detach,  # a detached server must not die with our terminal
+                **self.popen_options(),
             )
         finally:
             if self.log_path:
@@ -158,7 +165,7 @@ class LocalServer:
     def stop(self, timeout: float = 10.0) -> None:
         if self.pid is None:
             return
-        stop_pid(self.pid, timeout)
+        stop_pid(self.pid, timeout, self.stop_signal)
         process = getattr(self, "_process", None)
         if process is not None:
             process.wait(timeout)  # reap it, so no zombie is left

@@ -25,10 +25,11 @@ import os
 import pwd
 import signal
 import subprocess
-import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from kafka_batch_provider.dev.local_servers import LocalServer
 from kafka_batch_provider.errors import ConfigError
 
 #: Settings a test or demo server runs with (see the module docstring).
@@ -59,21 +60,24 @@ def postgres_bin() -> Path:
     return Path(found[-1]).parent
 
 
-class PostgresServer:
-    """One PostgreSQL server in ``folder``, listening on ``port`` (``start`` / ``stop``).
+@dataclass
+class PostgresServer(LocalServer):
+    """One PostgreSQL server in ``folder`` (created, ``initdb`` on first start), on ``port``.
 
     As root, every folder above ``folder`` must let the ``postgres`` user through
     (``tempfile.mkdtemp`` makes a 0700 folder: ``chmod 0755`` it).
     """
 
-    def __init__(self, folder: Path, port: int) -> None:
-        self.folder = Path(folder)
-        self.port = port
-        self.process: subprocess.Popen[bytes] | None = None
+    folder: Path = Path("postgres")
+
+    label: ClassVar[str] = "PostgreSQL"
+    stop_signal: ClassVar[int] = signal.SIGINT  # a fast shutdown (see the module docstring)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.folder = Path(self.folder)
+        self.log_path = self.log_path or self.folder / "postgres.log"
         self._bin = postgres_bin()
-        self._as_user: dict[str, Any] = {}
-        if os.geteuid() == 0:  # postgres will not run as root
-            self._as_user = {"user": OS_USER, "group": OS_USER, "extra_groups": []}
 
     @property
     def data(self) -> Path:
@@ -83,42 +87,43 @@ class PostgresServer:
     def socket_dir(self) -> str:
         return str(self.folder)
 
+    def run_as(self) -> dict[str, Any]:
+        """Postgres will not run as root: as root, it runs as the OS user ``postgres``."""
+        return {"user": OS_USER, "group": OS_USER, "extra_groups": []} if os.geteuid() == 0 else {}
+
     def start(self, timeout: float = 60.0) -> PostgresServer:
         self.folder.mkdir(parents=True, exist_ok=True)
-        if self._as_user:
+        if self.run_as():
             owner = pwd.getpwnam(OS_USER)
-            os.chown(self.folder, owner.pw_uid, owner.pw_gid)  # (its parents must let that user through)
+            os.chown(self.folder, owner.pw_uid, owner.pw_gid)
         if not (self.data / "PG_VERSION").exists():
             subprocess.run(
                 [str(self._bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth-local=trust",
                  "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"],
-                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=self.folder, **self._as_user,
+                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=self.folder, **self.run_as(),
             )  # fmt: skip
+        return super().start(timeout)
+
+    def command(self) -> list[str]:
         settings = {**SETTINGS, "port": str(self.port), "unix_socket_directories": self.socket_dir}
-        command = [str(self._bin / "postgres"), "-D", str(self.data)]
-        command += [arg for key, value in settings.items() for arg in ("-c", f"{key}={value}")]
-        log = open(self.folder / "postgres.log", "ab")  # noqa: SIM115 - the server writes it while it runs
-        self.process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.folder, **self._as_user
-        )
-        log.close()
-        self.wait_until_ready(timeout)
-        return self
+        return [str(self._bin / "postgres"), "-D", str(self.data)] + [
+            arg for key, value in settings.items() for arg in ("-c", f"{key}={value}")
+        ]
+
+    def popen_options(self) -> dict[str, Any]:
+        return {"cwd": self.folder, **self.run_as()}
 
     def wait_until_ready(self, timeout: float) -> None:
         import psycopg
 
-        deadline = time.monotonic() + timeout
-        while True:
+        def answers() -> bool:
             try:
                 with psycopg.connect(**self.admin_params(), connect_timeout=2):
-                    return
-            except psycopg.OperationalError as exc:
-                if self.process is not None and self.process.poll() is not None:
-                    raise RuntimeError(f"postgres exited ({self.process.returncode}): {self.log_tail()}") from None
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"postgres on port {self.port} not ready after {timeout:.0f} s: {exc}") from None
-                time.sleep(0.05)
+                    return True
+            except psycopg.OperationalError:
+                return False
+
+        self.poll_until(answers, timeout, ConfigError, "did not accept connections")
 
     def admin_params(self, dbname: str = "postgres") -> dict[str, Any]:
         """The superuser's connection: over the Unix socket (trust)."""
@@ -141,29 +146,7 @@ class PostgresServer:
             )
             conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(name), sql.Identifier(owner)))
 
-    def log_tail(self, lines: int = 5) -> str:
-        try:
-            return " | ".join((self.folder / "postgres.log").read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
     def drop_inactive_slots(self) -> None:
         """Replication slots left by stopped connectors hold WAL: drop them."""
         with self.admin() as conn:
             conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE NOT active")
-
-    def __enter__(self) -> PostgresServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def stop(self, timeout: float = 30.0) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGINT)  # fast shutdown (see the module docstring)
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)

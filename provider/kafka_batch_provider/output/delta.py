@@ -38,7 +38,7 @@ import pyarrow as pa
 from kafka_batch_provider.core.merging import DELETE_OP, OP_COLUMN, ORDER_COLUMN, UPSERT_OP, MergeSpec
 from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
 from kafka_batch_provider.output.location import Location
-from kafka_batch_provider.output.merge_source import MergeSource, conform
+from kafka_batch_provider.output.merge_source import MergeSource, conform, merge_batch
 from kafka_batch_provider.output.sink import DELTA
 from kafka_batch_provider.output.tables import (
     CONTROL,
@@ -340,7 +340,7 @@ class DeltaSink(TableFiles):
         if int(manifest["seq"]) == 1:
             self.refuse_unconditional_store()
         try:
-            merged = self.merge_batch(manifest) if self.merging else None
+            merged = merge_batch(self, manifest) if self.merging else None
             self.save_manifest(manifest)
             self._commit(table, manifest, merged)
             return True

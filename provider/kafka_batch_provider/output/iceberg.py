@@ -34,7 +34,7 @@ import pyarrow as pa
 from kafka_batch_provider.core.merging import OP_COLUMN, ORDER_COLUMN, UPSERT_OP, MergeSpec
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError, ManifestError, StorageError
 from kafka_batch_provider.output.location import Location
-from kafka_batch_provider.output.merge_source import MergeSource, conform
+from kafka_batch_provider.output.merge_source import MergeSource, conform, merge_batch
 from kafka_batch_provider.output.sink import ICEBERG
 from kafka_batch_provider.output.tables import (
     CONTROL,
@@ -287,7 +287,7 @@ class IcebergSink(TableFiles):
         from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
         try:
-            merged = self.merge_batch(manifest) if self.merging else None
+            merged = merge_batch(self, manifest) if self.merging else None
             schema = merged.row_schema if merged is not None else files_schema(self.data, manifest)
             if self.evolve_schema(table, schema):
                 return False  # a schema-only commit first: the batch goes on the new state

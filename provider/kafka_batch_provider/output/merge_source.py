@@ -63,6 +63,20 @@ class MergeSource:
         return pa.schema([self.source.schema.field(n) for n in self.row_columns])
 
 
+def merge_batch(sink: Any, manifest: dict[str, Any]) -> MergeSource:
+    """A table sink's merge source of the batch ``manifest`` (its deletes recorded first, its counts
+    put into the manifest); deleted keys of the sink's committed batches count."""
+
+    def committed(seq: int, batch_id: str) -> bool:
+        entry = sink.entry(seq)
+        return entry is not None and str(entry["batch_id"]) == batch_id
+
+    merged = merge_source(sink.data, manifest, sink.merge, DeletedKeys(sink.data, committed))
+    sink.check_columns(merged.row_schema)
+    manifest["merged"] = merged.counts
+    return merged
+
+
 def read_batch(data: Location, manifest: Mapping[str, Any]) -> pa.Table:
     """The batch's staged rows (every file the write check counted)."""
     tables = []

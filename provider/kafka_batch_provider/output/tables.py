@@ -121,22 +121,6 @@ class TableFiles:
                 setting=Setting("mode", found.mode),
             )
 
-    def merge_batch(self, manifest: dict[str, Any]):
-        """The batch's merge source (:mod:`kafka_batch_provider.output.merge_source`), its deletes
-        recorded first; its counts go into the manifest. Deleted keys of committed batches count."""
-        from kafka_batch_provider.output.deleted_keys import DeletedKeys
-        from kafka_batch_provider.output.merge_source import merge_source
-
-        def committed(seq: int, batch_id: str) -> bool:
-            entry = self.entry(seq)
-            return entry is not None and str(entry["batch_id"]) == batch_id
-
-        assert self.merge is not None
-        merged = merge_source(self.data, manifest, self.merge, DeletedKeys(self.data, committed))
-        self.check_columns(merged.row_schema)
-        manifest["merged"] = merged.counts
-        return merged
-
     def look_up(self, seq: int) -> dict[str, Any] | None:
         """The batch ``seq`` from the table (its history, or a forgotten entry), ``None`` if absent."""
         raise NotImplementedError
