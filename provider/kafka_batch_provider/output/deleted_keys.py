@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -58,26 +59,28 @@ class DeletedKeys:
     def record(self, seq: int, batch_id: str, key_fields: Sequence[pa.Field], changes: Iterable[Change]) -> int:
         """Save the batch's deletes and truncate (before its commit); how many were saved."""
         kept = [c for c in changes if c.op in (DELETE_OP, TRUNCATE_OP)]
-        if not kept:
-            return 0
-        schema = pa.schema(
-            [*key_fields, pa.field(ORDER_COLUMN, pa.string()), pa.field(TRUNCATE, pa.bool_()),
-             pa.field(RECORDED_AT, pa.float64())]
-        )  # fmt: skip
-        now = time.time()
+        schema = pa.schema([*key_fields, pa.field(ORDER_COLUMN, pa.string()), pa.field(TRUNCATE, pa.bool_())])
         rows = [
             {
                 **{f.name: (c.key[i] if c.op == DELETE_OP else None) for i, f in enumerate(key_fields)},
                 ORDER_COLUMN: c.order,
                 TRUNCATE: c.op == TRUNCATE_OP,
-                RECORDED_AT: now,
             }
             for c in kept
         ]
+        return self.record_table(seq, batch_id, pa.Table.from_pylist(rows, schema=schema))
+
+    def record_table(self, seq: int, batch_id: str, deletes: pa.Table) -> int:
+        """Save ``deletes`` (key columns, ordering value, and ``truncate`` when any is one)."""
+        if not deletes.num_rows:
+            return 0
+        if TRUNCATE not in deletes.column_names:
+            deletes = deletes.append_column(TRUNCATE, pa.array(np.zeros(deletes.num_rows, dtype=bool)))
+        deletes = deletes.append_column(RECORDED_AT, pa.array(np.full(deletes.num_rows, time.time())))
         sink = io.BytesIO()
-        pq.write_table(pa.Table.from_pylist(rows, schema=schema), sink)
+        pq.write_table(deletes, sink)
         self.data.put_atomic(f"{FOLDER}/{file_name(seq, batch_id)}", sink.getvalue())
-        return len(kept)
+        return deletes.num_rows
 
     def names(self) -> list[str]:
         return sorted(n for n in self.data.list_names(FOLDER) if n.endswith(".parquet"))

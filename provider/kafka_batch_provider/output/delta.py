@@ -433,7 +433,7 @@ class DeltaSink(TableFiles):
             " AND ".join(f"t.{quoted(k)} = s.{quoted(k)}" for k in merged.key_columns) or "false",
             source_alias="s",
             target_alias="t",
-            merge_schema=True,
+            merge_schema=bool(set(merged.row_columns) - set(target.names)),  # only when the batch brings a column
             commit_properties=properties,
         )
         newer = f"s.{ORDER_COLUMN} > t.{ORDER_COLUMN}"

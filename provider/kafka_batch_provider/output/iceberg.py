@@ -31,7 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from kafka_batch_provider.core.merging import OP_COLUMN, ORDER_COLUMN, UPSERT_OP, MergeSpec
+from kafka_batch_provider.core.merging import MergeSpec
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError, ManifestError, StorageError
 from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.output.merge_source import MergeSource, conform, merge_batch
@@ -350,36 +350,15 @@ class IcebergSink(TableFiles):
         number = transaction.table_metadata.next_sequence_number()
         transaction.set_properties({**names, SNAPSHOT_NUMBER_KEY: str(number)})
 
-    def _merge(self, table: Any, manifest: Mapping[str, Any], merged: MergeSource) -> None:
-        """The batch as one commit (copy-on-write): a delete of every row of the batch's keys
-        (and, for a truncate, every older row), then an append, carrying the batch's summary, of
-        what replaces them (:func:`apply_changes`)."""
-        from functools import reduce
-
-        from pyiceberg.expressions import And, In, LessThan, Or
+    def _merge(self, table: Any, manifest: dict[str, Any], merged: MergeSource) -> None:
+        """The batch as one copy-on-write snapshot carrying its summary
+        (:mod:`kafka_batch_provider.output.iceberg_merge`)."""
+        from kafka_batch_provider.output.iceberg_merge import merge_into
 
         transaction, summary = self._transaction(table, manifest)
-        schema = table.schema().as_arrow()
-        source = conform(merged.source, schema, self.name)
-        filters = []
-        if source.num_rows:
-            # Every key column's values: a superset of the batch's keys, exact for a one-column key.
-            keys = [In(k, source.column(k).unique().to_pylist()) for k in merged.key_columns]
-            filters.append(reduce(And, keys))
-            target = table.scan(row_filter=filters[0]).to_arrow()
-        else:
-            target = schema.empty_table()
-        rows = apply_changes(target, source, merged, schema)
-        if merged.truncated_at is not None:
-            filters.append(LessThan(ORDER_COLUMN, merged.truncated_at))
-        if filters:
-            transaction.delete(reduce(Or, filters))
+        source = conform(merged.source, table.schema().as_arrow(), self.name)
         self._name_batch(transaction, summary)
-        if rows.num_rows:
-            transaction.append(rows, snapshot_properties=summary)
-        else:
-            with transaction.update_snapshot(snapshot_properties=summary).fast_append():
-                pass
+        merge_into(table, transaction, merged, source, summary)
         transaction.commit_transaction()
 
     def _commit(self, table: Any, manifest: Mapping[str, Any]) -> None:
@@ -401,32 +380,6 @@ class IcebergSink(TableFiles):
 
     def check_partitioning(self, table: Any) -> None:
         self.keep_partitioning([f.name for f in table.spec().fields], [DAY_FIELD])
-
-
-def apply_changes(target: pa.Table, source: pa.Table, merged: MergeSource, schema: pa.Schema) -> pa.Table:
-    """The rows that replace ``target`` (the rows a merge read back: every row the key filter
-    takes), by the rules Delta's MERGE follows: a row with a newer change is replaced whole (a
-    column the change left unavailable keeps the row's value) or dropped; the others stay, unless
-    the batch's truncate is newer; keys the table lacks are added."""
-    keys = merged.key_columns
-    changes = {tuple(row[k] for k in keys): row for row in source.to_pylist()}
-    columns = schema.names
-    kept, matched = [], set()
-    for row in target.to_pylist():
-        key = tuple(row.get(k) for k in keys)
-        change = changes.get(key)
-        if change is not None:
-            matched.add(key)
-        if change is None or change[ORDER_COLUMN] <= (row.get(ORDER_COLUMN) or ""):
-            if merged.truncated_at is None or (row.get(ORDER_COLUMN) or "") > merged.truncated_at:
-                kept.append(row)
-            continue
-        if change[OP_COLUMN] == UPSERT_OP:
-            kept.append({c: row.get(c) if change.get(merged.keep.get(c, "")) else change.get(c) for c in columns})
-    for key, change in changes.items():
-        if key not in matched and change[OP_COLUMN] == UPSERT_OP:
-            kept.append({c: change.get(c) for c in columns})
-    return pa.Table.from_pylist(kept, schema=schema)
 
 
 def without_retries(table: Any):

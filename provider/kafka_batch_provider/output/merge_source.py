@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kafka_batch_provider.core.arrow_upserts import ArrowUpserts, arrow_upserts
 from kafka_batch_provider.core.change_events import changes_of
 from kafka_batch_provider.core.merging import (
     DELETE_OP,
@@ -90,10 +91,13 @@ def merge_source(data: Location, manifest: Mapping[str, Any], spec: MergeSpec, d
     """The batch's merge source (see the module's docstring); records its deletes in ``deleted`` first."""
     batch = read_batch(data, manifest)
     value_format = str((manifest.get("options") or {}).get("value_format") or "bytes")
+    current = (int(manifest["seq"]), str(manifest["batch_id"]))
+    typed = arrow_upserts(batch, spec, value_format)
+    if typed is not None:
+        return typed_merge_source(typed, deleted, current)
     found = changes_of(batch, spec, value_format)
     reduced = reduce_changes(found.changes)
     key_fields = [found.row_fields[k] for k in found.key_columns if k in found.row_fields]
-    current = (int(manifest["seq"]), str(manifest["batch_id"]))
     deleted.record(*current, key_fields, found.changes)
     upserts = [c.key for c in reduced.changes if c.op == UPSERT_OP]
     newest_deletes, truncated = deleted.guard(found.key_columns, upserts, current)
@@ -142,6 +146,37 @@ def merge_source(data: Location, manifest: Mapping[str, Any], spec: MergeSpec, d
             "skipped": found.skipped,
         },
     )
+
+
+def typed_merge_source(typed: ArrowUpserts, deleted: DeletedKeys, current: tuple[int, str]) -> MergeSource:
+    """The merge source of upserts reduced with Arrow (:mod:`kafka_batch_provider.core.arrow_upserts`)."""
+    import pyarrow.compute as pc
+
+    deleted.record_table(*current, typed.deletes)
+    rows, keys = typed.rows, typed.key_columns
+    upserting = pc.equal(rows.column(OP_COLUMN), UPSERT_OP)
+    key_values = list(zip(*(rows.column(k).to_pylist() for k in keys)))
+    newest_deletes, truncated = deleted.guard(
+        keys, [k for k, up in zip(key_values, upserting.to_pylist()) if up], current
+    )
+    guarded = 0
+    if newest_deletes or truncated:
+        orders = rows.column(ORDER_COLUMN).to_pylist()
+        keep = [
+            not (up and order <= max(newest_deletes.get(key, ""), truncated or ""))
+            for key, order, up in zip(key_values, orders, upserting.to_pylist())
+        ]
+        guarded = keep.count(False)
+        rows = rows.filter(pa.array(keep))
+    upserts = pc.sum(pc.equal(rows.column(OP_COLUMN), UPSERT_OP)).as_py() or 0
+    counts = {
+        **typed.counts,
+        "upserts": upserts,
+        "deletes": rows.num_rows - upserts,
+        "older_than_a_delete": guarded,
+        "skipped": 0,
+    }
+    return MergeSource(source=rows, key_columns=keys, counts=counts)
 
 
 def conform(source: pa.Table, target: pa.Schema, label: str) -> pa.Table:

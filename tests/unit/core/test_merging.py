@@ -138,3 +138,43 @@ def test_a_planned_batch_is_merged_as_planned_and_a_run_asking_otherwise_is_refu
     assert planned_merge({}, upsert, "b-1") == upsert, "a plan of an earlier version follows the run"
     with pytest.raises(ConfigError, match="batch b-1 was planned to merge as .* discard it first"):
         planned_merge(extra, MergeSpec(mode="upsert", merge_key=("name",)), "b-1")
+
+
+def test_order_texts_of_whole_columns_equal_order_text_of_each_row():
+    import numpy as np
+
+    from kafka_batch_provider.core.merging import order_texts
+
+    rng = random.Random(3)
+    first = np.array([rng.randint(-(2**63), 2**63 - 1) for _ in range(200)] + [0, -1, 2**63 - 1, -(2**63)])
+    second = np.array([rng.randint(0, 2**40) for _ in range(len(first))])
+    expected = [order_text(int(a), int(b)) for a, b in zip(first, second)]
+    assert order_texts(first, second).to_pylist() == expected
+
+
+def test_typed_upserts_reduced_with_arrow_equal_the_record_by_record_rule():
+    import pyarrow as pa
+
+    from kafka_batch_provider.core.arrow_upserts import arrow_upserts
+    from kafka_batch_provider.core.change_events import changes_of
+
+    rng = random.Random(11)
+    for _ in range(20):
+        n = rng.randint(1, 60)
+        ids = [rng.randint(0, 9) for _ in range(n)]
+        alive = [rng.random() > 0.25 for _ in range(n)]
+        batch = pa.table({
+            "key": pa.array([{"id": k} for k in ids], pa.struct([("id", pa.int64())])),
+            "topic": ["t"] * n, "partition": pa.array([0] * n, pa.int32()), "offset": pa.array(range(n), pa.int64()),
+            "id": pa.array([k if a else None for k, a in zip(ids, alive)], pa.int64()),
+            "v": pa.array([rng.random() if a else None for a in alive]),
+        })  # fmt: skip
+        reduced = reduce_changes(changes_of(batch, MergeSpec(mode="upsert"), "avro").changes)
+        expected = sorted((c.key, c.op, c.order, c.row["v"] if c.row else None) for c in reduced.changes)
+        fast = arrow_upserts(batch, MergeSpec(mode="upsert"), "avro")
+        rows = fast.rows.to_pylist()
+        found = sorted(
+            ((r["id"],), r["_kafka_op"], r["_kafka_order"], r["v"] if r["_kafka_op"] == "u" else None) for r in rows
+        )
+        assert found == expected, f"the Arrow reduction differs from the record-by-record one: {found} != {expected}"
+        assert fast.deletes.num_rows == alive.count(False), "every tombstone is recorded for the guard"
