@@ -313,6 +313,15 @@ CASES = [
     Case("upkeep-target-huge", lambda s: upkeep(s, "--target-file-mb", "9999"), "between 1 and 4096 (MB)"),
     Case("upkeep-keep-zero", lambda s: upkeep(s, "--keep-batches", "0"), "expected a positive integer, got 0"),
     Case("upkeep-no-output", lambda s: ["upkeep"], "--format=parquet needs --output"),
+    # -- metrics receivers
+    Case(
+        "metrics-statsd-no-port", lambda s: run(s, "--metrics-statsd", "localhost"), "--metrics-statsd takes HOST:PORT"
+    ),
+    Case(
+        "metrics-otlp-not-a-url",
+        lambda s: run(s, "--metrics-otlp", "127.0.0.1:4318"),
+        "--metrics-otlp takes the receiver's URL",
+    ),
     # -- merged tables (--mode)
     Case("upsert-into-parquet", lambda s: run(s, "--mode", "upsert"), "--mode=upsert needs a table: --format=delta"),
     Case("changes-without-format", lambda s: run(s, "--mode", "changes"), "--mode=changes needs --change-format"),

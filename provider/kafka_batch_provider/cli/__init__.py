@@ -20,6 +20,7 @@ from kafka_batch_provider import __version__
 from kafka_batch_provider.cli.arguments import (
     OneLineParser,
     add_kafka_args,
+    add_metrics_args,
     add_plan_args,
     add_registry_args,
     add_replay_args,
@@ -76,13 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
         (
             "commit",
             "check a batch's log entry and files, commit its end offsets (compare-and-set)",
-            (plan_file_args, add_kafka_args),
+            (plan_file_args, add_kafka_args, add_metrics_args),
             cmd_commit,
         ),
         (
             "run",
             "plan, write and commit one batch",
-            (add_kafka_args, add_plan_args, add_storage_args, add_spark_args, add_registry_args),
+            (add_kafka_args, add_plan_args, add_storage_args, add_spark_args, add_registry_args, add_metrics_args),
             cmd_run,
         ),
         (

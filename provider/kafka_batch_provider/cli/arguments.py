@@ -338,6 +338,35 @@ def catalog_properties_from(args: argparse.Namespace) -> dict[str, str]:
     return {str(k): str(v) for k, v in {**properties, **pairs}.items()}
 
 
+def add_metrics_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("metrics (kafka_batch.* of each committed batch; nothing is sent without these)")
+    g.add_argument(
+        "--metrics-statsd",
+        metavar="HOST:PORT",
+        default=os.environ.get("KAFKA_BATCH_METRICS_STATSD"),
+        help="send DogStatsD lines over UDP (StatsD, the Datadog agent, Telegraf)",
+    )
+    g.add_argument(
+        "--metrics-otlp",
+        metavar="URL",
+        default=os.environ.get("KAFKA_BATCH_METRICS_OTLP"),
+        help="send OpenTelemetry metrics over OTLP/HTTP (e.g. http://127.0.0.1:4318: a Collector, Alloy, Prometheus)",
+    )
+
+
+def metrics_sinks_from(args: argparse.Namespace) -> list:
+    """The receivers the command line names (checked before anything runs)."""
+    from kafka_batch_provider.metrics.otlp import OtlpSink
+    from kafka_batch_provider.metrics.statsd import StatsdSink
+
+    sinks: list = []
+    if getattr(args, "metrics_statsd", None):
+        sinks.append(StatsdSink(args.metrics_statsd))
+    if getattr(args, "metrics_otlp", None):
+        sinks.append(OtlpSink(args.metrics_otlp))
+    return sinks
+
+
 def output_spec_from(args: argparse.Namespace, output: str | None = None):
     from kafka_batch_provider.output.formats import OutputSpec, merge_of_args
 

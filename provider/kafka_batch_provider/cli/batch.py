@@ -9,6 +9,7 @@ from typing import Any
 
 from kafka_batch_provider.cli.arguments import (
     load_plan_and_output,
+    metrics_sinks_from,
     offsets_client,
     output_spec_from,
     plan_output,
@@ -128,8 +129,11 @@ def cmd_write(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_commit(args: argparse.Namespace) -> dict[str, Any]:
     from kafka_batch_provider.steps.commit import commit_batch
 
+    sinks = metrics_sinks_from(args)
     plan, _, store = load_plan_and_output(args)
+    clock = time.perf_counter()
     committed = commit_batch(offsets_client(args), store, plan, progress)
+    send_metrics(sinks, store, store.entry_of(plan), {"commit_seconds": time.perf_counter() - clock})
     record = store.commit_record(plan.seq, plan.batch_id) or {}
     return {
         "batch_id": plan.batch_id,
@@ -145,6 +149,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     from kafka_batch_provider.steps.commit import commit_batch
 
     options, registry = write_options(args)
+    sinks = metrics_sinks_from(args)
     request = reader_schema_request(args, registry)
     kafka = offsets_client(args)
     spec = output_spec_from(args)
@@ -175,6 +180,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     committed = commit_batch(kafka, store, plan, progress)
     timings["commit_seconds"] = round(time.perf_counter() - clock, 3)
     entry = store.entry_of(plan) or {}
+    send_metrics(sinks, store, entry, timings)
     return {
         **result,
         "records": entry.get("rows", 0),
@@ -186,6 +192,18 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
         "timings": timings,
         "spark": "connect" if args.spark_remote else "submit",
     }
+
+
+def send_metrics(sinks: list, store: Any, entry: dict[str, Any] | None, timings: dict[str, float]) -> None:
+    """The committed batch's metrics to the receivers the command line named (never fails the run)."""
+    if not sinks or not entry:
+        return
+    from kafka_batch_provider.core.metrics import batch_metrics
+    from kafka_batch_provider.metrics import emit
+
+    metrics = batch_metrics(entry, store.root, timings)
+    sent = emit(metrics, sinks)
+    progress(f"batch {entry['batch_id']}: {len(metrics)} metrics sent to {sent} of {len(sinks)} receiver(s)")
 
 
 def cmd_replay(args: argparse.Namespace) -> dict[str, Any]:

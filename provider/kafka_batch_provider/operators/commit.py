@@ -85,6 +85,8 @@ class KafkaOffsetCommitOperator(BatchLineage, BaseOperator):
                 event = entry and emit_batch_event(
                     self, context, entry, spec.describe(), False, self.emit_empty_batches, spec.catalog_properties
                 )
+                if entry:
+                    send_airflow_metrics(entry, spec.table or spec.output or "")
         return {
             "batch_id": plan.batch_id,
             "committed": committed,
@@ -96,3 +98,13 @@ class KafkaOffsetCommitOperator(BatchLineage, BaseOperator):
     def batch_facts(self, task_instance: Any) -> BatchFacts:
         """For OpenLineage (:mod:`~kafka_batch_provider.operators.lineage`): the committed batch."""
         return planned_task_facts(self, task_instance, wrote=False)
+
+
+def send_airflow_metrics(entry: dict[str, Any], output: str) -> None:
+    """The committed batch's ``kafka_batch.*`` metrics through Airflow's own ``Stats`` (StatsD or
+    OpenTelemetry as ``[metrics]`` configures; nothing when it is off). Never fails the task."""
+    from kafka_batch_provider.core.metrics import batch_metrics
+    from kafka_batch_provider.metrics import emit
+    from kafka_batch_provider.metrics.airflow_stats import AirflowStatsSink
+
+    emit(batch_metrics(entry, output), [AirflowStatsSink()])
