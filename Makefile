@@ -18,7 +18,7 @@ export KAFKA_BATCH_TOOLS_DIR ?= $(CURDIR)/.tools
 
 LINTED := provider dags spark_apps tests scripts bench
 
-.PHONY: venv test lint demo bench airflow prereqs browser-prereqs postgres-prereqs azurite jvm-tools constraints clean
+.PHONY: venv test lint bytecode demo bench airflow prereqs browser-prereqs postgres-prereqs azurite jvm-tools constraints clean
 
 prereqs:
 	@scripts/check-prereqs.sh "$(PYTHON)"
@@ -34,12 +34,14 @@ postgres-prereqs:
 $(STAMP): setup.cfg pyproject.toml constraints.txt scripts/check-prereqs.sh | prereqs
 	@echo "== creating $(VENV) and installing pinned dependencies (constraints.txt)"
 	$(PYTHON) -m venv $(VENV)
-	@# uv installs the same pinned set as pip, in a third of the time (20 s against 59 s measured).
+	@# uv installs the same pinned set as pip, faster (45 s against 59 s measured), with the
+	@# bytecode compiled as pip does (this machine sets PYTHONDONTWRITEBYTECODE: nothing is
+	@# compiled later, and every process would compile every import again).
 	$(BIN)/python -m pip install --quiet -c constraints.txt pip setuptools wheel uv
-	$(BIN)/uv pip install --python $(BIN)/python --quiet -c constraints.txt -e ".[airflow,openlineage,test,embedded-broker,embedded-cdc,embedded-s3,s3,gcs,azure,delta,iceberg,registry]"
+	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode -c constraints.txt -e ".[airflow,openlineage,test,embedded-broker,embedded-cdc,embedded-s3,s3,gcs,azure,delta,iceberg,registry]"
 	@# The Spark provider needs pyspark-client, which installs into the same pyspark/ package
 	@# as pyspark (and is older): reinstall pyspark so its files, matching its jars, win.
-	$(BIN)/uv pip install --python $(BIN)/python --quiet --no-deps --reinstall -c constraints.txt pyspark
+	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode --no-deps --reinstall -c constraints.txt pyspark
 	$(BIN)/python scripts/check_install.py
 	@# Spark's classes recorded once, so every spark-submit batch starts from the archive (~40 s).
 	$(BIN)/kafka-batch spark-archive build
@@ -86,10 +88,16 @@ lint: venv
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 
-test: prereqs browser-prereqs postgres-prereqs venv azurite jvm-tools lint
+# The project's own code compiled once: with PYTHONDONTWRITEBYTECODE set (as on this machine) the
+# hundreds of processes a test run starts (CLI runs, Spark workers, Airflow tasks) would each
+# compile it again (0.35 s against 0.24 s to import the CLI, measured).
+bytecode: venv
+	@$(BIN)/python -m compileall -q -j 0 provider dags spark_apps tests scripts bench >/dev/null
+
+test: prereqs browser-prereqs postgres-prereqs venv azurite jvm-tools lint bytecode
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-demo: prereqs postgres-prereqs venv jvm-tools
+demo: prereqs postgres-prereqs venv jvm-tools bytecode
 	$(BIN)/python scripts/demo.py
 
 # The live Airflow services with the project's DAGs, Apache Kafka and the embedded S3 server (Ctrl-C stops).
