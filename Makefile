@@ -18,7 +18,7 @@ export KAFKA_BATCH_TOOLS_DIR ?= $(CURDIR)/.tools
 
 LINTED := provider dags spark_apps tests scripts bench
 
-.PHONY: venv test lint bytecode demo bench airflow prereqs browser-prereqs postgres-prereqs azurite jvm-tools constraints clean
+.PHONY: venv setup jvm-tools-one-by-one test lint bytecode demo bench airflow prereqs browser-prereqs postgres-prereqs azurite jvm-tools constraints clean
 
 prereqs:
 	@scripts/check-prereqs.sh "$(PYTHON)"
@@ -94,7 +94,16 @@ lint: venv
 bytecode: venv
 	@$(BIN)/python -m compileall -q -j 0 provider dags spark_apps tests scripts bench >/dev/null
 
-test: prereqs browser-prereqs postgres-prereqs venv azurite jvm-tools lint bytecode
+# The installs that do not share anything run side by side (the venv with pip/uv, Azurite with
+# npm, the JVM tools with mvn one POM after another: Maven's local repository is not safe for two
+# runs at once); the apt-get checks before them stay one at a time (dpkg's lock).
+setup: prereqs browser-prereqs postgres-prereqs
+	@$(MAKE) --no-print-directory -j3 venv azurite jvm-tools-one-by-one
+
+jvm-tools-one-by-one:
+	@$(MAKE) --no-print-directory -j1 jvm-tools
+
+test: setup lint bytecode
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 demo: prereqs postgres-prereqs venv jvm-tools bytecode
