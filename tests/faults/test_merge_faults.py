@@ -26,7 +26,7 @@ from kafka_batch_provider.testing.producers import Record, produce
 from tests.faults.harness import KAFKA_BATCH, CliRun, run_cli
 from tests.faults.tally import Outcome
 from tests.integration.helpers import TableOutput, group_offsets
-from tests.integration.test_merged_tables import merge_commits
+from tests.integration.test_merged_tables import merge_commits, newest_per_key
 
 pytestmark = pytest.mark.integration
 
@@ -72,20 +72,9 @@ def burst(first: int, keys: int, version: int) -> list[Record]:
     return records + [keyed(k % 2, k, None) for k in range(first, first + keys, 5)]
 
 
-def expected_rows(records: list[Record]) -> dict[int, dict]:
-    rows: dict[int, dict] = {}
-    for record in records:
-        key = json.loads(record.key)["id"]
-        if record.value is None:
-            rows.pop(key, None)
-        else:
-            rows[key] = json.loads(record.value)
-    return rows
-
-
 def expect_the_newest_per_key(outcome: Outcome, lake: MergedLake, records: list[Record]) -> None:
     """The table holds each key's newest value once: counts go to the tally before asserting."""
-    expected, seen = expected_rows(records), lake.keys()
+    expected, seen = newest_per_key(records), lake.keys()
     outcome.checked = True
     outcome.lost += len(set(expected) - set(seen))
     outcome.duplicated += sum(n - 1 for n in seen.values() if n > 1)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import io
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,8 +33,6 @@ from kafka_batch_provider.output.tables import CONTROL
 FOLDER = f"{CONTROL}/_deleted_keys"
 TRUNCATE, RECORDED_AT = "truncate", "recorded_at"
 COMPACTED = "compacted-"
-#: Whether the batch ``(seq, batch id)`` is in the table's log.
-Committed = Callable[[int, str], bool]
 
 
 def file_name(seq: int, batch_id: str) -> str:
@@ -50,11 +48,17 @@ def batch_of(name: str) -> tuple[int, str] | None:
 
 
 class DeletedKeys:
-    """The deleted keys of the table at ``data``; ``committed`` says which batches' files count."""
+    """The deleted keys of the table at ``data``, whose offset log ``log`` (the sink: ``entry``,
+    ``tail_seq``) says which batches' files count."""
 
-    def __init__(self, data: Location, committed: Committed) -> None:
+    def __init__(self, data: Location, log: Any) -> None:
         self.data = data
-        self.committed = committed
+        self.log = log
+
+    def committed(self, seq: int, batch_id: str) -> bool:
+        """Whether the batch ``(seq, batch id)`` is the log's entry ``seq``."""
+        entry = self.log.entry(seq)
+        return entry is not None and str(entry["batch_id"]) == batch_id
 
     def record(self, seq: int, batch_id: str, key_fields: Sequence[pa.Field], changes: Iterable[Change]) -> int:
         """Save the batch's deletes and truncate (before its commit); how many were saved."""
@@ -145,13 +149,14 @@ class DeletedKeys:
                 newest[key] = order
         return newest, truncated
 
-    def upkeep(self, older_than: float, tail_seq: int) -> tuple[int, int, int]:
+    def upkeep(self, older_than: float) -> tuple[int, int, int]:
         """Forget deletes recorded before ``older_than`` (epoch seconds), drop the files of batches
-        that lost their entry (at or below the log's tail ``tail_seq``, not committed), and fold the
+        that lost their entry (at or below the log's tail, not committed), and fold the
         committed ones into one file holding each key's newest delete and the newest truncate:
         ``(files folded, deletes forgotten, keys kept)``. Files of batches still in flight are left
         alone; the newest ordering value per key is what every reader takes anyway."""
         names, lost = [], []
+        tail_seq = self.log.tail_seq()
         for name in self.names():
             batch = batch_of(name)
             if batch is None or self.committed(*batch):

@@ -67,12 +67,7 @@ class MergeSource:
 def merge_batch(sink: Any, manifest: dict[str, Any]) -> MergeSource:
     """A table sink's merge source of the batch ``manifest`` (its deletes recorded first, its counts
     put into the manifest); deleted keys of the sink's committed batches count."""
-
-    def committed(seq: int, batch_id: str) -> bool:
-        entry = sink.entry(seq)
-        return entry is not None and str(entry["batch_id"]) == batch_id
-
-    merged = merge_source(sink.data, manifest, sink.merge, DeletedKeys(sink.data, committed))
+    merged = merge_source(sink.data, manifest, sink.merge, DeletedKeys(sink.data, sink))
     sink.check_columns(merged.row_schema)
     manifest["merged"] = merged.counts
     return merged

@@ -57,13 +57,7 @@ def expire_deleted_keys(store: BatchStore, settings: UpkeepSettings, report: Upk
     from kafka_batch_provider.output.deleted_keys import DeletedKeys
 
     days = settings.deleted_keys_retention_days
-
-    def committed(seq: int, batch_id: str) -> bool:
-        entry = store.log.entry(seq)
-        return entry is not None and str(entry["batch_id"]) == batch_id
-
-    tail = store.log.tail_seq()
-    files, forgotten, kept = DeletedKeys(store.data, committed).upkeep(time.time() - days * 86400, tail)
+    files, forgotten, kept = DeletedKeys(store.data, store.log).upkeep(time.time() - days * 86400)
     if files:
         report.notes.append(
             f"deleted keys: {forgotten} older than {days:g} days forgotten, {files} file(s) folded into one "

@@ -18,8 +18,17 @@ def delete(key: int, order: int) -> Change:
     return Change((key,), DELETE_OP, order_text(order))
 
 
-def committed_up_to(last: int):
-    return lambda seq, batch_id: seq <= last and batch_id == f"b-{seq}"
+class committed_up_to:  # noqa: N801 - read as a phrase: DeletedKeys(location, committed_up_to(3))
+    """An offset log whose entries 1..last are the batches ``b-<seq>``."""
+
+    def __init__(self, last: int) -> None:
+        self.last = last
+
+    def entry(self, seq: int) -> dict | None:
+        return {"batch_id": f"b-{seq}"} if 1 <= seq <= self.last else None
+
+    def tail_seq(self) -> int:
+        return self.last
 
 
 def test_the_newest_delete_per_key_and_the_newest_truncate_of_committed_batches_guard_a_merge(tmp_path):
@@ -48,12 +57,12 @@ def test_upkeep_forgets_old_deletes_drops_lost_attempts_and_folds_the_rest_into_
     deleted.record(5, "b-lost", KEY, [delete(7, 1)])
     deleted.record(6, "b-6", KEY, [Change((), TRUNCATE_OP, order_text(1)), Change((), TRUNCATE_OP, order_text(2))])
     before = deleted.guard(["id"])
-    files, forgotten, kept = deleted.upkeep(older_than=time.time() - 3600, tail_seq=5)
+    files, forgotten, kept = deleted.upkeep(older_than=time.time() - 3600)
     assert (files, forgotten, kept) == (5, 0, 3), f"expected 5 files folded into 3 keys: {(files, forgotten, kept)}"
     names = location.list_names(FOLDER)
     assert len(names) == 2 and not any("b-lost" in n for n in names), f"expected a compacted file and b-6's: {names}"
     assert deleted.guard(["id"]) == before, "folding changed the guard"
-    assert deleted.upkeep(older_than=time.time() + 1, tail_seq=5) == (1, 3, 0), "every delete is past the retention"
+    assert deleted.upkeep(older_than=time.time() + 1) == (1, 3, 0), "every delete is past the retention"
 
 
 def test_a_batch_of_truncates_alone_has_no_key_columns_and_still_guards(tmp_path):
