@@ -50,6 +50,17 @@ CASES = [
     Case("illegal-topic-name", lambda s: plan(s, "--topic", "orders and more"), "is not a legal Kafka topic name"),
     Case("empty-topic-name", lambda s: plan(s, "--topic", ""), "is not a legal Kafka topic name"),
     Case("empty-group", lambda s: run(s, "--group", ""), "consumer group id is required"),
+    Case(
+        "topic-pattern-not-a-regex",
+        lambda s: plan(s, "--topic-pattern", "orders("),
+        "--topic-pattern 'orders(' is not a regular expression",
+    ),
+    Case("topic-and-topic-pattern", lambda s: run(s, "--topic-pattern", "o.*"), "not allowed with argument"),
+    Case(
+        "new-topic-start-error",
+        lambda s: plan(s, "--topic-pattern", "o.*", "--new-topic-start", "error"),
+        "invalid choice: 'error'",
+    ),
     Case("negative-partition", lambda s: run(s, "--partition", "-1"), "expected an integer >= 0, got -1"),
     Case("non-numeric-partition", lambda s: run(s, "--partition", "first"), "expected an integer >= 0, got 'first'"),
     # -- numbers: negative, non-numeric, nan, inf

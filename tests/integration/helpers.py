@@ -171,13 +171,20 @@ def run_batch(
     policy: PlanPolicy = PlanPolicy(),
     partitions: list[int] | None = None,
     on_group_mismatch: GroupMismatchPolicy = GroupMismatchPolicy.FAIL,
+    topic_pattern: str | None = None,
+    progress: Any = None,
     **write_options: Any,
 ) -> tuple[PlanOutcome, dict[str, int]]:
-    """plan -> write -> commit, in-process, as ``kafka-batch run`` does with spark-submit."""
+    """plan -> write -> commit, in-process, as ``kafka-batch run`` does with spark-submit
+    (``topic_pattern``: ``topics`` is empty)."""
     output = output if isinstance(output, Output) else Output(str(output))
     kafka = KafkaOffsets(kafka_config, timeout=10)
     store = output.store()
-    outcome = plan_batch(kafka, store, group_id, topics, policy, partitions, on_group_mismatch=on_group_mismatch)
+    said = {"progress": progress} if progress is not None else {}
+    outcome = plan_batch(
+        kafka, store, group_id, topics, policy, partitions, on_group_mismatch=on_group_mismatch,
+        topic_pattern=topic_pattern, **said,
+    )  # fmt: skip
     if not outcome.plan.ranges:
         return outcome, {}
     write_batch(outcome.plan, store, kafka.kafka_config, stage_with(spark), WriteOptions(**write_options))

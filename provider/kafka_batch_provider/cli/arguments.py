@@ -94,7 +94,14 @@ def add_kafka_args(p: argparse.ArgumentParser) -> None:
 
 def add_plan_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("planning")
-    g.add_argument("--topic", action="append", required=True, help="topic to ingest, repeatable")
+    which = g.add_mutually_exclusive_group(required=True)
+    which.add_argument("--topic", action="append", help="topic to ingest, repeatable")
+    which.add_argument(
+        "--topic-pattern",
+        metavar="REGEX",
+        help="ingest every topic whose whole name matches (resolved at every plan, so a new topic is in the next "
+        "batch; Kafka's own __ topics never match)",
+    )
     g.add_argument("--partition", action="append", type=non_negative_int, help="only these partitions, repeatable")
     g.add_argument("--group", required=True, help="consumer group whose committed offsets are the checkpoint")
     g.add_argument(
@@ -102,6 +109,13 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
         choices=[p.value for p in NewPartitionPolicy],
         default="earliest",
         help="start of a partition the group never committed (default earliest)",
+    )
+    g.add_argument(
+        "--new-topic-start",
+        choices=[NewPartitionPolicy.EARLIEST.value, NewPartitionPolicy.LATEST.value],
+        default="earliest",
+        help="with --topic-pattern: start of a topic met after the output's first batch (default earliest; "
+        "recorded in the log entry)",
     )
     g.add_argument(
         "--on-data-loss",
@@ -390,6 +404,7 @@ def store_from(args: argparse.Namespace, output: str | None = None, create: bool
 def policy_from(args: argparse.Namespace) -> PlanPolicy:
     return PlanPolicy(
         new_partitions=NewPartitionPolicy(args.new_partitions),
+        new_topic_start=NewPartitionPolicy(args.new_topic_start),
         on_data_loss=DataLossPolicy(args.on_data_loss),
         max_records_per_partition=args.max_records_per_partition,
         max_records=args.max_records,

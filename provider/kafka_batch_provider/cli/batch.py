@@ -38,13 +38,14 @@ def plan_step(args: argparse.Namespace, kafka: Any, store: Any, reader_schema: A
         kafka,
         store,
         args.group,
-        args.topic,
+        args.topic or [],
         policy_from(args),
         args.partition,
         progress,
         GroupMismatchPolicy(args.on_group_mismatch),
         reader_schema,
         adopt_group=args.adopt_group,
+        topic_pattern=args.topic_pattern,
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from kafka_batch_provider.core.offsets import OffsetGap, OffsetRange, TopicPartition
 from kafka_batch_provider.core.plan import INCREMENTAL, OffsetPlan
 from kafka_batch_provider.core.reconcile import LogPosition
+from kafka_batch_provider.core.topic_patterns import PATTERN_PLAN_KEY
 from kafka_batch_provider.errors import ManifestError
 
 MANIFEST_FORMAT_VERSION = 2
@@ -113,6 +114,8 @@ def build_manifest(
         "timings": dict(timings or {}),
         # the group this output adopted from another output (core/group_owner.py), in its first entry
         **({"adopted": plan.extra["adopted"]} if plan.extra.get("adopted") else {}),
+        # the topic pattern's topics that came and left since the previous batch (core/topic_patterns.py)
+        **({PATTERN_PLAN_KEY: plan.extra[PATTERN_PLAN_KEY]} if plan.extra.get(PATTERN_PLAN_KEY) else {}),
     }
     if dead_letters is not None:
         letter_files = sorted(dead_letters.get("files", []), key=lambda f: f["name"])

@@ -8,7 +8,7 @@ policy can be tested without a broker.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
@@ -42,11 +42,16 @@ class PlanPolicy:
     """
 
     new_partitions: NewPartitionPolicy = NewPartitionPolicy.EARLIEST
+    #: where a topic a pattern meets after the output's first batch starts (core/topic_patterns.py)
+    new_topic_start: NewPartitionPolicy = NewPartitionPolicy.EARLIEST
     on_data_loss: DataLossPolicy = DataLossPolicy.FAIL
     max_records_per_partition: int | None = None
     max_records: int | None = None
 
     def __post_init__(self) -> None:
+        if self.new_topic_start is NewPartitionPolicy.ERROR:  # a pattern is there to take new topics in
+            fix = Setting("new_topic_start")
+            raise ConfigError(f"{fix} must be earliest or latest, got 'error'", setting=fix)
         for name in ("max_records_per_partition", "max_records"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -178,6 +183,7 @@ def plan_incremental(
     slot: LogSlot = LogSlot(),
     checkpoints: Mapping[TopicPartition, int | None] | None = None,
     accepted_gaps: Sequence[OffsetGap] = (),
+    new_topics: Collection[str] = (),
 ) -> OffsetPlan:
     """The next batch for a group: from each partition's checkpoint to the current end, bounded.
 
@@ -188,6 +194,8 @@ def plan_incremental(
         group with the output's offset log (:mod:`kafka_batch_provider.core.reconcile`); a
         partition missing here starts from the group's committed offset.
     :param accepted_gaps: offsets skipped by the reconciliation policy, recorded in the plan.
+    :param new_topics: topics a pattern met since the output's previous batch: their partitions
+        the group never committed start as ``policy.new_topic_start`` says.
 
     Every chosen partition is in the plan (idle ones with an empty range), so the commit
     refreshes every committed offset. A plan without work (nothing to read, no gap, no group
@@ -200,7 +208,8 @@ def plan_incremental(
     for state in sorted(select_partitions(states, partitions), key=lambda s: (s.topic, s.partition)):
         checkpoint = checkpoints.get(state.tp, state.committed)
         source = "committed offset" if checkpoint == state.committed else "the output's offset log position"
-        start, gap = start_offset(replace(state, committed=checkpoint), policy, source)
+        chosen_policy = replace(policy, new_partitions=policy.new_topic_start) if state.topic in new_topics else policy
+        start, gap = start_offset(replace(state, committed=checkpoint), chosen_policy, source)
         candidates.append(OffsetRange(state.topic, state.partition, start, state.log_end, state.committed))
         if gap is not None:
             gaps.append(gap)

@@ -229,6 +229,10 @@ class KafkaOffsets:
             result.extend(TopicPartition(topic, p) for p in chosen)
         return result
 
+    def topic_names(self) -> set[str]:
+        """Every topic's name on the cluster (Kafka's own ones too), from a fresh metadata request."""
+        return set(self._call("list_topics", self._metadata).topics)
+
     def _metadata(self) -> Any:
         """The cluster's metadata: the first request of every step, so the one that meets a refusal.
 

@@ -105,9 +105,13 @@ def plan_task_facts(task: Any, task_instance: Any) -> BatchFacts:
     if summary is None and task_instance is not None:
         summary = task_instance.xcom_pull(task_ids=task.task_id)
     planned = bool(summary and summary.get("plan_path") and not summary.get("dry_run"))
+    if getattr(task, "topic_pattern", None) is not None:  # the topics the pattern matched for this batch
+        topics = sorted({r["topic"] for r in (summary or {}).get("ranges") or ()})
+    else:
+        topics = check_topics(as_list(task.topics))
     return BatchFacts(
         bootstrap_servers_of(task.kafka_config_id),
-        check_topics(as_list(task.topics)),
+        topics,
         None,  # the plan writes no data: the Spark task names the output
         summary=summary if planned else None,
     )

@@ -12,7 +12,10 @@ from kafka_batch_provider.core.params import parse_bool
 from kafka_batch_provider.core.planning import DataLossPolicy, NewPartitionPolicy, PlanPolicy
 from kafka_batch_provider.core.reader_schema import check_schema_choice
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
+from kafka_batch_provider.core.settings import Setting
+from kafka_batch_provider.core.topic_patterns import compile_pattern, matching
 from kafka_batch_provider.core.validation import check_group_id, check_topics, positive_seconds
+from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.assets import emit_batch_event
 from kafka_batch_provider.operators.errors import task_errors
@@ -114,6 +117,11 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
     ``replay_output_path`` (``replay_table`` for Iceberg); the commit task then leaves the group alone.
 
     :param topics: topics to ingest (a list, or a comma-separated string from a template).
+    :param topic_pattern: instead of ``topics``, a regular expression every topic's whole name is
+        matched with at each plan (a new topic is in the next batch; Kafka's own ``__`` topics never
+        match); a backfill run replays the topics it matches then.
+    :param new_topic_start: where a topic the pattern meets after the output's first batch starts:
+        ``earliest`` (default) or ``latest``; the log entry records it.
     :param group_id: consumer group whose committed offsets are the checkpoint.
     :param output: the :class:`~kafka_batch_provider.operators.output.BatchOutput`: ``parquet``
         (a folder of batches at ``output_path``: a local path or a URI such as ``s3://``,
@@ -150,6 +158,7 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
 
     template_fields: Sequence[str] = (
         "topics",
+        "topic_pattern",
         "group_id",
         *OUTPUT_TEMPLATE_FIELDS,
         "partitions",
@@ -161,12 +170,14 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
     def __init__(
         self,
         *,
-        topics: Sequence[str] | str,
+        topics: Sequence[str] | str | None = None,
         group_id: str,
         output: BatchOutput,
+        topic_pattern: str | None = None,
         kafka_config_id: str = "kafka_default",
         partitions: Sequence[int] | str | None = None,
         new_partitions: str = NewPartitionPolicy.EARLIEST.value,
+        new_topic_start: str = NewPartitionPolicy.EARLIEST.value,
         on_data_loss: str = DataLossPolicy.FAIL.value,
         max_records_per_partition: int | None = None,
         max_records: int | None = None,
@@ -196,6 +207,7 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
             key_schema_version,
         )
         self.topics = topics
+        self.topic_pattern = topic_pattern
         self.group_id = group_id
         self.emit_empty_batches = emit_empty_batches
         self.adopt_group = parse_bool("adopt_group", adopt_group)
@@ -205,6 +217,7 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
         self.partitions = partitions
         self.policy = PlanPolicy(
             new_partitions=NewPartitionPolicy(new_partitions),
+            new_topic_start=NewPartitionPolicy(new_topic_start),
             on_data_loss=DataLossPolicy(on_data_loss),
             max_records_per_partition=max_records_per_partition,
             max_records=max_records,
@@ -213,8 +226,12 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
         self.replay_table = replay_table
         self.kafka_timeout = positive_seconds("kafka_timeout", kafka_timeout)
         # Checked here, so a bad combination is a DAG import error rather than a failed run.
-        if not is_template(topics):
+        if (topics is None) == (topic_pattern is None):
+            raise ConfigError("give topics or topic_pattern, one of the two", setting=Setting("topics"))
+        if topics is not None and not is_template(topics):
             check_topics(as_list(topics))
+        if topic_pattern is not None and not is_template(topic_pattern):
+            compile_pattern(topic_pattern)
         if not is_template(group_id):
             check_group_id(group_id)
         output = self.batch_output
@@ -233,11 +250,14 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
     def execute(self, context: Any) -> dict[str, Any]:
         with task_errors():  # the connection's config is checked here: a bad one fails at once
             kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
-            topics, partitions = check_topics(as_list(self.topics)), as_int_list(self.partitions)
+            topics = check_topics(as_list(self.topics)) if self.topic_pattern is None else []
+            partitions = as_int_list(self.partitions)
             check_group_id(self.group_id)
             request = self.reader_schema_request(self.kafka_timeout)  # before an Iceberg table may be created
             spec, store = open_output(self.output_of_run(context), create=True)
             if is_backfill(context):
+                if self.topic_pattern is not None:  # the topics it matches now
+                    topics = matching(compile_pattern(self.topic_pattern), kafka.topic_names())
                 start, end = context["data_interval_start"], context["data_interval_end"]
                 self.log.info("backfill run: replaying %s .. %s of %s into %s", start, end, topics, store.root)
                 outcome = plan_replay_batch(
@@ -264,6 +284,7 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
                     on_group_mismatch=self.on_group_mismatch,
                     reader_schema=request,
                     adopt_group=self.adopt_group,
+                    topic_pattern=self.topic_pattern,
                 )
             # A batch whose commit this plan step finished is announced here, as its commit task
             # would have announced it (that task failed on every retry).

@@ -25,6 +25,7 @@ The commit step is :mod:`kafka_batch_provider.steps.commit`; a repair (3) calls 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -39,6 +40,13 @@ from kafka_batch_provider.core.planning import LogSlot, PlanPolicy, plan_increme
 from kafka_batch_provider.core.reader_schema import planned_formats
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy, Reconciliation, reconcile
 from kafka_batch_provider.core.settings import Setting
+from kafka_batch_provider.core.topic_patterns import (
+    PATTERN_PLAN_KEY,
+    TopicChanges,
+    compile_pattern,
+    matching,
+    topic_changes,
+)
 from kafka_batch_provider.errors import ConfigError, GroupMismatchError, LogConflictError, ManifestError, PlanError
 from kafka_batch_provider.fail_points import fail_point
 from kafka_batch_provider.kafka.client import KafkaOffsets
@@ -78,6 +86,7 @@ def plan_batch(
     on_group_mismatch: GroupMismatchPolicy = GroupMismatchPolicy.FAIL,
     reader_schema: ReaderSchemaPin | None = None,
     adopt_group: bool = False,
+    topic_pattern: str | None = None,
 ) -> PlanOutcome:
     """Plan step: reconcile the group with the output, repair, then plan and persist the next batch.
 
@@ -90,15 +99,22 @@ def plan_batch(
         plan records it, and a pending plan is reused only when it was planned in the same format.
     :param adopt_group: a new output may start from a group another output committed
         (:mod:`~kafka_batch_provider.core.group_owner`); its first batch records the adoption.
+    :param topic_pattern: instead of ``topics``, a regular expression resolved against the cluster's
+        topics at every attempt (:mod:`~kafka_batch_provider.core.topic_patterns`).
     """
-    if not topics:
-        raise ConfigError(f"at least one topic is required ({Setting('topics')})", setting=Setting("topics"))
+    pattern = compile_pattern(topic_pattern) if topic_pattern is not None else None
+    if bool(topics) == (pattern is not None):
+        raise ConfigError(
+            f"give topics ({Setting('topics')}) or a pattern ({Setting('topic_pattern')}), one of the two",
+            setting=Setting("topics"),
+        )
     if not group_id:
         raise ConfigError(f"a consumer group is required ({Setting('group_id')})", setting=Setting("group_id"))
 
     def decide(tail: dict[str, Any] | None, pending: list[OffsetPlan]) -> Decided:
-        states = kafka.partition_offsets(group_id, topics)  # unknown topics and an absent broker fail here
-        slot = LogSlot((tail["seq"] if tail else 0) + 1, tail["batch_id"] if tail else None, kafka.topic_ids(topics))
+        names, states, changes = chosen_topics(kafka, group_id, topics, pattern, tail, policy)
+        topic_ids = kafka.topic_ids(names) if names else {}
+        slot = LogSlot((tail["seq"] if tail else 0) + 1, tail["batch_id"] if tail else None, topic_ids)
         # A new output meeting a group another output committed: refused unless adopted on purpose.
         adopted = adopted_group(group_id, states, store.data.uri, adopt_group) if tail is None else None
         decision = reconcile_group(kafka, store, group_id, states, partitions, tail, slot.topic_ids, on_group_mismatch)
@@ -107,7 +123,7 @@ def plan_batch(
             decision = replace(decision, notes=(*decision.notes, note))
         fresh = plan_incremental(
             group_id,
-            topics,
+            names,
             states,
             policy,
             kafka.isolation_level,
@@ -116,10 +132,14 @@ def plan_batch(
             slot=slot,
             checkpoints=decision.checkpoints,
             accepted_gaps=decision.gaps,
+            new_topics=changes.new if changes else (),
         )
         if adopted is not None:
             fresh = replace(fresh, extra={**fresh.extra, "adopted": adopted.to_dict()})
-        starting_alike = [p for p in pending if same_start(p, fresh, topics, partitions)]
+        if changes is not None:
+            fresh = replace(fresh, extra={**fresh.extra, PATTERN_PLAN_KEY: changes.to_dict()})
+            decision = replace(decision, notes=(*decision.notes, *changes.lines()))
+        starting_alike = [p for p in pending if same_start(p, fresh, partitions)]
         refuse_another_format(starting_alike, reader_schema)
         reusable = next(iter(starting_alike), None)
         if reusable is not None:
@@ -159,7 +179,8 @@ def plan_batch(
             "it is left unpublished and a new plan takes its place"
         )
     if not fresh.ranges:
-        progress(f"group {group_id}: no new data on {', '.join(topics)}")
+        found = ", ".join(fresh.topics) or f"no topic: {topic_pattern!r} matches none on {kafka.bootstrap_servers}"
+        progress(f"group {group_id}: no new data on {found}")
         return PlanOutcome(fresh, repaired=repaired, notes=notes, repaired_entries=repaired_entries)
     fresh = with_merge(fresh, store)
     path = store.save_plan(fresh)
@@ -169,6 +190,27 @@ def plan_batch(
         + (" (bounded; more remains)" if fresh.truncated else "")
     )
     return PlanOutcome(fresh, repaired=repaired, plan_path=path, notes=notes, repaired_entries=repaired_entries)
+
+
+def chosen_topics(
+    kafka: KafkaOffsets,
+    group_id: str,
+    topics: Sequence[str],
+    pattern: re.Pattern[str] | None,
+    tail: dict[str, Any] | None,
+    policy: PlanPolicy,
+) -> tuple[list[str], list[PartitionOffsets], TopicChanges | None]:
+    """The topics this batch reads (the pattern's, resolved now), their partitions' offsets, and
+    with a pattern what came and left since the log's newest entry."""
+    if pattern is None:
+        return list(topics), kafka.partition_offsets(group_id, topics), None  # unknown topics fail here
+    existing = kafka.topic_names()
+    names = matching(pattern, existing)
+    states = kafka.partition_offsets(group_id, names) if names else []
+    uncommitted = {s.topic for s in states} - {s.topic for s in states if s.committed is not None}
+    previous = sorted({r["topic"] for r in tail["ranges"]}) if tail else None
+    start = policy.new_topic_start.value
+    return names, states, topic_changes(pattern.pattern, names, previous, existing, uncommitted, start)
 
 
 class ReaderSchemaPin(Protocol):
@@ -320,15 +362,22 @@ def plan_for_entry(store: BatchStore, entry: dict[str, Any]) -> OffsetPlan:
         return plan_of_entry(entry)
 
 
-def same_start(pending: OffsetPlan, fresh: OffsetPlan, topics: Sequence[str], partitions: Sequence[int] | None) -> bool:
-    """A pending plan is replayed only for the same request and while it starts where a new plan would."""
+def same_start(pending: OffsetPlan, fresh: OffsetPlan, partitions: Sequence[int] | None) -> bool:
+    """A pending plan is replayed only for the same request and while it starts where a new plan would
+    (a pattern that found another topic since makes a new plan)."""
     wanted = sorted(partitions) if partitions is not None else None
-    if pending.mode != INCREMENTAL or list(pending.topics) != list(topics) or pending.extra.get("partitions") != wanted:
+    if pending.mode != INCREMENTAL or pending.topics != fresh.topics or pending.extra.get("partitions") != wanted:
+        return False
+    if pattern_of(pending) != pattern_of(fresh):
         return False
     if (pending.seq, pending.previous, pending.topic_ids) != (fresh.seq, fresh.previous, fresh.topic_ids):
         return False
     starts = {(r.tp, r.start, r.expected_committed) for r in pending.ranges}
     return bool(fresh.ranges) and starts == {(r.tp, r.start, r.expected_committed) for r in fresh.ranges}
+
+
+def pattern_of(plan: OffsetPlan) -> str | None:
+    return (plan.extra.get(PATTERN_PLAN_KEY) or {}).get("pattern")
 
 
 def check_readable(kafka: KafkaOffsets, store: BatchStore, plan: OffsetPlan) -> None:
