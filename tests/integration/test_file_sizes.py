@@ -29,6 +29,7 @@ def test_a_small_batch_over_many_partitions_writes_one_file(spark, kafka_config,
     run_batch(spark, kafka_config, local_output, group_id, [topic])
     first = batch_files(local_output, 1)
     assert len(first) == 8, f"expected the first batch (no size to go by) to keep one file per slice, found {first}"
+    assert local_output.store().log.entry(1)["options"]["tasks"] == 8, "the entry should record the 8 tasks"
 
     produce(kafka_config, topic, [Record(p, b"second %d" % i) for p in range(8) for i in range(5)])
     run_batch(spark, kafka_config, local_output, group_id, [topic])
@@ -47,3 +48,15 @@ def test_a_large_batch_rolls_its_files_at_the_target_size(spark, kafka_config, n
     assert len(files) >= 3, f"expected ~3.5 MB rolled into files of ~1 MB, found sizes {sizes}"
     assert sizes[-1] < 2 * 1024 * 1024, f"expected no file far above the 1 MB target, found sizes {sizes}"
     assert_exactly_once(local_output, offsets_of(topic, {0: 3_500}))
+
+
+def test_max_tasks_packs_the_partitions_and_splits_a_hot_one(spark, kafka_config, new_topic, group_id, local_output):
+    topic = new_topic(partitions=8)
+    counts = {0: 60, **{p: 5 for p in range(1, 8)}}  # 95 offsets: partition 0 is more than a task's share
+    produce(kafka_config, topic, [Record(p, b"r %d" % i) for p, n in counts.items() for i in range(n)])
+    run_batch(spark, kafka_config, local_output, group_id, [topic], max_tasks=3)
+    entry = local_output.store().log.entry(1)
+    assert entry["options"]["tasks"] == 3, f"expected 3 reading tasks, the entry says {entry['options']}"
+    rows = sorted(f["rows"] for f in entry["files"])
+    assert len(rows) == 3 and rows[-1] <= 35, f"expected 3 files of about 32 rows (one a task), found rows {rows}"
+    assert_exactly_once(local_output, offsets_of(topic, counts))

@@ -15,6 +15,7 @@ from kafka_batch_provider.core.ddl import check_ddl_schema
 from kafka_batch_provider.core.file_sizing import DEFAULT_TARGET_FILE_MB, MB, check_target_file_mb
 from kafka_batch_provider.core.reader_schema import REGISTRY_FORMATS
 from kafka_batch_provider.core.settings import Setting
+from kafka_batch_provider.core.task_packing import check_max_tasks
 from kafka_batch_provider.errors import ConfigError
 
 READERS = ("python", "jvm")
@@ -58,6 +59,9 @@ class WriteOptions:
         read with the reader schema the plan recorded (:mod:`kafka_batch_provider.core.reader_schema`).
     :param value_schema: DDL schema of the JSON values (``json`` only).
     :param max_offsets_per_task: ranges are split into Spark tasks of at most this many offsets.
+    :param max_tasks: at most this many reading tasks: the slices are packed into them by their
+        offsets, and a partition larger than its share is split over several
+        (:mod:`kafka_batch_provider.core.task_packing`); ``None``: as many as the file sizes ask.
     :param stall_timeout: seconds a read may make no progress before it fails.
     :param target_file_mb: files are rolled at about this size, and a batch's slices are
         grouped into as few writing tasks as its expected size needs
@@ -82,6 +86,7 @@ class WriteOptions:
     keep_raw_value: bool = False
     on_bad_record: str = "fail"
     key_format: str = "bytes"
+    max_tasks: int | None = None
 
     def __post_init__(self) -> None:
         if self.reader not in READERS:
@@ -122,6 +127,7 @@ class WriteOptions:
             )
         if self.max_offsets_per_task < 1:
             raise ConfigError(f"max offsets per task must be positive, got {self.max_offsets_per_task}")
+        check_max_tasks(self.max_tasks)
         if not math.isfinite(self.stall_timeout) or self.stall_timeout <= 0:
             raise ConfigError(f"stall timeout must be a positive, finite number of seconds, got {self.stall_timeout:g}")
         check_target_file_mb(self.target_file_mb)
@@ -171,6 +177,12 @@ class WriteOptions:
             help=f"split ranges into Spark tasks of at most this many offsets (default {DEFAULT_MAX_OFFSETS_PER_TASK})",
         )
         parser.add_argument(
+            "--max-tasks",
+            type=int,
+            help="read with at most this many Spark tasks: partitions are packed into them by their offsets, a "
+            "large one split over several (default: as many as the files' target size asks)",
+        )
+        parser.add_argument(
             "--stall-timeout",
             type=float,
             default=DEFAULT_STALL_TIMEOUT,
@@ -196,6 +208,7 @@ class WriteOptions:
             args.keep_raw_value,
             args.on_bad_record,
             args.key_format,
+            args.max_tasks,
         )
 
     def to_args(self) -> list[str]:
@@ -206,6 +219,7 @@ class WriteOptions:
         args += ["--max-offsets-per-task", str(self.max_offsets_per_task), "--stall-timeout", str(self.stall_timeout)]
         args += ["--target-file-mb", str(self.target_file_mb)]
         args += ["--on-bad-record", self.on_bad_record]
+        args += ["--max-tasks", str(self.max_tasks)] if self.max_tasks is not None else []
         return args + (["--keep-raw-value"] if self.keep_raw_value else [])
 
     @property

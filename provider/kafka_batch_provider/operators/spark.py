@@ -123,6 +123,8 @@ class KafkaSparkBatchOperator(BatchLineage, SparkSubmitOperator):
     :param on_bad_record: (registry formats) ``fail`` (default): a value that cannot be decoded fails the
         batch in one line; ``dead-letter``: such records are written whole to the batch's dead
         letters, committed with it (their count is in the pushed XCom, ``dead_letters``).
+    :param max_tasks: read with at most this many Spark tasks: the partitions are packed into them by
+        their offsets, a large one split over several (default: as many as the files' size asks).
     :param target_file_mb: files are rolled at about this size; a small batch writes one file per
         partition-date (default 128).
     :param application: the Spark application file (default: the one installed with this package;
@@ -148,6 +150,7 @@ class KafkaSparkBatchOperator(BatchLineage, SparkSubmitOperator):
         value_format: str = "bytes",
         value_schema: str | None = None,
         max_offsets_per_task: int = DEFAULT_MAX_OFFSETS_PER_TASK,
+        max_tasks: int | None = None,
         stall_timeout: float = DEFAULT_STALL_TIMEOUT,
         target_file_mb: int = DEFAULT_TARGET_FILE_MB,
         application: str = DEFAULT_APPLICATION,
@@ -185,6 +188,7 @@ class KafkaSparkBatchOperator(BatchLineage, SparkSubmitOperator):
             keep_raw_value,
             on_bad_record,
             key_format,
+            max_tasks,
         )
         self.schema_registry_conn_id = registry_conn_for(value_format, schema_registry_conn_id, key_format)
         self.emit_empty_batches = emit_empty_batches

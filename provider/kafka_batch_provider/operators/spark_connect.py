@@ -32,6 +32,8 @@ class KafkaSparkConnectBatchOperator(BatchLineage, BaseOperator):
     :param plan_task_id: task id of the plan operator (inside a task group: ``group.plan``).
     :param conn_id: the ``spark_connect`` connection (apache-airflow-providers-apache-spark):
         host and port of the server, and optionally a token (``password``) and user.
+    :param max_tasks: read with at most this many Spark tasks: the partitions are packed into them by
+        their offsets, a large one split over several (default: as many as the files' size asks).
     :param target_file_mb: files are rolled at about this size; a small batch writes one file per
         partition-date (default 128). The other write options (``value_format``, ``keep_raw_value``, ``on_bad_record``,
         ``schema_registry_conn_id``, ...) are the spark-submit operator's.
@@ -52,6 +54,7 @@ class KafkaSparkConnectBatchOperator(BatchLineage, BaseOperator):
         value_format: str = "bytes",
         value_schema: str | None = None,
         max_offsets_per_task: int = DEFAULT_MAX_OFFSETS_PER_TASK,
+        max_tasks: int | None = None,
         stall_timeout: float = DEFAULT_STALL_TIMEOUT,
         target_file_mb: int = DEFAULT_TARGET_FILE_MB,
         output: BatchOutput | None = None,
@@ -78,6 +81,7 @@ class KafkaSparkConnectBatchOperator(BatchLineage, BaseOperator):
             keep_raw_value,
             on_bad_record,
             key_format,
+            max_tasks,
         )
         self.schema_registry_conn_id = registry_conn_for(value_format, schema_registry_conn_id, key_format)
         self.emit_empty_batches = emit_empty_batches

@@ -25,6 +25,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from kafka_batch_provider import __version__
 from kafka_batch_provider.core.file_sizing import bytes_per_offset, writing_tasks
 from kafka_batch_provider.core.plan import OffsetPlan
+from kafka_batch_provider.core.task_packing import pack, slices_for
 from kafka_batch_provider.core.write_check import TaskReports, merge_written
 from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.errors import ConfigError, WriteCheckError
@@ -32,7 +33,7 @@ from kafka_batch_provider.output.store import BatchStore
 from kafka_batch_provider.registry.settings import RegistrySettings
 from kafka_batch_provider.spark.jvm_options import jvm_reader_options
 from kafka_batch_provider.spark.kafka_reader import KAFKA_ARROW_SCHEMA
-from kafka_batch_provider.spark.slice_reader import ReadAndWrite, SliceReader, slices_of, string_columns
+from kafka_batch_provider.spark.slice_reader import ReadAndWrite, SliceReader, string_columns
 from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN, REPORT_SCHEMA, TaskWriter
 from kafka_batch_provider.spark.value_decoding import value_decoding
 from kafka_batch_provider.steps.write import Stage, StagedBatch
@@ -66,15 +67,23 @@ def reader_config(plan: OffsetPlan, kafka_config: Mapping[str, Any]) -> dict[str
 
 
 def slice_reader(
-    plan: OffsetPlan, kafka_config: Mapping[str, Any], options: WriteOptions, receipts: bool = True, tasks: int = 0
+    plan: OffsetPlan,
+    kafka_config: Mapping[str, Any],
+    options: WriteOptions,
+    receipts: bool = True,
+    tasks: int | None = None,
 ) -> SliceReader:
-    """:param tasks: how many Spark tasks read the slices (0: one per slice)."""
+    """:param tasks: how many Spark tasks read the slices, packed by their offsets (``None``: one
+    per slice, at most ``options.max_tasks``)."""
+    slices = slices_for(plan.readable_ranges, options.max_offsets_per_task, options.max_tasks)
+    tasks = len(slices) if tasks is None else tasks
+    tasks = min(tasks, options.max_tasks) if options.max_tasks is not None else tasks
     return SliceReader(
-        slices_of(plan.readable_ranges, options.max_offsets_per_task),
+        tuple(slices),
         reader_config(plan, kafka_config),
         stall_timeout=options.stall_timeout,
         receipts=receipts,
-        tasks=tasks,
+        packs=pack(slices, max(tasks, 1)),
     )
 
 
@@ -138,15 +147,17 @@ def stage_batch(
     writer = TaskWriter(
         data.output, staging, data.storage_options, partition_by=store.partition_by, target_bytes=options.target_bytes
     )
-    # As few writing tasks as the batch's expected size needs: each writes its own files.
-    slices = len(slices_of(plan.readable_ranges, options.max_offsets_per_task))
+    # As few writing tasks as the batch's expected size needs (each writes its own files), at most max_tasks.
+    slices = len(slices_for(plan.readable_ranges, options.max_offsets_per_task, options.max_tasks))
     per_offset = recent_bytes_per_offset(store, plan.seq)
     tasks = writing_tasks(slices, plan.planned_offsets, per_offset, options.target_bytes, default_parallelism(spark))
+    tasks = min(tasks, options.max_tasks) if options.max_tasks is not None else tasks
     receipts = options.reader == "python"
     reader = slice_reader(plan, kafka_config, options, tasks=tasks) if receipts else None
     observation = None
     if reader:
         df = reader.frame(spark)
+        tasks = len(reader.packs)
     else:  # Spark's source decides its partitions: merge them without a shuffle
         df, observation = observed(read_plan(spark, plan, kafka_config, options), plan)
         df = df.coalesce(tasks)
@@ -166,7 +177,7 @@ def stage_batch(
         schema = from_arrow_schema(decoded_schema).simpleString()
     else:
         schema = (df.drop(RECEIPT_COLUMN) if receipts else df).schema.simpleString()
-    return StagedBatch(staging, TaskReports.merge(reports), schema, counted_at_source=True)
+    return StagedBatch(staging, TaskReports.merge(reports), schema, counted_at_source=True, tasks=tasks)
 
 
 #: Planned ranges up to which the JVM source's rows are counted per range: three aggregates a range,

@@ -76,8 +76,10 @@ def read_slice(
 class SliceReader:
     """The function each reading task runs on its slice ids (picklable; the config is never shown).
 
-    :param slices: the plan's slices; task ``i`` reads ``slices[i]``.
+    :param slices: the plan's slices.
     :param kafka_config: librdkafka settings of the reading consumers.
+    :param packs: the slices (by index) each Spark task reads, one after the other
+        (:func:`kafka_batch_provider.core.task_packing.pack`); empty: a task per slice.
     """
 
     slices: tuple[OffsetRange, ...]
@@ -85,8 +87,7 @@ class SliceReader:
     batch_size: int | None = None  # None: the reader's own (kafka_reader.BATCH_MESSAGES)
     stall_timeout: float = 120.0
     receipts: bool = True
-    #: Spark tasks reading the slices, each a run of neighbouring slices (0: one per slice)
-    tasks: int = 0
+    packs: tuple[tuple[int, ...], ...] = ()
 
     # mapInArrow names the function after __name__ in plans and the UI: keep it plain.
     __name__ = "kafka_batch_read"
@@ -96,11 +97,10 @@ class SliceReader:
         return f"{KAFKA_SCHEMA_DDL}, {RECEIPT_COLUMN} string" if self.receipts else KAFKA_SCHEMA_DDL
 
     def slice_ids(self, spark: Any) -> Any:
-        """One row per slice, ``tasks`` Spark partitions (each a run of slices read one after the
-        other by one task): the DataFrame the reading tasks map."""
-        count = len(self.slices)
-        tasks = min(self.tasks, count) if self.tasks > 0 else count
-        return spark.range(0, count, 1, max(tasks, 1))
+        """One row and one Spark partition per task (a pack's index, or a slice's when there are no
+        packs): the DataFrame the reading tasks map."""
+        count = len(self.packs) or len(self.slices)
+        return spark.range(0, count, 1, max(count, 1))
 
     def frame(self, spark: Any) -> Any:
         """A DataFrame of the slices' records (and receipts), in the schema of Spark's Kafka source."""
@@ -108,10 +108,11 @@ class SliceReader:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            for index in batch.column(0).to_pylist():
-                yield from read_slice(
-                    self.kafka_config, self.slices[index], self.batch_size, self.stall_timeout, self.receipts
-                )
+            for task in batch.column(0).to_pylist():
+                for index in self.packs[task] if self.packs else (task,):
+                    yield from read_slice(
+                        self.kafka_config, self.slices[index], self.batch_size, self.stall_timeout, self.receipts
+                    )
 
 
 def string_columns(value_format: str, key_format: str = "bytes") -> list[pa.Field]:

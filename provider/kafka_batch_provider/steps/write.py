@@ -52,6 +52,8 @@ class StagedBatch:
     reports: TaskReports
     schema: str
     counted_at_source: bool
+    #: how many Spark tasks read and wrote it (the log entry's options say it)
+    tasks: int | None = None
 
 
 #: Steps 1-2: ``stage(plan, store, kafka_config, options)`` stages the plan's records.
@@ -211,6 +213,7 @@ def publish_staged(
                 **({"key_format": options.key_format} if options.key_format != "bytes" else {}),
                 **reader_schema_options(plan, options),
                 **({"on_bad_record": options.on_bad_record} if options.on_bad_record != "fail" else {}),
+                **({"tasks": staged.tasks} if staged.tasks is not None else {}),
                 "partition_by": store.partition_by,
                 **({"merge": store.merge} if store.merge else {}),
             },
