@@ -24,7 +24,7 @@ from kafka_batch_provider.core.offsets import OffsetRange
 from kafka_batch_provider.core.plan import OffsetPlan
 from kafka_batch_provider.core.write_check import TaskReports, check_write
 from kafka_batch_provider.errors import WriteCheckError
-from kafka_batch_provider.spark.ingest import observed_receipts
+from kafka_batch_provider.spark.jvm_observation import observed_receipts
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.integration.helpers import (
     TableOutput,

@@ -24,12 +24,13 @@ line or a file this package writes.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kafka_batch_provider.core.merging import MergeSpec
 from kafka_batch_provider.core.settings import Advice, Setting
+from kafka_batch_provider.core.table_names import check_template, is_table_template, table_names
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.output.sink import DELTA, FORMATS, ICEBERG, PARQUET
 from kafka_batch_provider.output.store import BatchStore
@@ -113,6 +114,24 @@ class OutputSpec:
                     setting=PARTITION,
                 )
 
+        if self.per_topic:
+            check_template(self.table or self.output or "", TABLE if self.table else OUTPUT)
+
+    @property
+    def per_topic(self) -> bool:
+        """The output names a table per topic (``{topic}`` in the path or the table name)."""
+        return is_table_template(self.table) or is_table_template(self.output)
+
+    def for_topics(self, topics: Sequence[str]) -> dict[str, OutputSpec]:
+        """Each topic's own output, named by the template (:mod:`kafka_batch_provider.core.table_names`)."""
+        if not self.per_topic:
+            raise ConfigError(f"{OUTPUT} {self.output or self.table!r} names one output, not one per topic")
+        if self.table:
+            names = table_names(self.table, topics, iceberg=True, setting=TABLE)
+            return {topic: replace(self, table=name) for topic, name in names.items()}
+        names = table_names(str(self.output), topics, iceberg=False, setting=OUTPUT)
+        return {topic: replace(self, output=name) for topic, name in names.items()}
+
     def describe(self) -> dict[str, Any]:
         """What may be shown (XCom, plans, logs): no storage options or catalog properties."""
         described = {
@@ -127,11 +146,13 @@ class OutputSpec:
 
 
 def open_store(spec: OutputSpec, create: bool = True) -> BatchStore:
-    """The store of the output ``spec`` names.
+    """The store of the output ``spec`` names (a per-topic template: each topic's, :meth:`OutputSpec.for_topics`).
 
     :param create: create a missing Iceberg table (with the Kafka schema); readers pass ``False``.
     :raises ConfigError: when an existing table is partitioned otherwise than ``spec.partition_by`` asks.
     """
+    if spec.per_topic:
+        raise ConfigError(f"{spec.output or spec.table!r} names a table per topic: open each topic's output")
     if spec.format == PARQUET:  # the folder itself: no table, nothing to open first
         return BatchStore(spec.output, dict(spec.storage_options))
     if spec.format == DELTA:  # each table format opens its own store, beside its sink

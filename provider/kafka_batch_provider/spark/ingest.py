@@ -15,25 +15,29 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kafka_batch_provider import __version__
 from kafka_batch_provider.core.file_sizing import bytes_per_offset, writing_tasks
 from kafka_batch_provider.core.plan import OffsetPlan
+from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.core.task_packing import pack, slices_for
-from kafka_batch_provider.core.write_check import TaskReports, merge_written
+from kafka_batch_provider.core.write_check import TaskReports
 from kafka_batch_provider.core.write_options import WriteOptions
-from kafka_batch_provider.errors import ConfigError, WriteCheckError
+from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.output.store import BatchStore
 from kafka_batch_provider.registry.settings import RegistrySettings
+from kafka_batch_provider.spark.jvm_observation import observed, observed_receipts
 from kafka_batch_provider.spark.jvm_options import jvm_reader_options
 from kafka_batch_provider.spark.kafka_reader import KAFKA_ARROW_SCHEMA
-from kafka_batch_provider.spark.slice_reader import ReadAndWrite, SliceReader, string_columns
+from kafka_batch_provider.spark.session_kind import functions_of
+from kafka_batch_provider.spark.slice_reader import ANY_TOPIC, ReadAndWrite, Route, SliceReader, string_columns
 from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN, REPORT_SCHEMA, TaskWriter
 from kafka_batch_provider.spark.value_decoding import value_decoding
 from kafka_batch_provider.steps.write import Stage, StagedBatch
@@ -87,24 +91,6 @@ def slice_reader(
     )
 
 
-def functions_of(df: DataFrame) -> Any:
-    """``pyspark.sql.functions`` for ``df``'s kind of session: Spark Connect's for a Connect DataFrame.
-
-    pyspark picks the Connect variants only in a process marked as Spark Connect, which
-    :mod:`~kafka_batch_provider.spark.connect` keeps unmarked (a spark-submit started later
-    would inherit the mark); the classic ones need a SparkContext in this process.
-    """
-    if is_connect(df):
-        from pyspark.sql.connect import functions
-    else:
-        from pyspark.sql import functions
-    return functions
-
-
-def is_connect(df: DataFrame) -> bool:
-    return type(df).__module__.startswith("pyspark.sql.connect.")
-
-
 def decode_values(df: DataFrame, options: WriteOptions) -> DataFrame:
     """Add a decoded value column (and ``key_string``); the raw ``value`` column always stays.
 
@@ -135,123 +121,125 @@ def stage_batch(
 
     :param registry: the schema registry of values in a registry format (``--value-format avro``).
     """
-    decoding = value_decoding(plan, options, registry)  # the registry is asked before anything is staged
-    reserved = (RECEIPT_COLUMN, *(["date"] if store.partition_by else []))  # the tables' partition column
-    read_schema = pa.schema([*KAFKA_ARROW_SCHEMA, *string_columns(options.value_format, options.key_format)])
-    decoded_schema = decoding.output_schema(read_schema, reserved) if decoding is not None else None
-    if decoded_schema is not None:
-        store.check_columns(decoded_schema)  # a type the table format has not: refused before reading
-    staging = store.new_staging(plan.batch_id)
-    data = store.data
-    # An existing table's partitioning, not the run's flags, decides how files are split.
-    writer = TaskWriter(
-        data.output, staging, data.storage_options, partition_by=store.partition_by, target_bytes=options.target_bytes
-    )
-    # As few writing tasks as the batch's expected size needs (each writes its own files), at most max_tasks.
+    if options.reader == "python" and options.value_format != "json":
+        # Read and write in the same Python worker: the records never go through the JVM.
+        return stage_tables(spark, [(plan, store)], kafka_config, options, registry, one_output=True)[0]
+    table = prepare_table(plan, store, options, registry)
     slices = len(slices_for(plan.readable_ranges, options.max_offsets_per_task, options.max_tasks))
-    per_offset = recent_bytes_per_offset(store, plan.seq)
-    tasks = writing_tasks(slices, plan.planned_offsets, per_offset, options.target_bytes, default_parallelism(spark))
-    tasks = min(tasks, options.max_tasks) if options.max_tasks is not None else tasks
+    tasks = reading_tasks(spark, slices, [table], options)
     receipts = options.reader == "python"
-    reader = slice_reader(plan, kafka_config, options, tasks=tasks) if receipts else None
     observation = None
-    if reader:
+    if receipts:
+        reader = slice_reader(plan, kafka_config, options, tasks=tasks)
         df = reader.frame(spark)
         tasks = len(reader.packs)
     else:  # Spark's source decides its partitions: merge them without a shuffle
         df, observation = observed(read_plan(spark, plan, kafka_config, options), plan)
         df = df.coalesce(tasks)
     df = decode_values(df, options)
-    if reader and options.value_format != "json":
-        # Read and write in the same Python worker: the records never go through the JVM.
-        fused = ReadAndWrite(reader, writer, options.value_format, decoding, options.key_format)
-        rows = reader.slice_ids(spark).mapInArrow(fused, REPORT_SCHEMA).collect()
-    else:
-        rows = df.mapInArrow(writer, REPORT_SCHEMA).collect()
+    rows = df.mapInArrow(table.writer, REPORT_SCHEMA).collect()
     reports = [json.loads(row["report"]) for row in rows]
     check_worker_version(reports)
     if observation is not None:
         reports.append({"receipts": observed_receipts(plan, observation.get, reports)})
-    # The schema is resolved from the plan (and the reader schema), never by running it.
+    schema = (df.drop(RECEIPT_COLUMN) if receipts else df).schema.simpleString()
+    return StagedBatch(table.staging, TaskReports.merge(reports), schema, counted_at_source=True, tasks=tasks)
+
+
+@dataclass(frozen=True)
+class TableStage:
+    """One output's part of a Spark job: its plan, its staging folder, writer and decoding."""
+
+    plan: OffsetPlan
+    store: BatchStore
+    staging: str
+    writer: TaskWriter
+    decoding: Any
+    #: the staged files' schema, resolved from the plan (and its reader schema), never by running it
+    schema: str
+
+
+def prepare_table(
+    plan: OffsetPlan, store: BatchStore, options: WriteOptions, registry: RegistrySettings | None
+) -> TableStage:
+    """Everything one output needs before its records are read; refusals (the registry's, a column
+    type the table format has not) come here, before anything is staged."""
+    decoding = value_decoding(plan, options, registry)
+    reserved = (RECEIPT_COLUMN, *(["date"] if store.partition_by else []))  # the tables' partition column
+    read_schema = pa.schema([*KAFKA_ARROW_SCHEMA, *string_columns(options.value_format, options.key_format)])
+    decoded_schema = decoding.output_schema(read_schema, reserved) if decoding is not None else None
     if decoded_schema is not None:
-        schema = from_arrow_schema(decoded_schema).simpleString()
-    else:
-        schema = (df.drop(RECEIPT_COLUMN) if receipts else df).schema.simpleString()
-    return StagedBatch(staging, TaskReports.merge(reports), schema, counted_at_source=True, tasks=tasks)
+        store.check_columns(decoded_schema)
+    staging = store.new_staging(plan.batch_id)
+    data = store.data
+    # An existing table's partitioning, not the run's flags, decides how files are split.
+    writer = TaskWriter(
+        data.output, staging, data.storage_options, partition_by=store.partition_by, target_bytes=options.target_bytes
+    )
+    schema = from_arrow_schema(decoded_schema if decoded_schema is not None else read_schema).simpleString()
+    return TableStage(plan, store, staging, writer, decoding, schema)
 
 
-#: Planned ranges up to which the JVM source's rows are counted per range: three aggregates a range,
-#: each evaluated for every row, so a row costs O(ranges). Beyond, the rows are counted in total.
-OBSERVED_RANGES = 64
+def stage_tables(
+    spark: SparkSession,
+    tables: Sequence[tuple[OffsetPlan, BatchStore]],
+    kafka_config: Mapping[str, Any],
+    options: WriteOptions = WriteOptions(),
+    registry: RegistrySettings | None = None,
+    one_output: bool = False,
+) -> list[StagedBatch]:
+    """Steps 1-2 for several outputs in one Spark job (one table per topic: each plan is one topic's).
 
+    The plans' slices are packed into tasks together (:mod:`kafka_batch_provider.core.task_packing`);
+    each task hands each topic's records to that topic's writer, into that output's staging folder.
 
-def observed(df: DataFrame, plan: OffsetPlan) -> tuple[DataFrame, Any]:
-    """The JVM source's rows, counted as they leave it (``Dataset.observe``, classic and Spark Connect).
-
-    Spark's source sends no receipts; per planned range (up to :data:`OBSERVED_RANGES`; beyond, in
-    total) its rows and their first and last offset are aggregated in the JVM on their way to the
-    writing tasks, so the write check compares what was written with what was read for this reader too.
+    :param one_output: ``tables`` is one output of any topics (:func:`stage_batch`).
+    :returns: each output's staged batch, in the order of ``tables``.
     """
-    F = functions_of(df)
-    metrics = []
-    ranges = plan.readable_ranges
-    if len(ranges) > OBSERVED_RANGES:
-        metrics = [F.count(F.lit(1)).alias("rows")]
-    for i, r in enumerate(ranges if len(ranges) <= OBSERVED_RANGES else ()):
-        here = (F.col("topic") == r.topic) & (F.col("partition") == r.partition)
-        metrics += [
-            F.count_if(here).alias(f"rows_{i}"),
-            F.min(F.when(here, F.col("offset"))).alias(f"first_{i}"),
-            F.max(F.when(here, F.col("offset"))).alias(f"last_{i}"),
-        ]
-    name = f"kafka_batch_read_{plan.seq}"
-    if is_connect(df):  # as for functions_of
-        from pyspark.sql.connect.observation import Observation as ConnectObservation
-
-        observation = ConnectObservation(name)
-    else:
-        observation = Observation(name)
-    return df.observe(observation, *metrics), observation
-
-
-def observed_receipts(
-    plan: OffsetPlan, metrics: Mapping[str, Any], reports: list[Mapping[str, Any]] = ()
-) -> list[dict[str, Any]]:
-    """The write check's receipts from :func:`observed`'s metrics: one per planned range, read to
-    its end (Spark's source reads up to ``endingOffsets`` or fails: ``failOnDataLoss``).
-
-    Counted in total (more than :data:`OBSERVED_RANGES` ranges), the receipts are the writers'
-    own counts per partition, once the total read equals the total they wrote.
-
-    :raises WriteCheckError: the source handed on a different number of rows than were written.
-    """
-    if "rows" in metrics:
-        written = merge_written(w for report in reports for w in report.get("written", ()))
-        total = sum(w["rows"] for w in written.values())
-        if int(metrics["rows"]) != total:
-            raise WriteCheckError(
-                f"batch {plan.batch_id}: Spark's Kafka source read {metrics['rows']} rows but {total} were written"
-            )
-        found = [written.get((r.topic, r.partition), {}) for r in plan.readable_ranges]
-        counts = [(w.get("rows", 0), w.get("min_offset"), w.get("max_offset")) for w in found]
-    else:
-        counts = [
-            (metrics[f"rows_{i}"], metrics[f"first_{i}"], metrics[f"last_{i}"])
-            for i in range(len(plan.readable_ranges))
-        ]
+    if options.reader != "python" or options.value_format == "json":
+        raise ConfigError(
+            f"a table per topic is written by {Setting('reader', 'python')} in one pass; "
+            f"{Setting('value_format', 'json')} and {Setting('reader', 'jvm')} write one output",
+            setting=Setting("value_format"),
+        )
+    prepared = [prepare_table(plan, store, options, registry) for plan, store in tables]
+    ranges = [r for table in prepared for r in table.plan.readable_ranges]
+    slices = slices_for(ranges, options.max_offsets_per_task, options.max_tasks)
+    tasks = reading_tasks(spark, len(slices), prepared, options)
+    reader = SliceReader(
+        tuple(slices),
+        reader_config(prepared[0].plan, kafka_config),
+        stall_timeout=options.stall_timeout,
+        packs=pack(slices, max(tasks, 1)),
+    )
+    keys = [ANY_TOPIC] if one_output else [table.plan.topics[0] for table in prepared]
+    routes = {key: Route(table.writer, table.decoding) for key, table in zip(keys, prepared)}
+    fused = ReadAndWrite(reader, routes, options.value_format, options.key_format)
+    rows = reader.slice_ids(spark).mapInArrow(fused, REPORT_SCHEMA).collect()
+    reports = [json.loads(row["report"]) for row in rows]
+    check_worker_version(reports)
+    by_route: dict[str, list[dict[str, Any]]] = {key: [] for key in keys}
+    for report in reports:
+        by_route[report["route"]].append(report)
     return [
-        {
-            "topic": r.topic,
-            "partition": r.partition,
-            "start": r.start,
-            "end": r.end,
-            "position": r.end,
-            "rows": int(rows),
-            "first_offset": first,
-            "last_offset": last,
-        }
-        for r, (rows, first, last) in zip(plan.readable_ranges, counts)
+        StagedBatch(table.staging, TaskReports.merge(by_route[key]), table.schema, True, tasks=len(reader.packs))
+        for key, table in zip(keys, prepared)
     ]
+
+
+def reading_tasks(spark: SparkSession, slices: int, tables: Sequence[TableStage], options: WriteOptions) -> int:
+    """As few tasks as the batch's expected size needs (each writes its own files), at most ``max_tasks``.
+
+    The bytes an offset costs come from each output's recent batches; while one output has none
+    (its first batch), every slice keeps its task.
+    """
+    estimates = [recent_bytes_per_offset(t.store, t.plan.seq) for t in tables]
+    offsets = sum(t.plan.planned_offsets for t in tables)
+    per_offset = None
+    if all(e is not None for e in estimates):
+        per_offset = sum(e * t.plan.planned_offsets for e, t in zip(estimates, tables)) / max(offsets, 1)
+    tasks = writing_tasks(slices, offsets, per_offset, options.target_bytes, default_parallelism(spark))
+    return min(tasks, options.max_tasks) if options.max_tasks is not None else tasks
 
 
 #: How many earlier log entries are looked at for the bytes an offset costs (idle batches have no files).

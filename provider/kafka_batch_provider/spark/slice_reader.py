@@ -9,7 +9,7 @@ create the source and to plan its partitions; and the Kafka settings (secrets in
 travel inside the pickled function, never as source options that a query plan, the Spark UI
 or a Spark Connect server's log could print.
 
-:class:`ReadAndWrite` runs the reader and the task writer in the same Python worker, so the
+:class:`ReadAndWrite` runs the reader and the task writers in the same Python worker, so the
 records never cross to the JVM and back (~40 % of a batch's time, measured in ``make bench``)
 unless Spark has work to do between them (``--value-format json`` parses with Spark's own
 ``from_json``).
@@ -21,6 +21,7 @@ it, so the driver compares what was read with what was written, task by task.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -139,24 +140,66 @@ def valid_utf8(values: pa.Array) -> pa.Array:
         return pa.array([None if v is None else v.decode("utf-8", "replace") for v in values.to_pylist()], pa.string())
 
 
+#: The route of every slice when a batch goes to one output.
+ANY_TOPIC = "*"
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one output's records go in a task: its writer, after its decoding.
+
+    :param writer: the output's :class:`~kafka_batch_provider.spark.task_writer.TaskWriter`.
+    :param decoding: values or keys in a schema registry format: the output's
+        :class:`~kafka_batch_provider.spark.value_decoding.ValueDecoding`.
+    """
+
+    writer: Any
+    decoding: Any = None
+
+
 @dataclass(frozen=True)
 class ReadAndWrite:
-    """Reader and task writer in one Python worker (every value format but ``json``).
+    """Reader and task writers in one Python worker (every value format but ``json``).
+
+    Each task reads its slices and hands each topic's records to the route of that topic (one
+    table per topic, :mod:`kafka_batch_provider.steps.tables`) or, for one output, all of them to
+    the route :data:`ANY_TOPIC`. Each route's writer reports on its own, tagged ``route``.
 
     :param reader: the :class:`SliceReader` (with receipts).
-    :param writer: the :class:`~kafka_batch_provider.spark.task_writer.TaskWriter`.
+    :param routes: ``{topic or ANY_TOPIC: Route}``.
     """
 
     reader: SliceReader
-    writer: Any
+    routes: Mapping[str, Route]
     value_format: str = "bytes"
-    #: values or keys in a schema registry format: the
-    #: :class:`~kafka_batch_provider.spark.value_decoding.ValueDecoding`
-    decoding: Any = None
     key_format: str = "bytes"
 
     __name__ = "kafka_batch_read_write_parquet"
 
+    def route_of(self, index: int) -> str:
+        topic = self.reader.slices[index].topic
+        return topic if topic in self.routes else ANY_TOPIC
+
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        decoded = (decode_in_arrow(batch, self.value_format, self.key_format) for batch in self.reader(batches))
-        return self.writer(self.decoding(decoded) if self.decoding is not None else decoded)
+        reader = self.reader
+        for batch in batches:
+            for task in batch.column(0).to_pylist():
+                members = reader.packs[task] if reader.packs else (task,)
+                for key, run in itertools.groupby(members, key=self.route_of):
+                    route = self.routes[key]
+                    read = (
+                        b
+                        for index in run
+                        for b in read_slice(
+                            reader.kafka_config, reader.slices[index], reader.batch_size, reader.stall_timeout, True
+                        )
+                    )
+                    decoded = (decode_in_arrow(b, self.value_format, self.key_format) for b in read)
+                    reports = route.writer(route.decoding(decoded) if route.decoding is not None else decoded)
+                    yield from (tagged(report, key) for report in reports)
+
+
+def tagged(report: pa.RecordBatch, route: str) -> pa.RecordBatch:
+    """The writer's report rows with the route they are of."""
+    texts = [json.dumps({**json.loads(text), "route": route}) for text in report.column(0).to_pylist()]
+    return pa.RecordBatch.from_arrays([pa.array(texts, pa.string())], schema=report.schema)
