@@ -27,6 +27,7 @@ POINTS = (
     "writing-dead-letters",  # a Spark task wrote a part of its dead letters (its worker dies here)
     "before-log-entry",  # the files are staged and checked; the storage commit (log entry) is next
     "before-publish",  # the log entry is created; its files are still staged (publishing them is next)
+    "between-tables",  # a table per topic: one table's batch is in its output; the next table's is next
     "after-log-entry",  # the batch is in the output; the Kafka commit is next
     "compaction-before-record",  # upkeep staged a compaction's files; its record (the commit point) is next
     "compaction-after-record",  # the compaction is recorded; publishing it and removing what it replaced is next

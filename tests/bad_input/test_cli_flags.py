@@ -78,6 +78,16 @@ CASES = [
     Case("stall-timeout-nan", lambda s: run(s, "--stall-timeout", "nan"), "stall timeout must be a positive, finite"),
     Case("stall-timeout-inf", lambda s: run(s, "--stall-timeout", "inf"), "stall timeout must be a positive, finite"),
     Case("max-offsets-per-task-zero", lambda s: run(s, "--max-offsets-per-task", "0"), "max offsets per task"),
+    Case(
+        "table-per-topic-with-jvm-reader",
+        lambda s: run(s, "--format", "delta", "--output", f"{s.lake}/{{topic}}", "--reader", "jvm"),
+        "a table per topic is read and written in one pass by --reader=python",
+    ),
+    Case(
+        "template-twice",
+        lambda s: run(s, "--format", "delta", "--output", f"{s.lake}/{{topic}}/{{topic}}"),
+        "must hold {topic} once to name a table per topic",
+    ),
     Case("max-tasks-zero", lambda s: run(s, "--max-tasks", "0"), "--max-tasks must be a positive integer, got 0"),
     Case(
         "target-file-mb-zero", lambda s: run(s, "--target-file-mb", "0"), "--target-file-mb must be between 1 and 4096"

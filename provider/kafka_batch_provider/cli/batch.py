@@ -50,6 +50,11 @@ def plan_step(args: argparse.Namespace, kafka: Any, store: Any, reader_schema: A
 
 
 def cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
+    spec = output_spec_from(args)
+    if spec.per_topic:
+        from kafka_batch_provider.cli.tables import cmd_plan_tables
+
+        return cmd_plan_tables(args, spec)
     request = reader_schema_request(args, registry_from(args))
     outcome = plan_step(args, offsets_client(args), store_from(args), request)
     return {
@@ -149,11 +154,15 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     from kafka_batch_provider.output.formats import open_store
     from kafka_batch_provider.steps.commit import commit_batch
 
+    spec = output_spec_from(args)
+    if spec.per_topic:
+        from kafka_batch_provider.cli.tables import cmd_run_tables
+
+        return cmd_run_tables(args, spec)
     options, registry = write_options(args)
     sinks = metrics_sinks_from(args)
     request = reader_schema_request(args, registry)
     kafka = offsets_client(args)
-    spec = output_spec_from(args)
     store = open_store(spec)
     clock = time.perf_counter()
     outcome = plan_step(args, kafka, store, request)

@@ -47,6 +47,7 @@ from kafka_batch_provider.spark.error_lines import (
     task_error_class,
 )
 from kafka_batch_provider.spark.jvm_options import REDACTION_CONF
+from kafka_batch_provider.steps.tables import tables_of_plan_files
 
 CONFIG_FILE_ENV = "KAFKA_BATCH_KAFKA_CONFIG_FILE"
 CONFIG_JSON_ENV = "KAFKA_BATCH_KAFKA_CONFIG"
@@ -90,7 +91,12 @@ def load_registry_settings(path: str | None) -> RegistrySettings | None:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="kafka_batch_ingest", description=__doc__.splitlines()[0])
-    parser.add_argument("--plan", required=True, help="plan file (<output>/_plans/<seq>-<batch_id>.json)")
+    parser.add_argument(
+        "--plan",
+        action="append",
+        required=True,
+        help="plan file (<output>/_plans/<seq>-<batch_id>.json); repeated with an output template: a table per topic",
+    )
     parser.add_argument("--output", help="output path or URI (default: the one holding the plan)")
     parser.add_argument("--format", default="parquet", help="parquet, delta or iceberg")
     parser.add_argument("--table", help="the Iceberg table, NAMESPACE.NAME")
@@ -135,15 +141,22 @@ def run(argv: Sequence[str] | None) -> int:
         options = WriteOptions.from_namespace(args)
         spec = OutputSpec(
             format=args.format,
-            output=None if args.table else (args.output or output_of_plan(args.format, args.plan)),
+            output=None if args.table else (args.output or output_of_plan(args.format, args.plan[0])),
             table=args.table,
             catalog_properties=load_catalog_properties(args.catalog_properties_file),
             storage_options=storage_options,
             partition_by=args.partition_by,
             merge=merge_of_args(args),
         )
-        store = open_store(spec)
-        plan = load_plan_file(args.plan, store.location.storage_options)
+        if spec.per_topic:
+            tables = tables_of_plan_files(spec, args.plan)
+            name = f"{len(tables)} tables"
+        else:
+            if len(args.plan) > 1:
+                raise ConfigError("several --plan files need an output template with {topic}: a table per topic")
+            store = open_store(spec)
+            plan = load_plan_file(args.plan[0], store.location.storage_options)
+            name = plan.batch_id
         kafka_config = load_kafka_config(args.kafka_config_file)
         registry = load_registry_settings(args.registry_settings_file)
     except KafkaBatchError as exc:
@@ -155,26 +168,23 @@ def run(argv: Sequence[str] | None) -> int:
     use_installed_pyspark()  # byte code from site-packages, not pyspark.zip compiled again
     from pyspark.sql import SparkSession
 
-    from kafka_batch_provider.spark.ingest import stage_with
+    from kafka_batch_provider.spark.ingest import stage_tables_with, stage_with
+    from kafka_batch_provider.steps.tables import write_tables
     from kafka_batch_provider.steps.write import write_batch
 
     # The jvm reader's Kafka settings travel as kafka.* source options: keep every secret-looking
     # one out of plans, the UI, event logs and logs.
-    builder = SparkSession.builder.appName(f"kafka-batch {plan.batch_id}").config("spark.sql.session.timeZone", "UTC")
+    builder = SparkSession.builder.appName(f"kafka-batch {name}").config("spark.sql.session.timeZone", "UTC")
     for key, value in REDACTION_CONF.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     timings["spark_session_seconds"] = round(time.perf_counter() - clock, 3)
     clock = time.perf_counter()
     try:
-        manifest = write_batch(
-            plan,
-            store,
-            kafka_config,
-            stage_with(spark, registry),
-            options=options,
-            progress=lambda line: print(line, file=sys.stderr, flush=True),
-        )
+        if spec.per_topic:
+            entries = write_tables(tables, kafka_config, stage_tables_with(spark, registry), options, progress)
+        else:
+            manifest = write_batch(plan, store, kafka_config, stage_with(spark, registry), options, progress)
     except KafkaBatchError as exc:
         return report(type(exc).__name__, str(exc), exc.exit_code)
     except Exception as exc:
@@ -185,6 +195,9 @@ def run(argv: Sequence[str] | None) -> int:
     # No spark.stop(): its accumulator server polls every 0.5 s before it lets go, and
     # SparkSubmit's shutdown hook stops the context when this process returns.
     timings["spark_batch_seconds"] = round(time.perf_counter() - clock, 3)
+    if spec.per_topic:
+        print(json.dumps({"tables": {t: tables_result(e) for t, e in entries.items()}, "timings": timings}))
+        return 0
     result = {
         "batch_id": plan.batch_id,
         "seq": manifest["seq"],
@@ -195,6 +208,15 @@ def run(argv: Sequence[str] | None) -> int:
     }
     print(json.dumps(result))
     return 0
+
+
+def progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def tables_result(entry: dict[str, Any]) -> dict[str, Any]:
+    """A table's part of the result line: its batch, entry, rows and where they are."""
+    return {key: entry[key] for key in ("batch_id", "seq", "rows", "location")}
 
 
 if __name__ == "__main__":

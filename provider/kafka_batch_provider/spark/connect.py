@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from kafka_batch_provider import __version__
@@ -30,6 +30,7 @@ from kafka_batch_provider.output.store import BatchStore
 from kafka_batch_provider.spark.error_lines import missing_package, spark_error_line, task_error_class
 from kafka_batch_provider.spark.jvm_options import SESSION_REDACTION_CONF
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 15002
@@ -228,13 +229,24 @@ def write_through_connect(
     from kafka_batch_provider.spark.ingest import stage_with
     from kafka_batch_provider.steps.write import write_batch
 
+    def job(spark: Any) -> dict[str, Any]:
+        return write_batch(plan, store, kafka_config, stage_with(spark, registry), options, progress)
+
+    return run_on_connect(remote, plan.batch_id, job, on_session)
+
+
+def run_on_connect(
+    remote: str, batch_id: str, job: Callable[[Any], T], on_session: Callable[[str], None] | None = None
+) -> T:
+    """``job(spark)`` on a session of the Spark Connect server at ``remote``, its Spark jobs tagged with
+    ``batch_id`` (stopped when it fails), its errors one line with their retry decision kept."""
     spark = connect_session(remote)
     if on_session is not None:
         on_session(spark.session_id)
-    tag = batch_tag(plan.batch_id)
+    tag = batch_tag(batch_id)
     spark.addTag(tag)  # so a failed or killed attempt's Spark job can be stopped on the shared session
     try:
-        return write_batch(plan, store, kafka_config, stage_with(spark, registry), options, progress)
+        return job(spark)
     except KafkaBatchError:
         interrupt(spark, tag)
         raise
@@ -246,7 +258,7 @@ def write_through_connect(
         # A task's own error keeps its class, so its retry decision (errors.py) is the one
         # spark-submit's exit code carries; anything else (an executor lost) may pass on a retry.
         error = task_error_class(str(exc)) or SparkStepError
-        raise error(f"batch {plan.batch_id} through Spark Connect at {remote_address(remote)}: {line}") from None
+        raise error(f"batch {batch_id} through Spark Connect at {remote_address(remote)}: {line}") from None
     finally:
         # The server-side session stays for the next batch (warm workers); the client's channel goes.
         spark.client.close()

@@ -40,6 +40,7 @@ from kafka_batch_provider.spark.session_kind import functions_of
 from kafka_batch_provider.spark.slice_reader import ANY_TOPIC, ReadAndWrite, Route, SliceReader, string_columns
 from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN, REPORT_SCHEMA, TaskWriter
 from kafka_batch_provider.spark.value_decoding import value_decoding
+from kafka_batch_provider.steps.tables import StageTables
 from kafka_batch_provider.steps.write import Stage, StagedBatch
 
 log = logging.getLogger(__name__)
@@ -279,3 +280,8 @@ def stage_with(spark: SparkSession, registry: RegistrySettings | None = None) ->
     :param registry: the schema registry, for values in a registry format.
     """
     return functools.partial(stage_batch, spark, registry=registry)
+
+
+def stage_tables_with(spark: SparkSession, registry: RegistrySettings | None = None) -> StageTables:
+    """:func:`stage_tables` on this session, for :func:`~kafka_batch_provider.steps.tables.write_tables`."""
+    return functools.partial(stage_tables, spark, registry=registry)

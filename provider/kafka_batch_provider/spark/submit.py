@@ -64,17 +64,18 @@ def private_config_file(kafka_config: Mapping[str, Any]) -> Iterator[str]:
     return private_json_file(kafka_config)
 
 
-def application_args(plan_path: str, output: Any, options: WriteOptions) -> list[str]:
-    """The Spark application's arguments: the plan, the output (a path/URI or an
-    :class:`~kafka_batch_provider.output.formats.OutputSpec`) and the options; never a secret."""
+def application_args(plan_path: str | Sequence[str], output: Any, options: WriteOptions) -> list[str]:
+    """The Spark application's arguments: the plan (the plans of a table per topic), the output (a
+    path/URI or an :class:`~kafka_batch_provider.output.formats.OutputSpec`) and the options; never a secret."""
+    plans = [arg for path in ([plan_path] if isinstance(plan_path, str) else plan_path) for arg in ("--plan", path)]
     if isinstance(output, str):
-        return ["--plan", plan_path, "--output", output, *options.to_args()]
+        return [*plans, "--output", output, *options.to_args()]
     where = ["--table", output.table] if output.table else ["--output", output.output]
     from kafka_batch_provider.output.formats import merge_argv
 
     partitioning = ["--partition-by", output.partition_by] if output.partition_by else []
     merging = merge_argv(getattr(output, "merge", None))
-    return ["--plan", plan_path, "--format", output.format, *where, *partitioning, *merging, *options.to_args()]
+    return [*plans, "--format", output.format, *where, *partitioning, *merging, *options.to_args()]
 
 
 def conf_args(settings: Mapping[str, str]) -> list[str]:

@@ -87,6 +87,7 @@ def plan_batch(
     reader_schema: ReaderSchemaPin | None = None,
     adopt_group: bool = False,
     topic_pattern: str | None = None,
+    recorded: Mapping[str, Any] | None = None,
 ) -> PlanOutcome:
     """Plan step: reconcile the group with the output, repair, then plan and persist the next batch.
 
@@ -101,6 +102,7 @@ def plan_batch(
         (:mod:`~kafka_batch_provider.core.group_owner`); its first batch records the adoption.
     :param topic_pattern: instead of ``topics``, a regular expression resolved against the cluster's
         topics at every attempt (:mod:`~kafka_batch_provider.core.topic_patterns`).
+    :param recorded: facts the plan and its log entry record (a table per topic: what the pattern found).
     """
     pattern = compile_pattern(topic_pattern) if topic_pattern is not None else None
     if bool(topics) == (pattern is not None):
@@ -136,6 +138,8 @@ def plan_batch(
         )
         if adopted is not None:
             fresh = replace(fresh, extra={**fresh.extra, "adopted": adopted.to_dict()})
+        if recorded:
+            fresh = replace(fresh, extra={**fresh.extra, **recorded})
         if changes is not None:
             fresh = replace(fresh, extra={**fresh.extra, PATTERN_PLAN_KEY: changes.to_dict()})
             decision = replace(decision, notes=(*decision.notes, *changes.lines()))

@@ -1,0 +1,133 @@
+"""``kafka-batch run`` and ``plan`` with an output template: a table per topic, in one batch.
+
+``--output 's3://lake/{topic}'`` (``--table 'lake.{topic}'`` for Iceberg) with ``--topic-pattern``
+or several ``--topic``: every topic is planned into its own table, one Spark job (spark-submit or
+Spark Connect) writes them all, and each table's offsets are committed once every table was
+written (:mod:`kafka_batch_provider.steps.tables`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from kafka_batch_provider.cli.arguments import (
+    metrics_sinks_from,
+    offsets_client,
+    policy_from,
+    reader_schema_request,
+    spark_conf_from,
+    write_options,
+)
+from kafka_batch_provider.cli.console import progress
+from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
+from kafka_batch_provider.core.settings import Setting
+from kafka_batch_provider.errors import ConfigError
+from kafka_batch_provider.fail_points import fail_point
+
+
+def check_table_per_topic(options: Any) -> None:
+    """What one Spark job writing a table per topic cannot do, refused before anything is planned."""
+    if options.reader != "python" or options.value_format == "json":
+        raise ConfigError(
+            f"a table per topic is read and written in one pass by {Setting('reader', 'python')}; "
+            f"{Setting('value_format', 'json')} and {Setting('reader', 'jvm')} write one output",
+            setting=Setting("value_format"),
+        )
+
+
+def plan_tables_step(args: argparse.Namespace, spec: Any, kafka: Any, request: Any) -> Any:
+    from kafka_batch_provider.steps.tables import plan_tables
+
+    return plan_tables(
+        kafka,
+        spec,
+        args.group,
+        args.topic or [],
+        policy_from(args),
+        progress,
+        GroupMismatchPolicy(args.on_group_mismatch),
+        request,
+        adopt_group=args.adopt_group,
+        topic_pattern=args.topic_pattern,
+    )
+
+
+def cmd_plan_tables(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
+    from kafka_batch_provider.cli.arguments import registry_from
+
+    planned = plan_tables_step(args, spec, offsets_client(args), reader_schema_request(args, registry_from(args)))
+    return planned.summary()
+
+
+def cmd_run_tables(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
+    from kafka_batch_provider.cli.batch import send_metrics
+    from kafka_batch_provider.steps.tables import commit_tables
+
+    options, registry = write_options(args)
+    check_table_per_topic(options)
+    sinks = metrics_sinks_from(args)
+    request = reader_schema_request(args, registry)
+    kafka = offsets_client(args)
+    clock = time.perf_counter()
+    planned = plan_tables_step(args, spec, kafka, request)
+    timings = {"plan_seconds": round(time.perf_counter() - clock, 3)}
+    busy = planned.with_work
+    result = planned.summary()
+    if not busy:
+        return {**result, "committed": {}, "skipped": True, "timings": timings}
+    fail_point("after-plan")
+    readable = [t for t in busy if t.plan.has_data]
+    if readable:
+        clock = time.perf_counter()
+        written = write_tables_with_spark(args, options, readable, spec, kafka, registry)
+        timings["spark_seconds"] = round(time.perf_counter() - clock, 3)
+        timings.update(written.get("timings", {}))
+    fail_point("after-log-entry")
+    clock = time.perf_counter()
+    committed = commit_tables(kafka, busy, progress)
+    timings["commit_seconds"] = round(time.perf_counter() - clock, 3)
+    rows = 0
+    for table in busy:
+        entry = table.store.entry_of(table.plan) or {}
+        rows += int(entry.get("rows", 0))
+        result["tables"][table.topic].update(rows=entry.get("rows", 0), location=table.store.data_uri(entry))
+        send_metrics(sinks, table.store, entry, timings)
+    progress(f"committed {len(committed)} table(s), {rows} rows, for group {args.group}")
+    return {**result, "rows": rows, "committed": committed, "skipped": False, "timings": timings}
+
+
+def write_tables_with_spark(
+    args: argparse.Namespace, options: Any, tables: list, spec: Any, kafka: Any, registry: Any
+) -> dict[str, Any]:
+    """The Spark step of every table: one Spark Connect job (``--spark-remote``) or one spark-submit."""
+    if args.spark_remote:
+        from kafka_batch_provider.spark.connect import remote_address, run_on_connect
+        from kafka_batch_provider.spark.ingest import stage_tables_with
+        from kafka_batch_provider.steps.tables import write_tables
+
+        progress(f"Spark Connect at {remote_address(args.spark_remote)}: {len(tables)} table(s) in one job")
+        name = f"{len(tables)}-tables-{tables[0].plan.batch_id}"
+
+        def job(spark: Any) -> dict[str, Any]:
+            return write_tables(tables, kafka.kafka_config, stage_tables_with(spark, registry), options, progress)
+
+        entries = run_on_connect(args.spark_remote, name, job)
+        return {"tables": {topic: entry["seq"] for topic, entry in entries.items()}}
+    from kafka_batch_provider.spark.kafka_connector import jars_for_reader, with_jars
+    from kafka_batch_provider.spark.submit import application_args, run_submit, submit_command
+
+    master = args.spark_master or "local[*]"
+    app_args = application_args([t.outcome.plan_path for t in tables], spec, options)
+    conf = spark_conf_from(args)
+    command = submit_command(app_args, master, with_jars(conf, jars_for_reader(options.reader, conf)))
+    progress(f"spark-submit --master {master}: {len(tables)} table(s) in one job ({spec.format} output)")
+    return run_submit(
+        command,
+        kafka.kafka_config,
+        progress,
+        spec.storage_options,
+        spec.catalog_properties,
+        registry.client_config() if registry else None,
+    )

@@ -1,0 +1,126 @@
+"""A table per topic in one batch, against Apache Kafka and real Spark: a pattern into Delta tables.
+
+Each topic's table holds exactly its topic's records, with its own offset log; one Spark job
+writes them all; a table that cannot be written leaves the others written, and the next run
+finishes it without writing any record twice.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from kafka_batch_provider.core.planning import PlanPolicy
+from kafka_batch_provider.core.topic_patterns import PATTERN_PLAN_KEY
+from kafka_batch_provider.errors import KafkaBatchError
+from kafka_batch_provider.kafka.client import KafkaOffsets
+from kafka_batch_provider.output.formats import OutputSpec
+from kafka_batch_provider.spark.ingest import stage_tables_with
+from kafka_batch_provider.steps.tables import commit_tables, plan_tables, write_tables
+from kafka_batch_provider.testing.producers import Record, create_topics, produce
+from tests.integration.helpers import group_offsets
+
+pytestmark = pytest.mark.integration
+
+
+def fill(kafka_config: dict, topic: str, counts: dict[int, int], first: int = 0) -> None:
+    records = [Record(p, b"%s-%d" % (topic.encode(), i)) for p, n in counts.items() for i in range(first, first + n)]
+    produce(kafka_config, topic, records)
+
+
+def run_tables(spark, kafka_config, spec, group_id, pattern, policy=PlanPolicy(), **options):
+    """plan -> one Spark job -> commit, in-process, as ``kafka-batch run --output '.../{topic}'`` does."""
+    from kafka_batch_provider.core.write_options import WriteOptions
+
+    kafka = KafkaOffsets(kafka_config, timeout=10)
+    planned = plan_tables(kafka, spec, group_id, [], policy, topic_pattern=pattern)
+    busy = planned.with_work
+    write_tables(busy, kafka.kafka_config, stage_tables_with(spark), WriteOptions(**options))
+    return planned, commit_tables(kafka, busy)
+
+
+def table_rows(path) -> Counter:
+    """``(topic, partition, offset)`` of every row of the Delta table at ``path``, counted."""
+    table = DeltaTable(str(path)).to_pyarrow_table(columns=["topic", "partition", "offset"])
+    return Counter(zip(*(table.column(c).to_pylist() for c in ("topic", "partition", "offset"))))
+
+
+def expected_rows(topic: str, counts: dict[int, int]) -> Counter:
+    return Counter((topic, p, o) for p, n in counts.items() for o in range(n))
+
+
+def test_a_pattern_lands_each_topic_in_its_own_table_in_one_job(spark, kafka_config, group_id, tmp_path):
+    prefix = f"tpt{uuid.uuid4().hex[:8]}"
+    orders, payments = f"{prefix}.orders", f"{prefix}.payments"
+    create_topics(kafka_config, {orders: 3, payments: 1})
+    fill(kafka_config, orders, {0: 40, 1: 3, 2: 2})
+    fill(kafka_config, payments, {0: 5})
+    spec = OutputSpec("delta", output=str(tmp_path / "lake" / "{topic}"))
+    pattern = re.escape(prefix) + r"\..*"
+
+    planned, committed = run_tables(spark, kafka_config, spec, group_id, pattern, max_tasks=2)
+    assert sorted(t.topic for t in planned.with_work) == [orders, payments], planned.summary()
+    for topic, counts in ((orders, {0: 40, 1: 3, 2: 2}), (payments, {0: 5})):
+        found = table_rows(tmp_path / "lake" / topic)
+        assert found == expected_rows(topic, counts), f"{topic}'s table: {sorted(found)[:5]} ... ({len(found)} rows)"
+    entries = {t.topic: t.store.log.tail() for t in planned.with_work}
+    assert {t: e["options"]["tasks"] for t, e in entries.items()} == {orders: 2, payments: 2}, (
+        "both tables should say they were written by the same job's 2 tasks"
+    )
+    assert entries[orders]["offsets"] == {f"{orders}:0": 40, f"{orders}:1": 3, f"{orders}:2": 2}, entries[orders]
+    assert group_offsets(kafka_config, group_id, payments, 1) == {0: 5}, committed
+
+    # A topic created since: its own new table in the next batch; the idle one gets no batch of data.
+    invoices = f"{prefix}.invoices"
+    create_topics(kafka_config, {invoices: 1})
+    fill(kafka_config, invoices, {0: 7})
+    fill(kafka_config, orders, {1: 4}, first=3)
+    planned, _ = run_tables(spark, kafka_config, spec, group_id, pattern)
+    assert table_rows(tmp_path / "lake" / invoices) == expected_rows(invoices, {0: 7})
+    assert table_rows(tmp_path / "lake" / orders) == expected_rows(orders, {0: 40, 1: 7, 2: 2})
+    first_entry = next(t for t in planned.tables if t.topic == invoices).store.log.tail()
+    assert first_entry[PATTERN_PLAN_KEY]["new"] == {invoices: "earliest"}, first_entry.get(PATTERN_PLAN_KEY)
+    assert table_rows(tmp_path / "lake" / payments) == expected_rows(payments, {0: 5}), "the idle table changed"
+
+
+def test_a_table_that_fails_leaves_the_others_written_and_the_next_run_lands_it_once(
+    spark, kafka_config, group_id, tmp_path
+):
+    prefix = f"tpf{uuid.uuid4().hex[:8]}"
+    topics = [f"{prefix}.{name}" for name in ("a", "b", "c")]
+    create_topics(kafka_config, {t: 1 for t in topics})
+    for topic in topics:
+        fill(kafka_config, topic, {0: 6})
+    lake = tmp_path / "lake"
+    spec = OutputSpec("delta", output=str(lake / "{topic}"))
+    pattern = re.escape(prefix) + r"\.[abc]"
+    # b's table is someone else's, with a column of another type: its commit is refused.
+    write_deltalake(str(lake / topics[1]), pa.table({"offset": pa.array(["not a number"])}))
+
+    with pytest.raises(KafkaBatchError) as failed:
+        run_tables(spark, kafka_config, spec, group_id, pattern)
+    message = str(failed.value)
+    assert message.startswith(f"1 of 3 table(s) not written (the others were): topic {topics[1]!r}: "), message
+    for topic in (topics[0], topics[2]):
+        assert table_rows(lake / topic) == expected_rows(topic, {0: 6}), f"{topic} should be written"
+        assert group_offsets(kafka_config, group_id, topic, 1) == {0: None}, "no table is committed until all are"
+
+    # The table is repaired (here: removed); the next run commits a and c without reading them
+    # again, and writes b once.
+    import shutil
+
+    shutil.rmtree(lake / topics[1])
+    fill(kafka_config, topics[0], {0: 2}, first=6)
+    planned, _ = run_tables(spark, kafka_config, spec, group_id, pattern)
+    repaired = sorted(t.topic for t in planned.tables if t.outcome.repaired)
+    assert repaired == [topics[0], topics[2]], f"expected a and c finished without reading again, found {repaired}"
+    assert table_rows(lake / topics[0]) == expected_rows(topics[0], {0: 8})
+    assert table_rows(lake / topics[1]) == expected_rows(topics[1], {0: 6})
+    assert table_rows(lake / topics[2]) == expected_rows(topics[2], {0: 6})
+    found = {t: group_offsets(kafka_config, group_id, t, 1)[0] for t in topics}
+    assert found == {topics[0]: 8, topics[1]: 6, topics[2]: 6}, f"committed offsets {found}"
