@@ -410,9 +410,12 @@ class KafkaOffsets:
         group_id: str,
         expected: Mapping[TopicPartition, int | None],
         offsets: Mapping[TopicPartition, int],
-        metadata: str = "",
+        metadata: str | Mapping[TopicPartition, str] = "",
     ) -> dict[TopicPartition, int]:
         """Compare-and-set commit: move ``group_id`` to ``offsets`` if it still sits at ``expected``.
+
+        ``metadata``: the same for every partition, or each partition's own (a table per topic:
+        each topic's partitions name their table).
 
         Synchronous; every partition's error is checked and the result is read back. A
         partition already at its target counts as an earlier attempt of this same commit
@@ -434,8 +437,9 @@ class KafkaOffsets:
             raise CommitConflictError(
                 f"group {group_id!r} moved since the plan was made ({details}); nothing was committed"
             )
-        request = [KafkaTopicPartition(tp.topic, tp.partition, offsets[tp], metadata=metadata) for tp in tps]
-        for part in commit_requests(request, metadata):
+        texts = metadata if isinstance(metadata, Mapping) else dict.fromkeys(tps, metadata)
+        request = [KafkaTopicPartition(tp.topic, tp.partition, offsets[tp], metadata=texts[tp]) for tp in tps]
+        for part in commit_requests(request, max(texts.values(), key=len, default="")):
             answer = self._call(f"commit({group_id})", lambda part=part: self._commit_synchronously(group_id, part))
             errors = [a for a in answer or [] if a.error is not None]
             if any(a.error.code() in GROUP_HAS_MEMBERS for a in errors):

@@ -6,10 +6,13 @@ is recorded. Also :func:`discard_batch`, which removes a batch that never reache
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from kafka_batch_provider.core.group_owner import commit_metadata
 from kafka_batch_provider.core.manifest import dead_letter_count, dead_letters_by_partition, verify_manifest
+from kafka_batch_provider.core.offsets import TopicPartition
 from kafka_batch_provider.core.plan import OffsetPlan
 from kafka_batch_provider.errors import CommitConflictError, ConfigError, ManifestError
 from kafka_batch_provider.kafka.client import KafkaOffsets
@@ -37,6 +40,32 @@ def commit_batch(
     :param committed_by: who commits, recorded beside it (``plan``: a later plan step finishing it).
     :returns: committed offsets as ``{"topic:partition": offset}``.
     """
+    ready = ready_to_commit(kafka, store, plan, progress)
+    if not isinstance(ready, CommitReady):
+        return ready
+    check_same_topics(kafka, plan)
+    committed = kafka.commit(plan.group_id, plan.expected_committed(), plan.end_offsets(), metadata=ready.metadata)
+    return record_committed(ready, committed, progress, committed_by)
+
+
+@dataclass(frozen=True)
+class CommitReady:
+    """A batch checked for its Kafka commit: in the log, its files in place, the log's newest."""
+
+    store: BatchStore
+    plan: OffsetPlan
+    entry: dict[str, Any]
+
+    @property
+    def metadata(self) -> str:
+        # Beside the offsets: the batch and the output they mirror (a group feeds one output).
+        return commit_metadata(self.plan.batch_id, self.store.data.uri)
+
+
+def ready_to_commit(
+    kafka: KafkaOffsets, store: BatchStore, plan: OffsetPlan, progress: Progress = log.info
+) -> CommitReady | dict[str, int]:
+    """The checks before a batch's Kafka commit; a batch whose commit is recorded already: its offsets."""
     if not plan.commits_group or not plan.group_id:
         raise ConfigError(f"batch {plan.batch_id} is a {plan.mode} plan; replays never commit the group")
     record = store.commit_record(plan.seq, plan.batch_id)
@@ -60,12 +89,19 @@ def commit_batch(
             f"batch {plan.batch_id} (output log entry {plan.seq}) is followed by entry {newest}: its offsets are no "
             "longer committed on their own; the next plan step reconciles the group with the output"
         )
-    check_same_topics(kafka, plan)
-    # Beside the offsets: the batch and the output they mirror (a group feeds one output).
-    metadata = commit_metadata(plan.batch_id, store.data.uri)
-    committed = kafka.commit(plan.group_id, plan.expected_committed(), plan.end_offsets(), metadata=metadata)
-    result = {tp.key: offset for tp, offset in committed.items()}
-    store.record_commit(plan, result, int(entry["rows"]), dead_letters_by_partition(entry), committed_by)
+    return CommitReady(store, plan, entry)
+
+
+def record_committed(
+    ready: CommitReady,
+    committed: Mapping[TopicPartition, int],
+    progress: Progress = log.info,
+    committed_by: str = "commit",
+) -> dict[str, int]:
+    """Record a batch's Kafka commit beside its output (``committed``: at least its partitions')."""
+    plan, entry = ready.plan, ready.entry
+    result = {tp.key: committed[tp] for tp in sorted(plan.end_offsets())}
+    ready.store.record_commit(plan, result, int(entry["rows"]), dead_letters_by_partition(entry), committed_by)
     letters = dead_letter_count(entry)
     progress(
         f"batch {plan.batch_id}: committed {len(result)} partition(s) of group {plan.group_id} ({entry['rows']} rows"

@@ -3,6 +3,8 @@ and before its offsets are committed (commit)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kafka_batch_provider.core.listing import listed
 from kafka_batch_provider.core.plan import OffsetPlan
 from kafka_batch_provider.errors import CommitConflictError, PlanError
@@ -15,15 +17,27 @@ def check_same_topics(kafka: KafkaOffsets, plan: OffsetPlan) -> None:
     Offsets of a recreated topic name other records: publishing or committing them under the
     old topic's plan would mislead the next plan step into reading them again.
     """
-    if not plan.topic_ids:
-        return
-    current = kafka.topic_ids(list(plan.topic_ids))
-    changed = sorted(t for t, topic_id in plan.topic_ids.items() if current.get(t) not in (None, topic_id))
-    if changed:
-        raise PlanError(
-            f"topic(s) {', '.join(map(repr, changed))} were deleted and recreated since batch {plan.batch_id} was "
-            "planned: nothing of it is published or committed; plan again"
-        )
+    changed_topics(kafka, [plan])
+
+
+def changed_topics(kafka: KafkaOffsets, plans: Sequence[OffsetPlan], raises: bool = True) -> list[OffsetPlan]:
+    """The plans whose topics were deleted and recreated since they were planned (their ids asked
+    for in one request); with ``raises``, the first such plan's one line instead."""
+    planned = {topic for plan in plans for topic in plan.topic_ids}
+    if not planned:
+        return []
+    current = kafka.topic_ids(sorted(planned))
+    found = []
+    for plan in plans:
+        changed = sorted(t for t, topic_id in plan.topic_ids.items() if current.get(t) not in (None, topic_id))
+        if changed and raises:
+            raise PlanError(
+                f"topic(s) {', '.join(map(repr, changed))} were deleted and recreated since batch {plan.batch_id} was "
+                "planned: nothing of it is published or committed; plan again"
+            )
+        if changed:
+            found.append(plan)
+    return found
 
 
 def check_group_unmoved(kafka: KafkaOffsets, plan: OffsetPlan) -> None:

@@ -33,13 +33,14 @@ from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
 from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.core.topic_patterns import PATTERN_PLAN_KEY, compile_pattern, matching
 from kafka_batch_provider.core.write_options import WriteOptions
-from kafka_batch_provider.errors import ConfigError, KafkaBatchError
+from kafka_batch_provider.errors import ConfigError, KafkaBatchError, PlanError
 from kafka_batch_provider.fail_points import fail_point
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.kafka.prefetched import PrefetchedOffsets
 from kafka_batch_provider.output.formats import OutputSpec, open_store
 from kafka_batch_provider.output.store import BatchStore, load_plan_file
-from kafka_batch_provider.steps.commit import commit_batch
+from kafka_batch_provider.steps.commit import CommitReady, ready_to_commit, record_committed
+from kafka_batch_provider.steps.guards import changed_topics
 from kafka_batch_provider.steps.plan import PlanOutcome, ReaderSchemaPin, plan_batch
 from kafka_batch_provider.steps.write import StagedBatch, write_batch
 
@@ -213,22 +214,44 @@ def write_tables(
 def commit_tables(
     kafka: KafkaOffsets, tables: Sequence[TableBatch], progress: Progress = log.info
 ) -> dict[str, dict[str, int]]:
-    """Commit step for every table with a batch (each compare-and-set), after all were written.
+    """Commit step for every table with a batch, after all were written: each checked on its own,
+    then one compare-and-set commit of all their partitions (each naming its table), then each
+    recorded.
 
     :returns: each topic's committed offsets.
     """
     committed: dict[str, dict[str, int]] = {}
     failures: dict[str, KafkaBatchError] = {}
-    for table in (t for t in tables if t.plan.ranges):
+    ready: dict[str, CommitReady] = {}
+    busy = [t for t in tables if t.plan.ranges]
+    for table in busy:
         try:
-            committed[table.topic] = commit_batch(
-                kafka, table.store, table.plan, lambda line, name=table.name: progress(f"{name}: {line}")
-            )
+            found = ready_to_commit(kafka, table.store, table.plan, prefixed(progress, table.name))
         except KafkaBatchError as exc:
             failures[table.topic] = exc
+            continue
+        if isinstance(found, CommitReady):
+            ready[table.topic] = found
+        else:  # committed already (an earlier attempt)
+            committed[table.topic] = found
+    for plan in changed_topics(kafka, [r.plan for r in ready.values()], raises=False):
+        failures[plan.topics[0]] = PlanError(f"topic {plan.topics[0]!r} was deleted and recreated since it was planned")
+        ready.pop(plan.topics[0])
+    if ready:
+        group_id = next(iter(ready.values())).plan.group_id
+        expected = {tp: o for r in ready.values() for tp, o in r.plan.expected_committed().items()}
+        ends = {tp: o for r in ready.values() for tp, o in r.plan.end_offsets().items()}
+        metadata = {tp: r.metadata for r in ready.values() for tp in r.plan.end_offsets()}
+        done = kafka.commit(group_id, expected, ends, metadata=metadata)
+        for topic, found in ready.items():
+            committed[topic] = record_committed(found, done, prefixed(progress, found.store.root))
     if failures:
-        raise tables_failed(failures, "committed", len(committed) + len(failures))
+        raise tables_failed(failures, "committed", len(busy))
     return committed
+
+
+def prefixed(progress: Progress, name: str) -> Progress:
+    return lambda line: progress(f"{name}: {line}")
 
 
 def tables_failed(failures: Mapping[str, KafkaBatchError], step: str, of: int) -> KafkaBatchError:

@@ -187,7 +187,7 @@ def test_beyond_the_observed_ranges_the_source_is_counted_in_total_against_what_
     from kafka_batch_provider.core.offsets import OffsetRange
     from kafka_batch_provider.core.plan import OffsetPlan
     from kafka_batch_provider.errors import WriteCheckError
-    from kafka_batch_provider.spark.ingest import OBSERVED_RANGES, observed_receipts
+    from kafka_batch_provider.spark.jvm_observation import OBSERVED_RANGES, observed_receipts
 
     ranges = tuple(OffsetRange("t", p, 0, 10) for p in range(OBSERVED_RANGES + 1))
     plan = OffsetPlan("b-1", "incremental", "g", ("t",), "read_committed", ranges)
