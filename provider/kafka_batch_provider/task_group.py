@@ -21,9 +21,12 @@ from kafka_batch_provider.spark.submit import DEFAULT_APPLICATION
 
 def kafka_batch_ingest_group(
     *,
-    topics: Sequence[str] | str,
+    topics: Sequence[str] | str | None = None,
     consumer_group: str,
     output: BatchOutput,
+    topic_pattern: str | None = None,
+    new_topic_start: str = "earliest",
+    max_tasks: int | None = None,
     group_id: str = "kafka_ingest",
     kafka_config_id: str = "kafka_default",
     spark_conn_id: str = "spark_default",
@@ -80,6 +83,10 @@ def kafka_batch_ingest_group(
     for tables, ``storage_conn_id`` for the files' ``aws`` / ``google_cloud_platform`` / ``wasb``
     connection (default: the filesystem's own credentials). ``topics``, ``consumer_group`` and
     the output's format, path, table and partitioning may be Jinja templates.
+    ``topic_pattern`` instead of ``topics`` ingests every topic the regular expression matches at
+    each run (a new one starts as ``new_topic_start`` says); with ``{topic}`` in the output's path
+    or table each topic goes to its own table, in one Spark job, with one asset event per table
+    (:mod:`~kafka_batch_provider.operators.tables`). ``max_tasks`` bounds the Spark job's tasks.
     ``on_group_mismatch`` says what the
     plan step does when the group disagrees with the output's offset log; ``adopt_group`` lets a
     new output start from a group another output committed (refused otherwise: a group feeds one output). The sensor
@@ -125,6 +132,7 @@ def kafka_batch_ingest_group(
                 task_id="wait_for_data",
                 group_id=consumer_group,
                 topics=topics,
+                topic_pattern=topic_pattern,
                 kafka_config_id=kafka_config_id,
                 min_lag=min_lag,
                 max_data_age=max_data_age,
@@ -138,10 +146,12 @@ def kafka_batch_ingest_group(
         plan = KafkaOffsetPlanOperator(
             task_id="plan",
             topics=topics,
+            topic_pattern=topic_pattern,
             group_id=consumer_group,
             kafka_config_id=kafka_config_id,
             partitions=partitions,
             new_partitions=new_partitions,
+            new_topic_start=new_topic_start,
             on_data_loss=on_data_loss,
             max_records_per_partition=max_records_per_partition,
             max_records=max_records,
@@ -156,7 +166,7 @@ def kafka_batch_ingest_group(
             key_subject=key_subject,
             key_schema_version=key_schema_version,
             schema_registry_conn_id=schema_registry_conn_id,
-            inlets=topic_assets(bootstrap_servers, topics) if emit_asset_events else [],
+            inlets=topic_assets(bootstrap_servers, topics) if emit_asset_events and topics is not None else [],
             outlets=outlets,  # a batch whose commit this plan finishes is announced here
             emit_empty_batches=emit_empty_batches,
             **common,
@@ -173,6 +183,7 @@ def kafka_batch_ingest_group(
             "schema_registry_conn_id": schema_registry_conn_id,
             "on_bad_record": on_bad_record,
             "target_file_mb": target_file_mb,
+            "max_tasks": max_tasks,
             "outlets": outlets,  # a backfill run's replay is announced here (it commits no group)
             "emit_empty_batches": emit_empty_batches,
             **common,
@@ -203,6 +214,7 @@ def kafka_batch_ingest_group(
                     task_id="lag_health",
                     group_id=consumer_group,
                     topics=topics,
+                    topic_pattern=topic_pattern,
                     kafka_config_id=kafka_config_id,
                     window=health_window,
                     stop_after=stop_after,

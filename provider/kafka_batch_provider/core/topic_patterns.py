@@ -45,6 +45,15 @@ def compile_pattern(text: Any) -> re.Pattern[str]:
         ) from None
 
 
+def topics_or_pattern(topics: Any, topic_pattern: Any) -> str | None:
+    """An operator's ``topics`` or ``topic_pattern``, one of the two; the pattern (checked unless a template)."""
+    if (topics is None) == (topic_pattern is None):
+        raise ConfigError("give topics or topic_pattern, one of the two", setting=Setting("topics"))
+    if topic_pattern is not None and "{{" not in str(topic_pattern):
+        compile_pattern(topic_pattern)
+    return topic_pattern
+
+
 def matching(pattern: re.Pattern[str], names: Iterable[str]) -> list[str]:
     """The names the pattern matches whole, Kafka's own topics left out, sorted."""
     return sorted(n for n in set(names) if not n.startswith(INTERNAL_PREFIX) and pattern.fullmatch(n))

@@ -15,6 +15,7 @@ from kafka_batch_provider.operators.assets import emit_batch_event
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.lineage import BatchFacts, BatchLineage, planned_task_facts
 from kafka_batch_provider.operators.output import BatchOutput, connections_of, open_output
+from kafka_batch_provider.operators.tables import announce_tables, is_per_topic, planned_tables
 from kafka_batch_provider.operators.xcom import load_plan, pull_summary
 from kafka_batch_provider.steps.commit import commit_batch
 
@@ -63,6 +64,8 @@ class KafkaOffsetCommitOperator(BatchLineage, BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         summary = pull_summary(context, self.plan_task_id, "commit")
+        if is_per_topic(summary):
+            return self.commit_tables(context, summary)
         output = self.batch_output.planned(summary)
         with task_errors():
             spec, store = open_output(output, create=False)
@@ -94,6 +97,20 @@ class KafkaOffsetCommitOperator(BatchLineage, BaseOperator):
             "dead_letters": recorded_dead_letters(record),
             "asset_event": event or None,
         }
+
+    def commit_tables(self, context: Any, summary: dict[str, Any]) -> dict[str, Any]:
+        """A table per topic: every table checked, their offsets committed in one request, one asset
+        event per table (:mod:`~kafka_batch_provider.operators.tables`)."""
+        from kafka_batch_provider.steps.tables import commit_tables
+
+        with task_errors():
+            spec = self.batch_output.planned(summary).spec()
+            tables = planned_tables(summary, spec, "commit", readable=False)
+            kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
+            committed = commit_tables(kafka, tables, progress=self.log.info)
+            events = announce_tables(self, context, tables, self.emit_empty_batches)
+        rows = {t.topic: (t.store.commit_record(t.plan.seq, t.plan.batch_id) or {}).get("rows", 0) for t in tables}
+        return {"committed": committed, "rows": rows, "asset_events": events}
 
     def batch_facts(self, task_instance: Any) -> BatchFacts:
         """For OpenLineage (:mod:`~kafka_batch_provider.operators.lineage`): the committed batch."""

@@ -10,6 +10,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from kafka_batch_provider.core.lag_health import HealthPolicy, LagStatus
+from kafka_batch_provider.core.topic_patterns import topics_or_pattern
 from kafka_batch_provider.core.validation import positive_seconds, share
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import task_errors
@@ -21,7 +22,7 @@ from kafka_batch_provider.operators.output import (
 )
 from kafka_batch_provider.operators.runs import is_backfill
 from kafka_batch_provider.operators.xcom import as_list
-from kafka_batch_provider.steps.lag import lag_report
+from kafka_batch_provider.steps.lag import lag_report, topics_to_watch
 
 #: WARN (lag growing) is logged, not failed: the batch itself went fine.
 DEFAULT_FAIL_ON = frozenset(s for s in LagStatus if s not in (LagStatus.OK, LagStatus.WARN))
@@ -46,15 +47,16 @@ class KafkaLagHealthOperator(TemplatedOutput, BaseOperator):
     :param fail_on: statuses that fail the task (default: all but OK and WARN).
     """
 
-    template_fields: Sequence[str] = ("group_id", "topics", *OUTPUT_TEMPLATE_FIELDS)
+    template_fields: Sequence[str] = ("group_id", "topics", "topic_pattern", *OUTPUT_TEMPLATE_FIELDS)
     ui_color = "#fdeeee"
 
     def __init__(
         self,
         *,
         group_id: str,
-        topics: Sequence[str] | str,
+        topics: Sequence[str] | str | None = None,
         output: BatchOutput | None = None,
+        topic_pattern: str | None = None,
         kafka_config_id: str = "kafka_default",
         window: int = 5,
         stop_after: timedelta | None = None,
@@ -68,6 +70,7 @@ class KafkaLagHealthOperator(TemplatedOutput, BaseOperator):
         super().__init__(trigger_rule=trigger_rule, **kwargs)
         self.group_id = group_id
         self.topics = topics
+        self.topic_pattern = topics_or_pattern(topics, topic_pattern)
         self.keep_output(output)
         self.kafka_config_id = kafka_config_id
         if self.batch_output.given:  # the output is optional here
@@ -85,7 +88,8 @@ class KafkaLagHealthOperator(TemplatedOutput, BaseOperator):
         with task_errors():  # the connection's config is checked here: a bad one fails at once
             kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
             store = open_existing_output(self.batch_output)
-            report = lag_report(kafka, self.group_id, as_list(self.topics), store, self.policy)
+            topics = topics_to_watch(kafka, as_list(self.topics) if self.topics is not None else [], self.topic_pattern)
+            report = lag_report(kafka, self.group_id, topics, store, self.policy)
         for p in report.partitions:
             self.log.info("%s lag %d: %s (%s)", p.state.tp, p.state.lag, p.status.value, p.reason)
         for note in report.notes:

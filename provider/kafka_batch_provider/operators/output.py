@@ -216,11 +216,14 @@ def open_output(args: BatchOutput, create: bool) -> tuple[OutputSpec, BatchStore
 
 
 def open_existing_output(args: BatchOutput) -> BatchStore | None:
-    """The store for the lag sensor and health check, ``None`` when no output is named or its
-    Iceberg table does not exist yet (before the first plan: the group alone tells the lag)."""
+    """The store for the lag sensor and health check, ``None`` when no output is named, it names a
+    table per topic (each table has its own log: the group alone tells the lag), or its Iceberg
+    table does not exist yet (before the first plan: the group alone tells the lag)."""
     if not args.given:
         return None
     spec = args.spec()
+    if spec.per_topic:
+        return None
     if spec.format == ICEBERG:
         from kafka_batch_provider.output.iceberg import load_catalog
 

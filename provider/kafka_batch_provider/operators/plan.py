@@ -12,8 +12,7 @@ from kafka_batch_provider.core.params import parse_bool
 from kafka_batch_provider.core.planning import DataLossPolicy, NewPartitionPolicy, PlanPolicy
 from kafka_batch_provider.core.reader_schema import check_schema_choice
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
-from kafka_batch_provider.core.settings import Setting
-from kafka_batch_provider.core.topic_patterns import compile_pattern, matching
+from kafka_batch_provider.core.topic_patterns import compile_pattern, matching, topics_or_pattern
 from kafka_batch_provider.core.validation import check_group_id, check_topics, positive_seconds
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
@@ -226,12 +225,9 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
         self.replay_table = replay_table
         self.kafka_timeout = positive_seconds("kafka_timeout", kafka_timeout)
         # Checked here, so a bad combination is a DAG import error rather than a failed run.
-        if (topics is None) == (topic_pattern is None):
-            raise ConfigError("give topics or topic_pattern, one of the two", setting=Setting("topics"))
+        topics_or_pattern(topics, topic_pattern)
         if topics is not None and not is_template(topics):
             check_topics(as_list(topics))
-        if topic_pattern is not None and not is_template(topic_pattern):
-            compile_pattern(topic_pattern)
         if not is_template(group_id):
             check_group_id(group_id)
         output = self.batch_output
@@ -254,6 +250,8 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
             partitions = as_int_list(self.partitions)
             check_group_id(self.group_id)
             request = self.reader_schema_request(self.kafka_timeout)  # before an Iceberg table may be created
+            if self.batch_output.spec().per_topic:
+                return self.plan_tables(context, kafka, topics, request)
             spec, store = open_output(self.output_of_run(context), create=True)
             if is_backfill(context):
                 if self.topic_pattern is not None:  # the topics it matches now
@@ -297,6 +295,38 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
         self.lineage_summary = plan_xcom(outcome, spec, store)
         if any(events):
             self.lineage_summary["repaired_events"] = [e for e in events if e]
+        return self.lineage_summary
+
+    def plan_tables(self, context: Any, kafka: Any, topics: list[str], request: Any) -> dict[str, Any]:
+        """A table per topic (:mod:`~kafka_batch_provider.operators.tables`): each topic planned into its own."""
+        from kafka_batch_provider.operators.tables import tables_xcom
+        from kafka_batch_provider.steps.tables import plan_tables
+
+        if is_backfill(context):
+            raise ConfigError(
+                "a backfill run replays into one output; a table per topic ({topic} in the output) is ingested by "
+                "scheduled and manual runs only"
+            )
+        spec = self.batch_output.spec()
+        planned = plan_tables(
+            kafka,
+            spec,
+            self.group_id,
+            topics,
+            self.policy,
+            self.log.info,
+            self.on_group_mismatch,
+            request,
+            adopt_group=self.adopt_group,
+            topic_pattern=self.topic_pattern,
+        )
+        for table in planned.tables:  # batches whose commit this plan finished: announced as theirs would be
+            for entry in table.outcome.repaired_entries if table.outcome else []:
+                emit_batch_event(
+                    self, context, entry, table.spec.describe(), False, self.emit_empty_batches,
+                    table.spec.catalog_properties,
+                )  # fmt: skip
+        self.lineage_summary = tables_xcom(planned, spec)
         return self.lineage_summary
 
     def batch_facts(self, task_instance: Any) -> BatchFacts:

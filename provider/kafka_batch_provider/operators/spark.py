@@ -21,6 +21,7 @@ from kafka_batch_provider.hooks.schema_registry import registry_conn_for, regist
 from kafka_batch_provider.operators.errors import spark_step_error, task_errors
 from kafka_batch_provider.operators.lineage import BatchFacts, BatchLineage, planned_task_facts
 from kafka_batch_provider.operators.output import BatchOutput, connections_of, open_output
+from kafka_batch_provider.operators.tables import is_per_topic, planned_tables
 from kafka_batch_provider.operators.xcom import load_plan, pull_summary
 from kafka_batch_provider.output.formats import open_store
 from kafka_batch_provider.spark.app import (
@@ -94,6 +95,17 @@ def batch_result(spec: Any, plan: Any, task: Any = None, context: Any = None) ->
         event = emit_batch_event(task, context, entry, spec.describe(), True, empty, spec.catalog_properties)
         result["asset_event"] = event
     return result
+
+
+def written_tables(tables: Any) -> dict[str, Any]:
+    """What the Spark step of a table per topic pushes: each table's log entry, rows and location."""
+    found: dict[str, Any] = {}
+    for table in tables:
+        entry = open_store(table.spec, create=False).entry_of(table.plan)  # reopened: read after Spark's commit
+        if entry is None:
+            raise KafkaBatchError(f"{table.name}: Spark finished but its output log has no entry {table.plan.seq}")
+        found[table.topic] = {"batch_id": table.plan.batch_id, "seq": table.plan.seq, "rows": entry["rows"]}
+    return {"tables": found, "rows": sum(t["rows"] for t in found.values())}
 
 
 class KafkaSparkBatchOperator(BatchLineage, SparkSubmitOperator):
@@ -194,6 +206,8 @@ class KafkaSparkBatchOperator(BatchLineage, SparkSubmitOperator):
         self.emit_empty_batches = emit_empty_batches
 
     def execute(self, context: Any) -> dict[str, Any]:
+        if is_per_topic(pull_summary(context, self.plan_task_id, "write")):
+            return self.write_tables(context)
         summary, spec, plan = planned_batch(context, self.plan_task_id, self.batch_output)
         with task_errors():
             kafka_config = shippable(KafkaOffsetsHook(self.kafka_config_id).kafka_config)
@@ -204,20 +218,38 @@ class KafkaSparkBatchOperator(BatchLineage, SparkSubmitOperator):
         self.log.info(
             "batch %s: %d range(s), up to %d offsets", plan.batch_id, len(plan.readable_ranges), plan.planned_offsets
         )
+        self.submit(context, summary["plan_path"], spec, kafka_config, registry)
+        with task_errors():
+            return batch_result(spec, plan, self, context)
+
+    def write_tables(self, context: Any) -> dict[str, Any]:
+        """A table per topic: one spark-submit of the application with every table's plan."""
+        summary = pull_summary(context, self.plan_task_id, "write")
+        with task_errors():
+            spec = self.batch_output.planned(summary).spec()
+            tables = planned_tables(summary, spec, "write", readable=True)
+            kafka_config = shippable(KafkaOffsetsHook(self.kafka_config_id).kafka_config)
+            registry = registry_settings(self.schema_registry_conn_id)
+        self.log.info("%d table(s) in one Spark job", len(tables))
+        paths = [summary["tables"][t.topic]["plan_path"] for t in tables]
+        self.submit(context, paths, spec, kafka_config, registry)
+        with task_errors():
+            return written_tables(tables)
+
+    def submit(self, context: Any, plan_paths: Any, spec: Any, kafka_config: Any, registry: Any) -> None:
+        """spark-submit the application on ``plan_paths``, its secrets in private files."""
         with (
             private_config_file(kafka_config) as config_path,
             private_json_file(spec.storage_options, "kafka-batch-storage-") as storage_path,
             private_json_file(spec.catalog_properties, "kafka-batch-catalog-") as catalog_path,
             private_json_file(registry.client_config() if registry else {}, "kafka-batch-registry-") as registry_path,
         ):
-            self.application_args = application_args(summary["plan_path"], spec, self.write_options)
+            self.application_args = application_args(plan_paths, spec, self.write_options)
             self._hand_over(config_path, storage_path, catalog_path, registry_path)
             try:
                 super().execute(context)
             except AirflowException as exc:
                 raise self._spark_step_error(exc) from None
-        with task_errors():
-            return batch_result(spec, plan, self, context)
 
     def batch_facts(self, task_instance: Any) -> BatchFacts:
         """For OpenLineage (:mod:`~kafka_batch_provider.operators.lineage`): the plan, then the written entry."""

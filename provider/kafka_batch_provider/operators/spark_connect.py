@@ -14,7 +14,9 @@ from kafka_batch_provider.hooks.schema_registry import registry_conn_for, regist
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.lineage import BatchFacts, BatchLineage, planned_task_facts
 from kafka_batch_provider.operators.output import BatchOutput, connections_of
-from kafka_batch_provider.operators.spark import batch_result, planned_batch, shippable
+from kafka_batch_provider.operators.spark import batch_result, planned_batch, shippable, written_tables
+from kafka_batch_provider.operators.tables import is_per_topic, planned_tables
+from kafka_batch_provider.operators.xcom import pull_summary
 from kafka_batch_provider.output.formats import open_store
 
 
@@ -92,6 +94,8 @@ class KafkaSparkConnectBatchOperator(BatchLineage, BaseOperator):
         from kafka_batch_provider.spark.connect import remote_address, write_through_connect
 
         self._running: tuple[str, str] | None = None
+        if is_per_topic(pull_summary(context, self.plan_task_id, "write")):
+            return self.write_tables(context)
         _, spec, plan = planned_batch(context, self.plan_task_id, self.batch_output)
         with task_errors():
             kafka_config = shippable(KafkaOffsetsHook(self.kafka_config_id).kafka_config)
@@ -121,6 +125,35 @@ class KafkaSparkConnectBatchOperator(BatchLineage, BaseOperator):
                 self._running = None
         with task_errors():
             return batch_result(spec, plan, self, context)
+
+    def write_tables(self, context: Any) -> dict[str, Any]:
+        """A table per topic: every table with records in one job on the server."""
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        from kafka_batch_provider.spark.connect import remote_address, run_on_connect
+        from kafka_batch_provider.spark.ingest import stage_tables_with
+        from kafka_batch_provider.steps.tables import write_tables
+
+        summary = pull_summary(context, self.plan_task_id, "write")
+        with task_errors():
+            spec = self.batch_output.planned(summary).spec()
+            tables = planned_tables(summary, spec, "write", readable=True)
+            kafka_config = shippable(KafkaOffsetsHook(self.kafka_config_id).kafka_config)
+            registry = registry_settings(self.schema_registry_conn_id)
+            remote = SparkConnectHook(self.conn_id).get_connection_url()
+            name = f"{len(tables)}-tables-{tables[0].plan.batch_id}"
+            self.log.info("%d table(s) in one job through Spark Connect at %s", len(tables), remote_address(remote))
+
+            def job(spark: Any) -> Any:
+                stage = stage_tables_with(spark, registry)
+                return write_tables(tables, kafka_config, stage, self.write_options, self.log.info)
+
+            self._running, self._session_id = (remote, name), None
+            try:
+                run_on_connect(remote, name, job, on_session=self._remember_session)
+            finally:
+                self._running = None
+            return written_tables(tables)
 
     def batch_facts(self, task_instance: Any) -> BatchFacts:
         """For OpenLineage (:mod:`~kafka_batch_provider.operators.lineage`): the plan, then the written entry."""

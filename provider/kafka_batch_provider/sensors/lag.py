@@ -8,6 +8,7 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
+from kafka_batch_provider.core.topic_patterns import topics_or_pattern
 from kafka_batch_provider.core.validation import positive_seconds
 from kafka_batch_provider.errors import KafkaUnavailableError, error_named
 from kafka_batch_provider.operators.output import OUTPUT_TEMPLATE_FIELDS, BatchOutput, TemplatedOutput
@@ -28,6 +29,8 @@ class KafkaLagSensor(TemplatedOutput, BaseSensorOperator):
 
     :param group_id: the consumer group (templated).
     :param topics: topics to watch (templated; list or comma-separated string).
+    :param topic_pattern: instead of ``topics``, a regular expression: the topics it matches at
+        each look (whole names, never Kafka's own ``__`` topics).
     :param min_lag: records of lag that are enough to start.
     :param max_data_age: a ``timedelta`` or seconds; ``None`` disables the age rule.
     :param output: the ingestion's :class:`~kafka_batch_provider.operators.output.BatchOutput`
@@ -36,20 +39,21 @@ class KafkaLagSensor(TemplatedOutput, BaseSensorOperator):
         would really read; an Iceberg table that does not exist yet has no log to consult.
     """
 
-    template_fields: Sequence[str] = ("group_id", "topics", *OUTPUT_TEMPLATE_FIELDS)
+    template_fields: Sequence[str] = ("group_id", "topics", "topic_pattern", *OUTPUT_TEMPLATE_FIELDS)
     ui_color = "#f0eefd"
 
     def __init__(
         self,
         *,
         group_id: str,
-        topics: Sequence[str] | str,
+        topics: Sequence[str] | str | None = None,
         kafka_config_id: str = "kafka_default",
         min_lag: int = 1,
         max_data_age: timedelta | float | None = None,
         deferrable: bool = False,
         kafka_timeout: float = 30.0,
         output: BatchOutput | None = None,
+        topic_pattern: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -57,6 +61,7 @@ class KafkaLagSensor(TemplatedOutput, BaseSensorOperator):
             raise ValueError(f"min_lag must be at least 1, got {min_lag}")
         self.group_id = group_id
         self.topics = topics
+        self.topic_pattern = topics_or_pattern(topics, topic_pattern)
         self.kafka_config_id = kafka_config_id
         self.min_lag = min_lag
         self.max_data_age_seconds = (
@@ -74,11 +79,12 @@ class KafkaLagSensor(TemplatedOutput, BaseSensorOperator):
         ready, reason, total, _ = check_lag(
             self.kafka_config_id,
             self.group_id,
-            as_list(self.topics),
+            as_list(self.topics) if self.topics is not None else [],
             self.min_lag,
             self.max_data_age_seconds,
             self.kafka_timeout,
             self.output_dict(),
+            topic_pattern=self.topic_pattern,
         )
         return ready, reason, total
 
@@ -105,7 +111,8 @@ class KafkaLagSensor(TemplatedOutput, BaseSensorOperator):
         self.defer(
             trigger=KafkaLagTrigger(
                 group_id=self.group_id,
-                topics=as_list(self.topics),
+                topics=as_list(self.topics) if self.topics is not None else [],
+                topic_pattern=self.topic_pattern,
                 kafka_config_id=self.kafka_config_id,
                 min_lag=self.min_lag,
                 max_data_age_seconds=self.max_data_age_seconds,

@@ -49,6 +49,15 @@ def output_positions(store: BatchStore | None, kafka: KafkaOffsets, topics: Sequ
     return {tp: offset for tp, offset in offsets.items() if position.knows(tp, topic_ids)}
 
 
+def topics_to_watch(kafka: KafkaOffsets, topics: Sequence[str], topic_pattern: str | None = None) -> list[str]:
+    """``topics``, or the topics ``topic_pattern`` matches now (:mod:`kafka_batch_provider.core.topic_patterns`)."""
+    if topic_pattern is None:
+        return list(topics)
+    from kafka_batch_provider.core.topic_patterns import compile_pattern, matching
+
+    return matching(compile_pattern(topic_pattern), kafka.topic_names())
+
+
 def partition_lags(
     kafka: KafkaOffsets,
     group_id: str,
@@ -57,11 +66,14 @@ def partition_lags(
     store: BatchStore | None = None,
     taken: Mapping[TopicPartition, int] | None = None,
 ) -> list[PartitionLag]:
-    """Committed, log start, end (isolation-aware), age of the oldest unconsumed record, retention.
+    """Committed, log start, end (isolation-aware), age of the oldest unconsumed record, retention
+    (no topics, as a pattern that matches none: no partitions).
 
     :param store: the ingestion's output; its log's position stands in where the group has no offset.
     :param taken: offsets a running batch is already taking (:func:`taken_offsets`), counted as consumed.
     """
+    if not topics:
+        return []
     logged = output_positions(store, kafka, topics)
     states = [
         replace(s, committed=logged[s.tp]) if s.committed is None and s.tp in logged else s

@@ -26,6 +26,7 @@ def check_lag(
     output: Mapping[str, Any] | None = None,
     in_flight_seconds: float | None = None,
     fired: Mapping[str, int] | None = None,
+    topic_pattern: str | None = None,
 ) -> tuple[bool, str, int, dict[str, int]]:
     """One look at the group's lag: (ready, why, total lag, each partition's end offset). Blocking:
     Kafka and storage I/O.
@@ -34,11 +35,12 @@ def check_lag(
     offset log gives the position where the group has none. With ``in_flight_seconds`` the
     offsets a running batch is taking do not count: its pending plan's (or its logged but not yet
     committed batch's), and ``fired`` (``topic:partition`` -> end offset an event was fired for).
+    With ``topic_pattern`` the topics are the ones it matches at this look (one watcher per pattern).
     """
     from kafka_batch_provider.core.offsets import TopicPartition
     from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
     from kafka_batch_provider.operators.output import BatchOutput, open_existing_output
-    from kafka_batch_provider.steps.lag import partition_lags, taken_offsets
+    from kafka_batch_provider.steps.lag import partition_lags, taken_offsets, topics_to_watch
 
     store = open_existing_output(BatchOutput(**output)) if output else None
     taken: dict[TopicPartition, int] = {}
@@ -50,7 +52,8 @@ def check_lag(
             taken[tp] = max(taken.get(tp, 0), int(end))
     kafka = KafkaOffsetsHook(kafka_config_id, timeout=kafka_timeout).get_conn
     try:
-        states = partition_lags(kafka, group_id, list(topics), max_data_age_seconds is not None, store, taken)
+        watched = topics_to_watch(kafka, topics, topic_pattern)
+        states = partition_lags(kafka, group_id, watched, max_data_age_seconds is not None, store, taken)
     finally:
         kafka.close()
     max_age = None if max_data_age_seconds is None else timedelta(seconds=max_data_age_seconds)
@@ -109,18 +112,20 @@ class KafkaLagTrigger(BaseTrigger):
     def __init__(
         self,
         group_id: str,
-        topics: Sequence[str],
+        topics: Sequence[str] = (),
         kafka_config_id: str = "kafka_default",
         min_lag: int = 1,
         max_data_age_seconds: float | None = None,
         poke_interval: float = 60.0,
         kafka_timeout: float = 30.0,
         output: Mapping[str, Any] | None = None,
+        topic_pattern: str | None = None,
         **earlier: Any,
     ) -> None:
         super().__init__()
         self.group_id = group_id
         self.topics = list(topics)
+        self.topic_pattern = topic_pattern
         self.kafka_config_id = kafka_config_id
         self.min_lag = min_lag
         self.max_data_age_seconds = max_data_age_seconds
@@ -147,6 +152,7 @@ class KafkaLagTrigger(BaseTrigger):
                     self.max_data_age_seconds,
                     self.kafka_timeout,
                     self.output,
+                    topic_pattern=self.topic_pattern,
                 )
             except KafkaBatchError as exc:
                 # The class travels by name, so the sensor raises the same one (errors.py decides).
@@ -160,7 +166,8 @@ class KafkaLagTrigger(BaseTrigger):
 
 
 class KafkaLagEventTrigger(BaseEventTrigger):
-    """An asset watcher's trigger: an event whenever the group's lag on ``topics`` reaches
+    """An asset watcher's trigger: an event whenever the group's lag on ``topics`` (or the topics
+    ``topic_pattern`` matches at each look: one watcher for a pattern of any size) reaches
     ``min_records``, or its oldest unconsumed record is older than ``max_age_seconds``. It commits
     nothing and reads no record (it asks Kafka for offsets and one timestamp per partition), so the
     ingestion that the event starts sees every record.
@@ -176,7 +183,7 @@ class KafkaLagEventTrigger(BaseEventTrigger):
     def __init__(
         self,
         group_id: str,
-        topics: Sequence[str],
+        topics: Sequence[str] = (),
         kafka_config_id: str = "kafka_default",
         min_records: int = 1,
         max_age_seconds: float | None = None,
@@ -184,11 +191,13 @@ class KafkaLagEventTrigger(BaseEventTrigger):
         kafka_timeout: float = 30.0,
         output: Mapping[str, Any] | None = None,
         in_flight_seconds: float = 900.0,
+        topic_pattern: str | None = None,
         **earlier: Any,
     ) -> None:
         super().__init__()
         self.group_id = group_id
         self.topics = list(topics)
+        self.topic_pattern = topic_pattern
         self.kafka_config_id = kafka_config_id
         self.min_records = min_records
         self.max_age_seconds = max_age_seconds
@@ -219,6 +228,7 @@ class KafkaLagEventTrigger(BaseEventTrigger):
                     self.output,
                     self.in_flight_seconds,
                     fired,
+                    self.topic_pattern,
                 )
             except KafkaBatchError as exc:  # an event trigger has nobody to fail: say it, and look again
                 self.log.warning("group %s: lag not known (%s)", self.group_id, exc)
@@ -226,7 +236,6 @@ class KafkaLagEventTrigger(BaseEventTrigger):
             if ready:
                 self.log.info("group %s: %s: firing", self.group_id, reason)
                 fired, fired_at = ends, loop.time()
-                yield TriggerEvent(
-                    {"group_id": self.group_id, "topics": self.topics, "reason": reason, "lag": total, "ends": ends}
-                )
+                found = {"group_id": self.group_id, "topics": self.topics, "reason": reason, "lag": total, "ends": ends}
+                yield TriggerEvent({**found, **({"topic_pattern": self.topic_pattern} if self.topic_pattern else {})})
             await asyncio.sleep(self.poke_interval)

@@ -1,0 +1,62 @@
+"""A table per topic in the Airflow tasks: what the plan, Spark and commit operators do with a template.
+
+With ``BatchOutput(output_path="s3://lake/{topic}")`` (or ``table="lake.{topic}"``) the plan task
+plans every topic into its own table (:func:`~kafka_batch_provider.steps.tables.plan_tables`) and
+pushes one XCom for all of them (per table: its batch, records and plan file; the idle ones
+counted); the Spark task writes every table with data in one Spark job; the commit task commits
+them all and announces one asset event per committed table, each with that table's facts, so a
+downstream DAG can be scheduled on one table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowSkipException
+
+from kafka_batch_provider.operators.assets import emit_batch_event
+from kafka_batch_provider.output.formats import OutputSpec
+from kafka_batch_provider.steps.tables import TableBatch, TablesPlan, tables_of_plan_files
+
+#: The XCom key saying the plan task planned a table per topic.
+PER_TOPIC = "per_topic"
+
+
+def tables_xcom(planned: TablesPlan, spec: OutputSpec) -> dict[str, Any]:
+    """The plan task's XCom: every table's batch and plan file, the output's template (no secrets)."""
+    return {**planned.summary(), "output": spec.describe(), "output_path": spec.output, "dry_run": False}
+
+
+def is_per_topic(summary: Any) -> bool:
+    return bool(summary) and bool(summary.get(PER_TOPIC))
+
+
+def planned_tables(summary: dict[str, Any], spec: OutputSpec, purpose: str, readable: bool) -> list[TableBatch]:
+    """The tables the plan task planned, their plans read back; a skip when none has work.
+
+    :param readable: only the tables with records to read (the Spark task's).
+    """
+    paths = [facts["plan_path"] for facts in summary.get("tables", {}).values() if facts.get("plan_path")]
+    tables = tables_of_plan_files(spec, paths) if paths else []
+    if readable:
+        tables = [t for t in tables if t.plan.has_data]
+    if not tables:
+        raise AirflowSkipException(f"no table has a batch to {purpose} ({summary.get('idle_tables', 0)} idle)")
+    return tables
+
+
+def announce_tables(task: Any, context: Any, tables: list[TableBatch], emit_empty: bool) -> dict[str, Any]:
+    """One asset event per committed table (its own asset, its batch's facts) and its metrics."""
+    from kafka_batch_provider.operators.commit import send_airflow_metrics
+
+    events = {}
+    for table in tables:
+        entry = table.store.entry_of(table.plan)
+        if not entry:
+            continue
+        described = table.spec.describe()
+        event = emit_batch_event(task, context, entry, described, False, emit_empty, table.spec.catalog_properties)
+        if event:
+            events[table.topic] = event
+        send_airflow_metrics(entry, table.name)
+    return events
