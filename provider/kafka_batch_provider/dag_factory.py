@@ -55,7 +55,7 @@ def read_groups(path: str | Path) -> list[dict[str, Any]]:
         raise ConfigError(f"topic groups file {path} is not valid {path.suffix.lstrip('.') or 'JSON'}: {exc}") from None
     groups = data.get("groups") if isinstance(data, Mapping) else None
     if not isinstance(groups, list) or not all(isinstance(g, Mapping) for g in groups):
-        raise ConfigError(f"topic groups file {path} must hold {{\"groups\": [{{...}}, ...]}}")
+        raise ConfigError(f'topic groups file {path} must hold {{"groups": [{{...}}, ...]}}')
     names = [str(g.get("name")) for g in groups]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:

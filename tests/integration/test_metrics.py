@@ -64,7 +64,7 @@ def test_a_run_sends_the_batch_in_numbers_to_statsd_and_to_an_otlp_receiver(
         assert result.returncode == 0, result.stderr[-1500:]
         summary = json.loads(result.stdout.strip().splitlines()[-1])
         lines = []
-        while not any(line.startswith("kafka_batch.commit.seconds") for line in lines):
+        while not any(line.startswith("kafka_batch.lag.after") for line in lines):  # the last one sent
             lines.append(statsd.recv(65536).decode())
     finally:
         statsd.close()
@@ -74,6 +74,9 @@ def test_a_run_sends_the_batch_in_numbers_to_statsd_and_to_an_otlp_receiver(
     assert f"topic:{topic}" in by_name["kafka_batch.records.read"], by_name["kafka_batch.records.read"]
     assert by_name["kafka_batch.rows.written"].startswith(f"kafka_batch.rows.written:{summary['records']}|c"), by_name
     assert by_name["kafka_batch.batches"].startswith("kafka_batch.batches:1|c"), by_name
+    # The group had committed nothing: 30 records behind when planned, none right after the commit.
+    assert by_name["kafka_batch.lag.before"].startswith("kafka_batch.lag.before:30|g|#group:"), by_name
+    assert by_name["kafka_batch.lag.after"].startswith("kafka_batch.lag.after:0|g|#group:"), by_name
     points = {name: (value, point_tags) for name, value, point_tags in otlp.points}
     assert points["kafka_batch.records.read"][0] == 30 and points["kafka_batch.records.read"][1]["topic"] == topic, (
         points
@@ -81,3 +84,52 @@ def test_a_run_sends_the_batch_in_numbers_to_statsd_and_to_an_otlp_receiver(
     assert points["kafka_batch.rows.written"][0] == 30, points
     assert points["kafka_batch.plan.seconds"][0] > 0, points
     assert "metrics sent to 2 of 2 receiver(s)" in result.stderr, result.stderr[-800:]
+
+
+def stop_global_meter_provider() -> None:
+    """Shut the process's OpenTelemetry meter provider (Airflow's logger set it) down, so no export
+    outlives the test's receiver."""
+    import atexit
+
+    from airflow.sdk._shared.observability.metrics import otel_logger
+    from opentelemetry import metrics
+
+    provider = metrics.get_meter_provider()
+    if hasattr(provider, "shutdown"):
+        provider.shutdown()
+    atexit.unregister(otel_logger.flush_otel_metrics)  # its flush at exit would find the provider shut
+
+
+def test_the_operators_metrics_reach_an_otlp_receiver_through_airflows_own_stats(monkeypatch):
+    """Airflow's ``[metrics] otel_on``: what the operators send through ``Stats`` (as the task runner
+    sets it up from the deployment's configuration) reaches an OpenTelemetry receiver."""
+    import time
+
+    from airflow.sdk._shared.observability.metrics import stats
+    from airflow.sdk.observability.metrics import stats_utils
+
+    from kafka_batch_provider.core.metrics import health_metrics
+    from kafka_batch_provider.metrics import emit
+    from kafka_batch_provider.metrics.airflow_stats import AirflowStatsSink
+
+    otlp = OtlpReceiver()
+    host, port = otlp.url.removeprefix("http://").split(":")
+    for key, value in {"OTEL_ON": "True", "OTEL_HOST": host, "OTEL_PORT": port, "OTEL_INTERVAL_MILLISECONDS": "300",
+                       "OTEL_PREFIX": "airflow"}.items():  # fmt: skip
+        monkeypatch.setenv(f"AIRFLOW__METRICS__{key}", value)
+    stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=False)  # as the task runner does
+    try:
+        report = {"group_id": "g", "status": "STALL", "partitions": [{"topic": "orders", "lag": 7}]}
+        assert emit(health_metrics(report, "s3://lake/orders"), [AirflowStatsSink()]) == 1
+        deadline = time.monotonic() + 30
+        while not any(name.endswith("kafka_batch.lag.health") for name, _, _ in otlp.points):
+            assert time.monotonic() < deadline, f"no lag.health point in 30 s; received {otlp.points[:5]}"
+            time.sleep(0.2)
+    finally:
+        stats.initialize(factory=stats_utils.NoStatsLogger, export_legacy_names=False)
+        stop_global_meter_provider()  # Airflow's OTel logger set it for the process: its exports stop here
+        otlp.server.shutdown()
+    points = {name: (value, tags) for name, value, tags in otlp.points}
+    assert points["airflow.kafka_batch.lag.health"][0] == 3, points
+    assert points["airflow.kafka_batch.lag.health"][1].get("status") == "STALL", points
+    assert points["airflow.kafka_batch.lag.records"][0] == 7, points

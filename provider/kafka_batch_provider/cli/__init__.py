@@ -109,7 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("lag", help="lag per partition and its health (OK, WARN, STALL, STOP, REWIND, ...)")
     add_kafka_args(p)
     p.add_argument("--group", required=True, help="consumer group")
-    p.add_argument("--topic", action="append", required=True, help="topic, repeatable")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--topic", action="append", help="topic, repeatable")
+    which.add_argument("--topic-pattern", metavar="REGEX", help="the topics whose whole name matches, now")
+    add_metrics_args(p)
     add_storage_args(
         p,
         output_help="the ingestion's output (path or URI): its offset log gives the position where the group has "

@@ -138,8 +138,9 @@ def cmd_commit(args: argparse.Namespace) -> dict[str, Any]:
     sinks = metrics_sinks_from(args)
     plan, _, store = load_plan_and_output(args)
     clock = time.perf_counter()
-    committed = commit_batch(offsets_client(args), store, plan, progress)
-    send_metrics(sinks, store, store.entry_of(plan), {"commit_seconds": time.perf_counter() - clock})
+    kafka = offsets_client(args)
+    committed = commit_batch(kafka, store, plan, progress)
+    send_metrics(sinks, kafka, store, plan, store.entry_of(plan), {"commit_seconds": time.perf_counter() - clock})
     record = store.commit_record(plan.seq, plan.batch_id) or {}
     return {
         "batch_id": plan.batch_id,
@@ -190,7 +191,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     committed = commit_batch(kafka, store, plan, progress)
     timings["commit_seconds"] = round(time.perf_counter() - clock, 3)
     entry = store.entry_of(plan) or {}
-    send_metrics(sinks, store, entry, timings)
+    send_metrics(sinks, kafka, store, plan, entry, timings)
     return {
         **result,
         "records": entry.get("rows", 0),
@@ -204,14 +205,17 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def send_metrics(sinks: list, store: Any, entry: dict[str, Any] | None, timings: dict[str, float]) -> None:
-    """The committed batch's metrics to the receivers the command line named (never fails the run)."""
+def send_metrics(
+    sinks: list, kafka: Any, store: Any, plan: Any, entry: dict[str, Any] | None, timings: dict[str, float]
+) -> None:
+    """The committed batch's metrics, with its topics' lag before and after, to the receivers the
+    command line named (never fails the run)."""
     if not sinks or not entry:
         return
-    from kafka_batch_provider.core.metrics import batch_metrics
     from kafka_batch_provider.metrics import emit
+    from kafka_batch_provider.steps.batch_metrics import committed_batch_metrics
 
-    metrics = batch_metrics(entry, store.root, timings)
+    metrics = committed_batch_metrics(kafka, plan, entry, store.root, timings)
     sent = emit(metrics, sinks)
     progress(f"batch {entry['batch_id']}: {len(metrics)} metrics sent to {sent} of {len(sinks)} receiver(s)")
 

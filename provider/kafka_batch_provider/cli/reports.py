@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from kafka_batch_provider.cli.arguments import offsets_client, store_from
+from kafka_batch_provider.cli.arguments import metrics_sinks_from, offsets_client, store_from
 from kafka_batch_provider.cli.console import emit
 from kafka_batch_provider.errors import KafkaBatchError
 
@@ -44,7 +44,7 @@ def cmd_lag(args: argparse.Namespace) -> dict[str, Any]:
     from datetime import datetime, timedelta, timezone
 
     from kafka_batch_provider.core.lag_health import HealthPolicy
-    from kafka_batch_provider.steps.lag import lag_report
+    from kafka_batch_provider.steps.lag import lag_report, topics_to_watch
 
     policy = HealthPolicy(
         window=args.window,
@@ -54,10 +54,18 @@ def cmd_lag(args: argparse.Namespace) -> dict[str, Any]:
     )
     now = datetime.now(timezone.utc)
     store = store_from(args, create=False) if args.output or args.table else None
-    report = lag_report(offsets_client(args), args.group, args.topic, store, policy, now)
+    kafka = offsets_client(args)
+    topics = topics_to_watch(kafka, args.topic or [], args.topic_pattern)
+    report = lag_report(kafka, args.group, topics, store, policy, now)
     if not args.json:
         print(format_lag_table(report, now), flush=True)
     result = report.to_dict()
+    sinks = metrics_sinks_from(args)
+    if sinks:
+        from kafka_batch_provider.core.metrics import health_metrics
+        from kafka_batch_provider.metrics import emit as send
+
+        send(health_metrics(result, store.root if store else "-"), sinks)
     if args.check and report.status.exit_code:
         emit(result)
         raise LagCheckFailed(report.message(), report.status.exit_code)

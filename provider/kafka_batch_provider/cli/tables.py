@@ -93,7 +93,7 @@ def cmd_run_tables(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
         entry = table.store.entry_of(table.plan) or {}
         rows += int(entry.get("rows", 0))
         result["tables"][table.topic].update(rows=entry.get("rows", 0), location=table.store.data_uri(entry))
-        send_metrics(sinks, table.store, entry, timings)
+        send_metrics(sinks, kafka, table.store, table.plan, entry, timings)
     progress(f"committed {len(committed)} table(s), {rows} rows, for group {args.group}")
     return {**result, "rows": rows, "committed": committed, "skipped": False, "timings": timings}
 

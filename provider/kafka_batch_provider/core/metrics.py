@@ -18,7 +18,16 @@ name                                        kind     what
 ``kafka_batch.write.seconds``               timing   reading and writing (the Spark step)
 ``kafka_batch.commit.seconds``              timing   the Kafka commit
 ``kafka_batch.batches``                     count    1 per committed batch
+``kafka_batch.lag.before``                  gauge    records behind when the batch was planned, per topic
+``kafka_batch.lag.after``                   gauge    records behind right after its commit, per topic
+``kafka_batch.lag.records``                 gauge    records behind at a lag health check, per topic
+``kafka_batch.lag.health``                  gauge    the check's status: 0 OK, 1 WARN, 2 DEAD_LETTERS,
+                                                     3 STALL, 4 STOP, 5 REWIND, 6 RETENTION_RISK,
+                                                     7 DATA_LOSS (tag ``status``)
 ==========================================  =======  ===========================================
+
+Tags: ``group`` (the consumer group), ``output`` (the table or folder), ``topic`` where the number
+is one topic's.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafka_batch_provider.core.lag_health import LagStatus
 from kafka_batch_provider.core.manifest import dead_letter_count
 
 PREFIX = "kafka_batch"
@@ -93,3 +103,36 @@ def statsd_lines(metrics: list[Metric]) -> list[str]:
 def clean(value: str) -> str:
     """A tag value without the characters DogStatsD's line format uses."""
     return "".join("_" if ch in "|,#: \n" else ch for ch in str(value))
+
+
+def lag_metrics(
+    group: str, output: str, snapshot: Mapping[str, Any], ends_after: Mapping[str, int], committed: Mapping[str, int]
+) -> list[Metric]:
+    """``lag.before`` (the plan's snapshot: ``{"topic:partition": [committed, log_start, log_end]}``)
+    and ``lag.after`` (the end offsets read right after the commit, less the committed offsets), per topic."""
+    before: Counter[str] = Counter()
+    after: Counter[str] = Counter()
+    for key, (was, log_start, log_end) in snapshot.items():
+        topic = key.rpartition(":")[0]
+        before[topic] += max(0, int(log_end) - int(was if was is not None else log_start))
+    for key, end in ends_after.items():
+        topic = key.rpartition(":")[0]
+        after[topic] += max(0, int(end) - int(committed.get(key, end)))
+    base = {"group": group, "output": output}
+    return [
+        Metric(f"{PREFIX}.lag.{when}", float(counts[topic]), GAUGE, {**base, "topic": topic})
+        for when, counts in (("before", before), ("after", after))
+        for topic in sorted(counts)
+    ]
+
+
+def health_metrics(report: Mapping[str, Any], output: str = "-") -> list[Metric]:
+    """A lag health check's metrics (its ``HealthReport.to_dict()``): records behind per topic, and
+    the status as a number (its severity, the order of :class:`~kafka_batch_provider.core.lag_health.LagStatus`)."""
+    base = {"group": str(report.get("group_id") or "-"), "output": output}
+    behind: Counter[str] = Counter()
+    for p in report.get("partitions", []):
+        behind[str(p["topic"])] += int(p.get("lag") or 0)
+    status = LagStatus(report.get("status", "OK"))
+    found = [Metric(f"{PREFIX}.lag.records", float(behind[t]), GAUGE, {**base, "topic": t}) for t in sorted(behind)]
+    return [*found, Metric(f"{PREFIX}.lag.health", float(status.severity), GAUGE, {**base, "status": status.value})]

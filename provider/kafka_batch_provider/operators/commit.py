@@ -89,7 +89,7 @@ class KafkaOffsetCommitOperator(BatchLineage, BaseOperator):
                     self, context, entry, spec.describe(), False, self.emit_empty_batches, spec.catalog_properties
                 )
                 if entry:
-                    send_airflow_metrics(entry, spec.table or spec.output or "")
+                    send_airflow_metrics(kafka, plan, entry, spec.table or spec.output or "")
         return {
             "batch_id": plan.batch_id,
             "committed": committed,
@@ -108,7 +108,7 @@ class KafkaOffsetCommitOperator(BatchLineage, BaseOperator):
             tables = planned_tables(summary, spec, "commit", readable=False)
             kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
             committed = commit_tables(kafka, tables, progress=self.log.info)
-            events = announce_tables(self, context, tables, self.emit_empty_batches)
+            events = announce_tables(self, context, kafka, tables, self.emit_empty_batches)
         rows = {t.topic: (t.store.commit_record(t.plan.seq, t.plan.batch_id) or {}).get("rows", 0) for t in tables}
         return {"committed": committed, "rows": rows, "asset_events": events}
 
@@ -117,11 +117,12 @@ class KafkaOffsetCommitOperator(BatchLineage, BaseOperator):
         return planned_task_facts(self, task_instance, wrote=False)
 
 
-def send_airflow_metrics(entry: dict[str, Any], output: str) -> None:
-    """The committed batch's ``kafka_batch.*`` metrics through Airflow's own ``Stats`` (StatsD or
-    OpenTelemetry as ``[metrics]`` configures; nothing when it is off). Never fails the task."""
-    from kafka_batch_provider.core.metrics import batch_metrics
+def send_airflow_metrics(kafka: Any, plan: Any, entry: dict[str, Any], output: str) -> None:
+    """The committed batch's ``kafka_batch.*`` metrics (with its topics' lag before and after) through
+    Airflow's own ``Stats`` (StatsD or OpenTelemetry as ``[metrics]`` configures; nothing when it is
+    off). Never fails the task."""
     from kafka_batch_provider.metrics import emit
     from kafka_batch_provider.metrics.airflow_stats import AirflowStatsSink
+    from kafka_batch_provider.steps.batch_metrics import committed_batch_metrics
 
-    emit(batch_metrics(entry, output), [AirflowStatsSink()])
+    emit(committed_batch_metrics(kafka, plan, entry, output), [AirflowStatsSink()])

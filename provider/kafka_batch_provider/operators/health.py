@@ -94,8 +94,18 @@ class KafkaLagHealthOperator(TemplatedOutput, BaseOperator):
             self.log.info("%s lag %d: %s (%s)", p.state.tp, p.state.lag, p.status.value, p.reason)
         for note in report.notes:
             self.log.info("note: %s", note)
+        send_health_metrics(report.to_dict(), store.root if store else "-")
         if report.problems(self.fail_on):
             raise AirflowFailException(report.message(self.fail_on))
         if report.status is not LagStatus.OK:
             self.log.warning(report.message())
         return report.to_dict()
+
+
+def send_health_metrics(report: dict[str, Any], output: str) -> None:
+    """The check's ``kafka_batch.lag.records`` and ``kafka_batch.lag.health`` through Airflow's ``Stats``."""
+    from kafka_batch_provider.core.metrics import health_metrics
+    from kafka_batch_provider.metrics import emit
+    from kafka_batch_provider.metrics.airflow_stats import AirflowStatsSink
+
+    emit(health_metrics(report, output), [AirflowStatsSink()])

@@ -45,7 +45,7 @@ def planned_tables(summary: dict[str, Any], spec: OutputSpec, purpose: str, read
     return tables
 
 
-def announce_tables(task: Any, context: Any, tables: list[TableBatch], emit_empty: bool) -> dict[str, Any]:
+def announce_tables(task: Any, context: Any, kafka: Any, tables: list[TableBatch], emit_empty: bool) -> dict[str, Any]:
     """One asset event per committed table (its own asset, its batch's facts) and its metrics."""
     from kafka_batch_provider.operators.commit import send_airflow_metrics
 
@@ -58,5 +58,5 @@ def announce_tables(task: Any, context: Any, tables: list[TableBatch], emit_empt
         event = emit_batch_event(task, context, entry, described, False, emit_empty, table.spec.catalog_properties)
         if event:
             events[table.topic] = event
-        send_airflow_metrics(entry, table.name)
+        send_airflow_metrics(kafka, table.plan, entry, table.name)
     return events

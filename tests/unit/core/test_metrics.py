@@ -40,3 +40,33 @@ def test_statsd_lines_carry_tags_and_timings_in_milliseconds_without_breaking_th
         ]  # fmt: skip
     )
     assert lines == ["kafka_batch.records.read:6|c|#group:g,topic:pay_ments", "kafka_batch.plan.seconds:250|ms"]
+
+
+def test_lag_before_is_the_plans_snapshot_and_after_the_ends_less_the_commit_per_topic():
+    from kafka_batch_provider.core.metrics import lag_metrics
+
+    snapshot = {"a:0": [10, 0, 50], "a:1": [None, 5, 25], "b:0": [7, 7, 7]}  # committed, log start, end
+    ends_after = {"a:0": 53, "a:1": 25, "b:0": 7}  # 3 more arrived on a:0 during the batch
+    committed = {"a:0": 50, "a:1": 25, "b:0": 7}
+    found = {
+        (m.name, m.tags["topic"]): (m.value, m.kind) for m in lag_metrics("g", "out", snapshot, ends_after, committed)
+    }
+    assert found == {
+        ("kafka_batch.lag.before", "a"): (60.0, "gauge"),  # 40 + 20 (no offset: from the log start)
+        ("kafka_batch.lag.before", "b"): (0.0, "gauge"),
+        ("kafka_batch.lag.after", "a"): (3.0, "gauge"),
+        ("kafka_batch.lag.after", "b"): (0.0, "gauge"),
+    }, found
+
+
+def test_health_is_one_number_by_severity_with_the_status_as_a_tag():
+    from kafka_batch_provider.core.metrics import health_metrics
+
+    report = {"group_id": "g", "status": "RETENTION_RISK", "partitions": [
+        {"topic": "a", "lag": 4}, {"topic": "a", "lag": 1}, {"topic": "b", "lag": 0}]}  # fmt: skip
+    found = [(m.name, m.value, m.tags.get("topic") or m.tags.get("status")) for m in health_metrics(report, "o")]
+    assert found == [
+        ("kafka_batch.lag.records", 5.0, "a"),
+        ("kafka_batch.lag.records", 0.0, "b"),
+        ("kafka_batch.lag.health", 6.0, "RETENTION_RISK"),
+    ], found
