@@ -50,7 +50,12 @@ meaningful on a shared, noisy machine:
   10,000): seconds per batch and files rewritten in Delta and Iceberg, beside a bare delta-rs
   ``merge`` (``merge_delta_*_over_bare``, goal <= 1.2) and pyiceberg's ``upsert``
   (``merge_iceberg_*_over_upsert``, goal <= 0.5), for changes spread over the table and confined
-  to its newest keys, and the merges' peak RSS.
+  to its newest keys, and the merges' peak RSS;
+* ``many_topics_*``: a platform's worth of topics (``bench/many_topics.py``, ``--many-topics`` 500
+  topics of 3 partitions x 200 records): one ``--topic-pattern`` batch into a Delta table per
+  topic (``many_topics_seconds``, its ``many_topics_plan_seconds``, goal <= 3 s, and
+  ``many_topics_tasks``) against ``kafka-batch run`` per topic on the same warm Spark Connect
+  server (a sample, estimated for all): ``many_topics_speedup``, goal >= 20.
 
 The broker is Apache Kafka (``KafkaBroker``, the jars of ``make jvm-tools``), or
 ``$KAFKA_BOOTSTRAP_SERVERS``. The last stdout line is one JSON object with all of it.
@@ -622,6 +627,17 @@ def merge_measures(rows: int, changes: int) -> dict:
     return json.loads(found.stdout.strip().splitlines()[-1])
 
 
+def many_topics_measures(topics: int, bootstrap: str) -> dict:
+    """``many_topics_*``: bench/many_topics.py in a process of its own, on the same broker."""
+    say(f"many topics: {topics} topics of 3 partitions, one pattern batch against a run per topic ...")
+    script = Path(__file__).resolve().parent / "many_topics.py"
+    found = subprocess.run(
+        [sys.executable, str(script), "--topics", str(topics)],
+        stdout=subprocess.PIPE, text=True, check=True, env={**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap},
+    )  # fmt: skip
+    return json.loads(found.stdout.strip().splitlines()[-1])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -647,6 +663,7 @@ def main() -> int:
     )
     parser.add_argument("--merge-rows", type=int, default=1_000_000, help="the merged table's rows (0: skip)")
     parser.add_argument("--merge-changes", type=int, default=10_000, help="changes per merged batch")
+    parser.add_argument("--many-topics", type=int, default=500, help="topics of the many-topics run (0: skip)")
     args = parser.parse_args()
     output = result_stream()
     formats = list(dict.fromkeys(f.strip() for f in args.formats.split(",") if f.strip()))
@@ -784,6 +801,8 @@ def main() -> int:
         summary["year"] = year_measures(config, topic, work, args.soak_batches)
         if args.merge_rows:
             summary.update(merge_measures(args.merge_rows, args.merge_changes))
+        if args.many_topics:
+            summary.update(many_topics_measures(args.many_topics, bootstrap))
         print(json.dumps(summary), file=output, flush=True)
         return 0
     finally:
