@@ -25,7 +25,11 @@
    in Kafka Connect writing its change events to Kafka, `kafka-batch run --mode changes
    --change-format debezium` merging each round into a Delta table in one commit with its offsets,
    DuckDB reading the table back equal to `SELECT * FROM` the source each time (scripts/demo_cdc.py),
-10. print a summary: batches, ranges, rows, lag before and after, lag health, where the data is,
+10. a platform's worth of topics, small: `kafka-batch run --topic-pattern ... --output
+   '.demo/topics/{topic}'` writes three topics into a Delta table each in one Spark job, then a
+   topic created since into its own in the next run; the metrics each batch sent go to a StatsD
+   listener of the demo's (scripts/demo_topics.py),
+11. print a summary: batches, ranges, rows, lag before and after, lag health, where the data is,
    and copy-paste snippets that query the Delta table.
 
 Airflow uses the project-local AIRFLOW_HOME (.airflow, SQLite); its full task logs go to
@@ -58,6 +62,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 import pyarrow.dataset as ds  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 from demo_cdc import cdc_demo  # noqa: E402 - beside this script
+from demo_topics import LATE, TOPICS, per_topic, topics_demo  # noqa: E402 - beside this script
 from pyarrow.fs import FSSpecHandler, PyFileSystem  # noqa: E402
 
 from kafka_batch_provider.dev.kafka import KafkaBroker  # noqa: E402
@@ -249,6 +254,7 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str |
     upkept_rows, upkept_once, _ = read_delta(delta_path)
     avro = avro_demo(config, registry_url, spark_remote, suffix)
     cdc = cdc_demo(config, spark_remote, WORK, kafka_batch, duckdb_connection, say)
+    platform = topics_demo(config, spark_remote, WORK, kafka_batch, duckdb_connection, say)
 
     filesystem = PyFileSystem(FSSpecHandler(store.location.fs))
     table = ds.dataset(store.location.root, filesystem=filesystem, format="parquet", partitioning="hive").to_table(
@@ -327,7 +333,21 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str |
             f"    round {number}: {r['what']}: {r['events']} events, {r['upserts']} upserts + {r['deletes']} deletes "
             f"merged; DuckDB {r['lake_rows']:,} rows {'==' if r['equal'] else '!='} Postgres {r['source_rows']:,} rows"
         )
-    path = f"a Spark Connect server at {spark_remote} for all 10 batches" if spark_remote else "spark-submit per batch"
+    say(f"  a topic pattern into a Delta table per topic ({platform['lake']}/{{topic}}), one Spark job a run:")
+    metrics = per_topic(platform["metrics"])
+    for topic, rows in platform["rows"].items():
+        got = metrics.get(topic, {})
+        say(
+            f"    {topic}: DuckDB {rows:,} rows; metrics: records.read {got.get('records.read', 0):,.0f}, "
+            f"lag.before {got.get('lag.before', 0):,.0f} -> lag.after {got.get('lag.after', 0):,.0f}"
+        )
+    first, second = platform["runs"]
+    say(
+        f"    run 1: {len(first['tables'])} tables, {first['rows']:,} rows (plan {first['timings']['plan_seconds']}s); "
+        f"run 2 found the topic created since: {', '.join(t for t in second['tables'] if t not in first['tables'])} "
+        f"({len(platform['metrics'])} StatsD lines received from both runs)"
+    )
+    path = f"a Spark Connect server at {spark_remote} for all 12 batches" if spark_remote else "spark-submit per batch"
     say(f"  Spark: {path}")
     say(f"  Airflow task logs: {WORK}/airflow-*.log; done in {time.perf_counter() - started:.0f}s")
     ok = (
@@ -352,6 +372,8 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str |
         and len(avro["letters"]) == 3
         and [r["equal"] for r in cdc["rounds"]] == [True, True, True]
         and [r["source_rows"] for r in cdc["rounds"]] == [1000, 1050, 1050]
+        and platform["rows"] == {f"{platform['prefix']}.{n}": c for n, (_, c) in {**TOPICS, LATE[0]: LATE[1:]}.items()}
+        and len(platform["runs"][0]["tables"]) == 3
     )
     return 0 if ok else 1
 
