@@ -19,6 +19,7 @@ class OtlpReceiver:
 
     def __init__(self) -> None:
         self.points: list[tuple[str, float, dict]] = []
+        self.kinds: dict[str, str] = {}  # each name's OTLP data kind: sum, gauge, histogram
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -31,6 +32,7 @@ class OtlpReceiver:
                     for scope in resource.scope_metrics:
                         for metric in scope.metrics:
                             kind = metric.WhichOneof("data")
+                            receiver.kinds[metric.name] = kind
                             for point in getattr(metric, kind).data_points:
                                 value = point.sum if kind == "histogram" else (point.as_int or point.as_double)
                                 tags = {a.key: a.value.string_value for a in point.attributes}

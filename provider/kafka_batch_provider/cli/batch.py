@@ -206,7 +206,13 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def send_metrics(
-    sinks: list, kafka: Any, store: Any, plan: Any, entry: dict[str, Any] | None, timings: dict[str, float]
+    sinks: list,
+    kafka: Any,
+    store: Any,
+    plan: Any,
+    entry: dict[str, Any] | None,
+    timings: dict[str, float],
+    with_steps: bool = True,
 ) -> None:
     """The committed batch's metrics, with its topics' lag before and after, to the receivers the
     command line named (never fails the run)."""
@@ -215,7 +221,7 @@ def send_metrics(
     from kafka_batch_provider.metrics import emit
     from kafka_batch_provider.steps.batch_metrics import committed_batch_metrics
 
-    metrics = committed_batch_metrics(kafka, plan, entry, store.root, timings)
+    metrics = committed_batch_metrics(kafka, plan, entry, store.root, timings, with_steps)
     sent = emit(metrics, sinks)
     progress(f"batch {entry['batch_id']}: {len(metrics)} metrics sent to {sent} of {len(sinks)} receiver(s)")
 

@@ -93,7 +93,12 @@ def cmd_run_tables(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
         entry = table.store.entry_of(table.plan) or {}
         rows += int(entry.get("rows", 0))
         result["tables"][table.topic].update(rows=entry.get("rows", 0), location=table.store.data_uri(entry))
-        send_metrics(sinks, kafka, table.store, table.plan, entry, timings)
+        send_metrics(sinks, kafka, table.store, table.plan, entry, timings, with_steps=False)
+    if sinks:  # the steps' seconds once for the run, under the template (each table's entry holds the job's)
+        from kafka_batch_provider.core.metrics import step_metrics
+        from kafka_batch_provider.metrics import emit
+
+        emit(step_metrics(args.group, spec.table or spec.output, timings), sinks)
     progress(f"committed {len(committed)} table(s), {rows} rows, for group {args.group}")
     return {**result, "rows": rows, "committed": committed, "skipped": False, "timings": timings}
 

@@ -52,8 +52,14 @@ class Metric:
     tags: Mapping[str, str] = field(default_factory=dict)
 
 
-def batch_metrics(entry: Mapping[str, Any], output: str, timings: Mapping[str, float] | None = None) -> list[Metric]:
-    """The metrics of one committed batch (its log entry), tagged by group, output and topic."""
+def batch_metrics(
+    entry: Mapping[str, Any], output: str, timings: Mapping[str, float] | None = None, with_steps: bool = True
+) -> list[Metric]:
+    """The metrics of one committed batch (its log entry), tagged by group, output and topic.
+
+    :param with_steps: with the steps' seconds; a table per topic sends them once for the run
+        (:func:`step_metrics`): every table's entry holds the one Spark job's time.
+    """
     base = {"group": str(entry.get("group_id") or "-"), "output": output}
     found: list[Metric] = [Metric(f"{PREFIX}.batches", 1, COUNT, base)]
     records: Counter[str] = Counter()
@@ -76,7 +82,14 @@ def batch_metrics(entry: Mapping[str, Any], output: str, timings: Mapping[str, f
     for key in ("upserts", "deletes"):
         if key in merged:
             found.append(Metric(f"{PREFIX}.merge.{key}", int(merged[key]), COUNT, base))
-    seconds = {**(entry.get("timings") or {}), **(timings or {})}
+    if with_steps:
+        found += step_metrics(base["group"], output, {**(entry.get("timings") or {}), **(timings or {})})
+    return found
+
+
+def step_metrics(group: str, output: str, seconds: Mapping[str, float]) -> list[Metric]:
+    """``plan.seconds``, ``write.seconds`` and ``commit.seconds`` of a run, of those ``seconds`` has."""
+    found = []
     for step, keys in (
         ("plan", ("plan_seconds",)),
         ("write", ("spark_seconds", "read_write_seconds")),
@@ -84,7 +97,7 @@ def batch_metrics(entry: Mapping[str, Any], output: str, timings: Mapping[str, f
     ):
         value = next((seconds[k] for k in keys if k in seconds), None)
         if value is not None:
-            found.append(Metric(f"{PREFIX}.{step}.seconds", float(value), TIMING, base))
+            found.append(Metric(f"{PREFIX}.{step}.seconds", float(value), TIMING, {"group": group, "output": output}))
     return found
 
 

@@ -16,16 +16,17 @@ class OtlpSink:
         self.label = f"OTLP at {self.endpoint}"
 
     def send(self, metrics: list[Metric]) -> None:
+        """One export of the batch's metrics, its answer checked (a reader that exports on a timer
+        would send them again when it shuts down)."""
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricExportResult
         from opentelemetry.sdk.resources import Resource
 
-        reader = PeriodicExportingMetricReader(
-            OTLPMetricExporter(endpoint=self.endpoint, timeout=10), export_interval_millis=3_600_000
-        )
+        reader = InMemoryMetricReader()
         provider = MeterProvider(metric_readers=[reader], resource=Resource.create({"service.name": "kafka-batch"}))
         meter = provider.get_meter("kafka_batch_provider")
+        exporter = OTLPMetricExporter(endpoint=self.endpoint, timeout=10)
         try:
             for m in metrics:
                 attributes = dict(m.tags)
@@ -35,7 +36,9 @@ class OtlpSink:
                     meter.create_gauge(m.name).set(m.value, attributes)
                 else:
                     meter.create_histogram(m.name, unit="s").record(m.value, attributes)
-            if not provider.force_flush(timeout_millis=10_000):
+            collected = reader.get_metrics_data()
+            if collected is not None and exporter.export(collected) is not MetricExportResult.SUCCESS:
                 raise OSError(f"the OTLP receiver at {self.endpoint} did not take the metrics")
         finally:
+            exporter.shutdown()
             provider.shutdown()

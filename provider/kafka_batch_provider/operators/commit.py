@@ -108,7 +108,7 @@ class KafkaOffsetCommitOperator(BatchLineage, BaseOperator):
             tables = planned_tables(summary, spec, "commit", readable=False)
             kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
             committed = commit_tables(kafka, tables, progress=self.log.info)
-            events = announce_tables(self, context, kafka, tables, self.emit_empty_batches)
+            events = announce_tables(self, context, kafka, spec, tables, self.emit_empty_batches)
         rows = {t.topic: (t.store.commit_record(t.plan.seq, t.plan.batch_id) or {}).get("rows", 0) for t in tables}
         return {"committed": committed, "rows": rows, "asset_events": events}
 
@@ -117,7 +117,7 @@ class KafkaOffsetCommitOperator(BatchLineage, BaseOperator):
         return planned_task_facts(self, task_instance, wrote=False)
 
 
-def send_airflow_metrics(kafka: Any, plan: Any, entry: dict[str, Any], output: str) -> None:
+def send_airflow_metrics(kafka: Any, plan: Any, entry: dict[str, Any], output: str, with_steps: bool = True) -> None:
     """The committed batch's ``kafka_batch.*`` metrics (with its topics' lag before and after) through
     Airflow's own ``Stats`` (StatsD or OpenTelemetry as ``[metrics]`` configures; nothing when it is
     off). Never fails the task."""
@@ -125,4 +125,4 @@ def send_airflow_metrics(kafka: Any, plan: Any, entry: dict[str, Any], output: s
     from kafka_batch_provider.metrics.airflow_stats import AirflowStatsSink
     from kafka_batch_provider.steps.batch_metrics import committed_batch_metrics
 
-    emit(committed_batch_metrics(kafka, plan, entry, output), [AirflowStatsSink()])
+    emit(committed_batch_metrics(kafka, plan, entry, output, with_steps=with_steps), [AirflowStatsSink()])

@@ -45,11 +45,13 @@ def planned_tables(summary: dict[str, Any], spec: OutputSpec, purpose: str, read
     return tables
 
 
-def announce_tables(task: Any, context: Any, kafka: Any, tables: list[TableBatch], emit_empty: bool) -> dict[str, Any]:
+def announce_tables(
+    task: Any, context: Any, kafka: Any, spec: OutputSpec, tables: list[TableBatch], emit_empty: bool
+) -> dict[str, Any]:
     """One asset event per committed table (its own asset, its batch's facts) and its metrics."""
     from kafka_batch_provider.operators.commit import send_airflow_metrics
 
-    events = {}
+    events, seconds = {}, {}
     for table in tables:
         entry = table.store.entry_of(table.plan)
         if not entry:
@@ -58,5 +60,16 @@ def announce_tables(task: Any, context: Any, kafka: Any, tables: list[TableBatch
         event = emit_batch_event(task, context, entry, described, False, emit_empty, table.spec.catalog_properties)
         if event:
             events[table.topic] = event
-        send_airflow_metrics(kafka, table.plan, entry, table.name)
+        send_airflow_metrics(kafka, table.plan, entry, table.name, with_steps=False)
+        seconds = seconds or dict(entry.get("timings") or {})  # the one Spark job's, in every table's entry
+    if tables and seconds:  # the run's seconds once, under the template
+        send_step_metrics(tables[0].plan.group_id, str(spec.table or spec.output), seconds)
     return events
+
+
+def send_step_metrics(group: str, output: str, seconds: dict[str, float]) -> None:
+    from kafka_batch_provider.core.metrics import step_metrics
+    from kafka_batch_provider.metrics import emit
+    from kafka_batch_provider.metrics.airflow_stats import AirflowStatsSink
+
+    emit(step_metrics(group, output, seconds), [AirflowStatsSink()])

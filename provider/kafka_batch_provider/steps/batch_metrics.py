@@ -20,11 +20,12 @@ def committed_batch_metrics(
     entry: Mapping[str, Any],
     output: str,
     timings: Mapping[str, float] | None = None,
+    with_steps: bool = True,
 ) -> list[Metric]:
     """The batch's metrics (:func:`~kafka_batch_provider.core.metrics.batch_metrics`) and its topics'
     lag before (the plan's snapshot) and after the commit (the end offsets now). A broker that does
     not answer costs the lag metrics, never the batch."""
-    found = batch_metrics(entry, output, timings)
+    found = batch_metrics(entry, output, timings, with_steps)
     snapshot = plan.extra.get("snapshot") or {}
     if not snapshot or not plan.group_id:
         return found
