@@ -7,6 +7,7 @@ finishes it without writing any record twice.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections import Counter
@@ -33,14 +34,17 @@ def fill(kafka_config: dict, topic: str, counts: dict[int, int], first: int = 0)
     produce(kafka_config, topic, records)
 
 
-def run_tables(spark, kafka_config, spec, group_id, pattern, policy=PlanPolicy(), **options):
-    """plan -> one Spark job -> commit, in-process, as ``kafka-batch run --output '.../{topic}'`` does."""
+def run_tables(spark, kafka_config, spec, group_id, pattern, policy=PlanPolicy(), registry=None, **options):
+    """plan -> one Spark job -> commit, in-process, as ``kafka-batch run --output '.../{topic}'`` does
+    (``registry``: the values are Avro, each topic's read with its own subject's schema)."""
     from kafka_batch_provider.core.write_options import WriteOptions
+    from kafka_batch_provider.registry.reader_schema import ReaderSchemaRequest
 
     kafka = KafkaOffsets(kafka_config, timeout=10)
-    planned = plan_tables(kafka, spec, group_id, [], policy, topic_pattern=pattern)
+    pins = ReaderSchemaRequest("avro", registry) if registry else None
+    planned = plan_tables(kafka, spec, group_id, [], policy, reader_schema=pins, topic_pattern=pattern)
     busy = planned.with_work
-    write_tables(busy, kafka.kafka_config, stage_tables_with(spark), WriteOptions(**options))
+    write_tables(busy, kafka.kafka_config, stage_tables_with(spark, registry), WriteOptions(**options))
     return planned, commit_tables(kafka, busy)
 
 
@@ -124,3 +128,59 @@ def test_a_table_that_fails_leaves_the_others_written_and_the_next_run_lands_it_
     assert table_rows(lake / topics[2]) == expected_rows(topics[2], {0: 6})
     found = {t: group_offsets(kafka_config, group_id, t, 1)[0] for t in topics}
     assert found == {topics[0]: 8, topics[1]: 6, topics[2]: 6}, f"committed offsets {found}"
+
+
+def avro_records(registry_url: str, topic: str, schema: dict, values: list[dict]) -> list[Record]:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    serialize = AvroSerializer(SchemaRegistryClient({"url": registry_url}), json.dumps(schema))
+    context = SerializationContext(topic, MessageField.VALUE)
+    return [Record(0, serialize(v, context)) for v in values]
+
+
+ORDER = {
+    "type": "record",
+    "name": "Order",
+    "fields": [{"name": "id", "type": "long"}, {"name": "item", "type": "string"}],
+}
+PAYMENT = {
+    "type": "record",
+    "name": "Payment",
+    "fields": [{"name": "id", "type": "long"}, {"name": "cents", "type": "int"}],
+}
+PAYMENT_V2 = {
+    **PAYMENT,
+    "fields": [*PAYMENT["fields"], {"name": "currency", "type": ["null", "string"], "default": None}],
+}
+
+
+def test_each_topic_is_read_with_its_own_subject_and_its_table_evolves_on_its_own(
+    spark, kafka_config, group_id, schema_registry, tmp_path
+):
+    from kafka_batch_provider.registry.settings import RegistrySettings
+
+    prefix = f"tpa{uuid.uuid4().hex[:8]}"
+    orders, payments = f"{prefix}.orders", f"{prefix}.payments"
+    create_topics(kafka_config, {orders: 1, payments: 1})
+    produce(
+        kafka_config, orders, avro_records(schema_registry, orders, ORDER, [{"id": i, "item": "x"} for i in range(4)])
+    )
+    produce(kafka_config, payments, avro_records(schema_registry, payments, PAYMENT, [{"id": 1, "cents": 250}]))
+    spec = OutputSpec("delta", output=str(tmp_path / "lake" / "{topic}"))
+    registry = RegistrySettings(schema_registry)
+    pattern = re.escape(prefix) + r"\..*"
+
+    run_tables(spark, kafka_config, spec, group_id, pattern, registry=registry, value_format="avro")
+    # payments' producer moves to a version with one more field; orders' stays as it was
+    more = [{"id": 2, "cents": 99, "currency": "EUR"}]
+    produce(kafka_config, payments, avro_records(schema_registry, payments, PAYMENT_V2, more))
+    produce(kafka_config, orders, avro_records(schema_registry, orders, ORDER, [{"id": 9, "item": "y"}]))
+    run_tables(spark, kafka_config, spec, group_id, pattern, registry=registry, value_format="avro")
+
+    columns = {t: DeltaTable(str(tmp_path / "lake" / t)).schema().to_arrow().names for t in (orders, payments)}
+    assert {"item"} <= set(columns[orders]) and not {"cents", "currency"} & set(columns[orders]), columns
+    assert {"cents", "currency"} <= set(columns[payments]) and "item" not in columns[payments], columns
+    paid = DeltaTable(str(tmp_path / "lake" / payments)).to_pyarrow_table(columns=["id", "currency"]).to_pylist()
+    assert sorted(paid, key=lambda r: r["id"]) == [{"id": 1, "currency": None}, {"id": 2, "currency": "EUR"}], paid
