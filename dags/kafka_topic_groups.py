@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from kafka_batch_provider.dag_factory import dags_from_file
+from kafka_batch_provider.task_group import kafka_batch_ingest_group
 
-globals().update(
-    dags_from_file(os.environ.get("KAFKA_BATCH_TOPIC_GROUPS") or Path(__file__).with_name("topic_groups.json"))
-)
+groups_file = os.environ.get("KAFKA_BATCH_TOPIC_GROUPS") or Path(__file__).with_name("topic_groups.json")
+globals().update(dags_from_file(groups_file, kafka_batch_ingest_group))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -95,17 +95,18 @@ def check_group(group: dict[str, Any], path: Path) -> dict[str, Any]:
     return group
 
 
-def dag_of(group: Mapping[str, Any]) -> Any:
-    """The group's DAG: one task group, a table per topic when the output names ``{topic}``."""
+def dag_of(group: Mapping[str, Any], ingest_group: Callable[..., Any]) -> Any:
+    """The group's DAG: one task group (``ingest_group``, the
+    :func:`~kafka_batch_provider.task_group.kafka_batch_ingest_group` the DAG file hands in), a
+    table per topic when the output names ``{topic}``."""
     import inspect
 
     from airflow.sdk import DAG, CronDataIntervalTimetable
 
     from kafka_batch_provider.operators.output import BatchOutput
-    from kafka_batch_provider.task_group import kafka_batch_ingest_group
 
     name = group["name"]
-    taken = set(inspect.signature(kafka_batch_ingest_group).parameters) - {"output", "group_id"}
+    taken = set(inspect.signature(ingest_group).parameters) - {"output", "group_id"}
     unknown = sorted(set(group) - GROUP_KEYS - taken)
     if unknown:
         raise ConfigError(f"topic group {name!r}: unknown key(s) {', '.join(unknown)}")
@@ -120,7 +121,7 @@ def dag_of(group: Mapping[str, Any]) -> Any:
         mode=spec.get("mode"),
         merge_key=spec.get("merge_key"),
     )
-    parameters = inspect.signature(kafka_batch_ingest_group).parameters
+    parameters = inspect.signature(ingest_group).parameters
     arguments = {k: as_seconds(v, parameters[k].default) for k, v in group.items() if k in taken}
     with DAG(
         dag_id=f"kafka_batch_topics_{name}",
@@ -134,7 +135,7 @@ def dag_of(group: Mapping[str, Any]) -> Any:
         default_args={"owner": group.get("owner", "data-platform"), "retries": int(group.get("retries", 2))},
         tags=["kafka", "spark", "ingestion", "topic-group", *group.get("tags", [])],
     ) as dag:
-        kafka_batch_ingest_group(group_id="ingest", output=output, **arguments)
+        ingest_group(group_id="ingest", output=output, **arguments)
     return dag
 
 
@@ -145,7 +146,8 @@ def as_seconds(value: Any, default: Any) -> Any:
     return value
 
 
-def dags_from_file(path: str | Path) -> dict[str, Any]:
-    """``{dag_id: DAG}`` of every group in the file (for a DAG file's ``globals().update(...)``)."""
-    dags = [dag_of(group) for group in read_groups(path)]
+def dags_from_file(path: str | Path, ingest_group: Callable[..., Any]) -> dict[str, Any]:
+    """``{dag_id: DAG}`` of every group in the file (for a DAG file's ``globals().update(...)``),
+    each built with ``ingest_group`` (``kafka_batch_ingest_group``)."""
+    dags = [dag_of(group, ingest_group) for group in read_groups(path)]
     return {dag.dag_id: dag for dag in dags}

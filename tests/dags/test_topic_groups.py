@@ -84,7 +84,8 @@ def test_a_topic_group_lands_each_topic_in_its_table_with_an_asset_event_each(
 )
 def test_a_bad_topic_groups_file_is_refused_in_one_line(group, says, tmp_path):
     from kafka_batch_provider.dag_factory import dags_from_file
+    from kafka_batch_provider.task_group import kafka_batch_ingest_group
 
     with pytest.raises(ConfigError) as refused:
-        dags_from_file(groups_file(tmp_path, **group))
+        dags_from_file(groups_file(tmp_path, **group), kafka_batch_ingest_group)
     assert says in str(refused.value) and "\n" not in str(refused.value), str(refused.value)

@@ -22,6 +22,7 @@ from kafka_batch_provider.cli.arguments import (
     write_options,
 )
 from kafka_batch_provider.cli.console import progress
+from kafka_batch_provider.cli.metrics import send_metrics
 from kafka_batch_provider.core.manifest import dead_letter_count, recorded_dead_letters
 from kafka_batch_provider.core.planning import DataLossPolicy
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
@@ -203,27 +204,6 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
         "timings": timings,
         "spark": "connect" if args.spark_remote else "submit",
     }
-
-
-def send_metrics(
-    sinks: list,
-    kafka: Any,
-    store: Any,
-    plan: Any,
-    entry: dict[str, Any] | None,
-    timings: dict[str, float],
-    with_steps: bool = True,
-) -> None:
-    """The committed batch's metrics, with its topics' lag before and after, to the receivers the
-    command line named (never fails the run)."""
-    if not sinks or not entry:
-        return
-    from kafka_batch_provider.metrics import emit
-    from kafka_batch_provider.steps.batch_metrics import committed_batch_metrics
-
-    metrics = committed_batch_metrics(kafka, plan, entry, store.root, timings, with_steps)
-    sent = emit(metrics, sinks)
-    progress(f"batch {entry['batch_id']}: {len(metrics)} metrics sent to {sent} of {len(sinks)} receiver(s)")
 
 
 def cmd_replay(args: argparse.Namespace) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from kafka_batch_provider.cli.arguments import (
     write_options,
 )
 from kafka_batch_provider.cli.console import progress
+from kafka_batch_provider.cli.metrics import send_metrics, send_step_metrics
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
 from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError
@@ -62,7 +63,6 @@ def cmd_plan_tables(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
 
 
 def cmd_run_tables(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
-    from kafka_batch_provider.cli.batch import send_metrics
     from kafka_batch_provider.steps.tables import commit_tables
 
     options, registry = write_options(args)
@@ -94,11 +94,7 @@ def cmd_run_tables(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
         rows += int(entry.get("rows", 0))
         result["tables"][table.topic].update(rows=entry.get("rows", 0), location=table.store.data_uri(entry))
         send_metrics(sinks, kafka, table.store, table.plan, entry, timings, with_steps=False)
-    if sinks:  # the steps' seconds once for the run, under the template (each table's entry holds the job's)
-        from kafka_batch_provider.core.metrics import step_metrics
-        from kafka_batch_provider.metrics import emit
-
-        emit(step_metrics(args.group, spec.table or spec.output, timings), sinks)
+    send_step_metrics(sinks, args.group, spec.table or spec.output, timings)  # each table's entry holds the job's
     progress(f"committed {len(committed)} table(s), {rows} rows, for group {args.group}")
     return {**result, "rows": rows, "committed": committed, "skipped": False, "timings": timings}
 

@@ -14,6 +14,7 @@ from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.assets import emit_batch_event
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.lineage import BatchFacts, BatchLineage, planned_task_facts
+from kafka_batch_provider.operators.metrics import send_airflow_metrics
 from kafka_batch_provider.operators.output import BatchOutput, connections_of, open_output
 from kafka_batch_provider.operators.tables import announce_tables, is_per_topic, planned_tables
 from kafka_batch_provider.operators.xcom import load_plan, pull_summary
@@ -115,14 +116,3 @@ class KafkaOffsetCommitOperator(BatchLineage, BaseOperator):
     def batch_facts(self, task_instance: Any) -> BatchFacts:
         """For OpenLineage (:mod:`~kafka_batch_provider.operators.lineage`): the committed batch."""
         return planned_task_facts(self, task_instance, wrote=False)
-
-
-def send_airflow_metrics(kafka: Any, plan: Any, entry: dict[str, Any], output: str, with_steps: bool = True) -> None:
-    """The committed batch's ``kafka_batch.*`` metrics (with its topics' lag before and after) through
-    Airflow's own ``Stats`` (StatsD or OpenTelemetry as ``[metrics]`` configures; nothing when it is
-    off). Never fails the task."""
-    from kafka_batch_provider.metrics import emit
-    from kafka_batch_provider.metrics.airflow_stats import AirflowStatsSink
-    from kafka_batch_provider.steps.batch_metrics import committed_batch_metrics
-
-    emit(committed_batch_metrics(kafka, plan, entry, output, with_steps=with_steps), [AirflowStatsSink()])

@@ -14,6 +14,7 @@ from kafka_batch_provider.core.topic_patterns import topics_or_pattern
 from kafka_batch_provider.core.validation import positive_seconds, share
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.operators.errors import task_errors
+from kafka_batch_provider.operators.metrics import send_health_metrics
 from kafka_batch_provider.operators.output import (
     OUTPUT_TEMPLATE_FIELDS,
     BatchOutput,
@@ -100,12 +101,3 @@ class KafkaLagHealthOperator(TemplatedOutput, BaseOperator):
         if report.status is not LagStatus.OK:
             self.log.warning(report.message())
         return report.to_dict()
-
-
-def send_health_metrics(report: dict[str, Any], output: str) -> None:
-    """The check's ``kafka_batch.lag.records`` and ``kafka_batch.lag.health`` through Airflow's ``Stats``."""
-    from kafka_batch_provider.core.metrics import health_metrics
-    from kafka_batch_provider.metrics import emit
-    from kafka_batch_provider.metrics.airflow_stats import AirflowStatsSink
-
-    emit(health_metrics(report, output), [AirflowStatsSink()])

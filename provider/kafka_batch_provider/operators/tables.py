@@ -15,6 +15,7 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowSkipException
 
 from kafka_batch_provider.operators.assets import emit_batch_event
+from kafka_batch_provider.operators.metrics import send_airflow_metrics, send_step_metrics
 from kafka_batch_provider.output.formats import OutputSpec
 from kafka_batch_provider.steps.tables import TableBatch, TablesPlan, tables_of_plan_files
 
@@ -49,8 +50,6 @@ def announce_tables(
     task: Any, context: Any, kafka: Any, spec: OutputSpec, tables: list[TableBatch], emit_empty: bool
 ) -> dict[str, Any]:
     """One asset event per committed table (its own asset, its batch's facts) and its metrics."""
-    from kafka_batch_provider.operators.commit import send_airflow_metrics
-
     events, seconds = {}, {}
     for table in tables:
         entry = table.store.entry_of(table.plan)
@@ -65,11 +64,3 @@ def announce_tables(
     if tables and seconds:  # the run's seconds once, under the template
         send_step_metrics(tables[0].plan.group_id, str(spec.table or spec.output), seconds)
     return events
-
-
-def send_step_metrics(group: str, output: str, seconds: dict[str, float]) -> None:
-    from kafka_batch_provider.core.metrics import step_metrics
-    from kafka_batch_provider.metrics import emit
-    from kafka_batch_provider.metrics.airflow_stats import AirflowStatsSink
-
-    emit(step_metrics(group, output, seconds), [AirflowStatsSink()])
