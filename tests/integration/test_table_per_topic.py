@@ -16,13 +16,14 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from kafka_batch_provider.core.planning import PlanPolicy
+from kafka_batch_provider.core.offsets import TopicPartition
+from kafka_batch_provider.core.planning import NewPartitionPolicy, PlanPolicy
 from kafka_batch_provider.core.topic_patterns import PATTERN_PLAN_KEY
-from kafka_batch_provider.errors import KafkaBatchError
+from kafka_batch_provider.errors import GroupMismatchError, KafkaBatchError
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.output.formats import OutputSpec
 from kafka_batch_provider.spark.ingest import stage_tables_with
-from kafka_batch_provider.steps.tables import commit_tables, plan_tables, write_tables
+from kafka_batch_provider.steps.tables import commit_tables, plan_tables, tables_failed, write_tables
 from kafka_batch_provider.testing.producers import Record, create_topics, produce
 from tests.integration.helpers import group_offsets
 
@@ -45,7 +46,11 @@ def run_tables(spark, kafka_config, spec, group_id, pattern, policy=PlanPolicy()
     planned = plan_tables(kafka, spec, group_id, [], policy, reader_schema=pins, topic_pattern=pattern)
     busy = planned.with_work
     write_tables(busy, kafka.kafka_config, stage_tables_with(spark, registry), WriteOptions(**options))
-    return planned, commit_tables(kafka, busy)
+    done = commit_tables(kafka, busy)
+    failures = {**planned.failures, **done.failures}
+    if failures:  # after the others were ingested, as kafka-batch run does
+        raise tables_failed(failures, len(planned.tables) + len(planned.failures))
+    return planned, done.committed
 
 
 def table_rows(path) -> Counter:
@@ -88,7 +93,7 @@ def test_a_pattern_lands_each_topic_in_its_own_table_in_one_job(spark, kafka_con
     assert table_rows(tmp_path / "lake" / invoices) == expected_rows(invoices, {0: 7})
     assert table_rows(tmp_path / "lake" / orders) == expected_rows(orders, {0: 40, 1: 7, 2: 2})
     first_entry = next(t for t in planned.tables if t.topic == invoices).store.log.tail()
-    assert first_entry[PATTERN_PLAN_KEY]["new"] == {invoices: "earliest"}, first_entry.get(PATTERN_PLAN_KEY)
+    assert first_entry[PATTERN_PLAN_KEY] == {"pattern": pattern}, first_entry.get(PATTERN_PLAN_KEY)
     assert table_rows(tmp_path / "lake" / payments) == expected_rows(payments, {0: 5}), "the idle table changed"
 
 
@@ -109,18 +114,20 @@ def test_a_table_that_fails_leaves_the_others_written_and_the_next_run_lands_it_
     with pytest.raises(KafkaBatchError) as failed:
         run_tables(spark, kafka_config, spec, group_id, pattern)
     message = str(failed.value)
-    assert message.startswith(f"1 of 3 table(s) not written (the others were): topic {topics[1]!r}: "), message
+    assert message.startswith(f"1 of 3 table(s) not ingested (the others were): topic {topics[1]!r}: "), message
     for topic in (topics[0], topics[2]):
         assert table_rows(lake / topic) == expected_rows(topic, {0: 6}), f"{topic} should be written"
         assert group_offsets(kafka_config, group_id, topic, 1) == {0: None}, "no table is committed until all are"
 
-    # The table is repaired (here: removed); the next run commits a and c without reading them
-    # again, and writes b once.
+    # The table is repaired (here: removed, its pending plan with it); the next run commits a and c
+    # without reading them again, and writes b once, from its start: a table's first batch starts as
+    # new partitions do, whatever --new-topic-start says (nothing tells a new topic from b here).
     import shutil
 
     shutil.rmtree(lake / topics[1])
     fill(kafka_config, topics[0], {0: 2}, first=6)
-    planned, _ = run_tables(spark, kafka_config, spec, group_id, pattern)
+    latest = PlanPolicy(new_topic_start=NewPartitionPolicy.LATEST)
+    planned, _ = run_tables(spark, kafka_config, spec, group_id, pattern, latest)
     repaired = sorted(t.topic for t in planned.tables if t.outcome.repaired)
     assert repaired == [topics[0], topics[2]], f"expected a and c finished without reading again, found {repaired}"
     assert table_rows(lake / topics[0]) == expected_rows(topics[0], {0: 8})
@@ -128,6 +135,19 @@ def test_a_table_that_fails_leaves_the_others_written_and_the_next_run_lands_it_
     assert table_rows(lake / topics[2]) == expected_rows(topics[2], {0: 6})
     found = {t: group_offsets(kafka_config, group_id, t, 1)[0] for t in topics}
     assert found == {topics[0]: 8, topics[1]: 6, topics[2]: 6}, f"committed offsets {found}"
+
+    # Someone moves b's group past its table's log: b cannot be planned, a and c go on.
+    KafkaOffsets(kafka_config, timeout=10).commit(
+        group_id, {TopicPartition(topics[1], 0): 6}, {TopicPartition(topics[1], 0): 7}
+    )
+    for topic in topics:
+        fill(kafka_config, topic, {0: 1}, first=8 if topic == topics[0] else 6)
+    with pytest.raises(GroupMismatchError) as refused:
+        run_tables(spark, kafka_config, spec, group_id, pattern)
+    assert f"1 of 3 table(s) not ingested (the others were): topic {topics[1]!r}" in str(refused.value), refused.value
+    found = {t: group_offsets(kafka_config, group_id, t, 1)[0] for t in topics}
+    assert found == {topics[0]: 9, topics[1]: 7, topics[2]: 7}, f"a and c should be committed, b left: {found}"
+    assert table_rows(lake / topics[2]) == expected_rows(topics[2], {0: 7})
 
 
 def avro_records(registry_url: str, topic: str, schema: dict, values: list[dict]) -> list[Record]:

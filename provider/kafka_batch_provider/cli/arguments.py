@@ -114,8 +114,8 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
         "--new-topic-start",
         choices=[NewPartitionPolicy.EARLIEST.value, NewPartitionPolicy.LATEST.value],
         default="earliest",
-        help="with --topic-pattern: start of a topic met after the output's first batch (default earliest; "
-        "recorded in the log entry)",
+        help="with --topic-pattern and one output: start of a topic met after the output's first batch "
+        "(default earliest; recorded in the log entry); a table per topic starts as --new-partitions says",
     )
     g.add_argument(
         "--on-data-loss",

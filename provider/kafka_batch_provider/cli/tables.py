@@ -23,19 +23,8 @@ from kafka_batch_provider.cli.arguments import (
 from kafka_batch_provider.cli.console import progress
 from kafka_batch_provider.cli.metrics import send_metrics, send_step_metrics
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
-from kafka_batch_provider.core.settings import Setting
-from kafka_batch_provider.errors import ConfigError
+from kafka_batch_provider.core.write_options import check_table_per_topic
 from kafka_batch_provider.fail_points import fail_point
-
-
-def check_table_per_topic(options: Any) -> None:
-    """What one Spark job writing a table per topic cannot do, refused before anything is planned."""
-    if options.reader != "python" or options.value_format == "json":
-        raise ConfigError(
-            f"a table per topic is read and written in one pass by {Setting('reader', 'python')}; "
-            f"{Setting('value_format', 'json')} and {Setting('reader', 'jvm')} write one output",
-            setting=Setting("value_format"),
-        )
 
 
 def plan_tables_step(args: argparse.Namespace, spec: Any, kafka: Any, request: Any) -> Any:
@@ -52,6 +41,7 @@ def plan_tables_step(args: argparse.Namespace, spec: Any, kafka: Any, request: A
         request,
         adopt_group=args.adopt_group,
         topic_pattern=args.topic_pattern,
+        partitions=args.partition,
     )
 
 
@@ -63,7 +53,9 @@ def cmd_plan_tables(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
 
 
 def cmd_run_tables(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
-    from kafka_batch_provider.steps.tables import commit_tables
+    """plan, one Spark job, one commit; the tables that could not be planned or committed are named
+    in one line at the end, after the others were ingested."""
+    from kafka_batch_provider.steps.tables import commit_tables, tables_failed
 
     options, registry = write_options(args)
     check_table_per_topic(options)
@@ -75,7 +67,10 @@ def cmd_run_tables(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
     timings = {"plan_seconds": round(time.perf_counter() - clock, 3)}
     busy = planned.with_work
     result = planned.summary()
+    tables = len(planned.tables) + len(planned.failures)
     if not busy:
+        if planned.failures:
+            raise tables_failed(planned.failures, tables)
         return {**result, "committed": {}, "skipped": True, "timings": timings}
     fail_point("after-plan")
     readable = [t for t in busy if t.plan.has_data]
@@ -86,17 +81,20 @@ def cmd_run_tables(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
         timings.update(written.get("timings", {}))
     fail_point("after-log-entry")
     clock = time.perf_counter()
-    committed = commit_tables(kafka, busy, progress)
+    done = commit_tables(kafka, busy, progress)
     timings["commit_seconds"] = round(time.perf_counter() - clock, 3)
     rows = 0
-    for table in busy:
+    for table in (t for t in busy if t.topic in done.committed):
         entry = table.store.entry_of(table.plan) or {}
         rows += int(entry.get("rows", 0))
         result["tables"][table.topic].update(rows=entry.get("rows", 0), location=table.store.data_uri(entry))
         send_metrics(sinks, kafka, table.store, table.plan, entry, timings, with_steps=False)
     send_step_metrics(sinks, args.group, spec.table or spec.output, timings)  # each table's entry holds the job's
-    progress(f"committed {len(committed)} table(s), {rows} rows, for group {args.group}")
-    return {**result, "rows": rows, "committed": committed, "skipped": False, "timings": timings}
+    progress(f"committed {len(done.committed)} table(s), {rows} rows, for group {args.group}")
+    failures = {**planned.failures, **done.failures}
+    if failures:
+        raise tables_failed(failures, tables)
+    return {**result, "rows": rows, "committed": done.committed, "skipped": False, "timings": timings}
 
 
 def write_tables_with_spark(

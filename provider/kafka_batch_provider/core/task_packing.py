@@ -44,12 +44,16 @@ def check_max_tasks(value: object) -> int | None:
 
 def slices_for(ranges: Sequence[OffsetRange], max_offsets_per_task: int, max_tasks: int | None) -> list[OffsetRange]:
     """The non-empty slices of ``ranges``: at most ``max_offsets_per_task`` offsets each and, with
-    ``max_tasks``, at most a task's fair share of the batch (a hot partition spreads over tasks)."""
-    limit = max_offsets_per_task
-    if max_tasks is not None:
-        total = sum(r.size for r in ranges)
-        limit = min(limit, max(1, math.ceil(total / max_tasks)))
-    return [piece for r in ranges for piece in split_range(r, limit) if piece.size > 0]
+    ``max_tasks``, at most a task's fair share of the batch (a hot partition spreads over tasks).
+
+    The share is the batch over the tasks it can use: ``max_tasks``, or fewer when there are fewer
+    slices (3 partitions under ``max_tasks=1000`` stay 3 slices, not 1,000 of 3 offsets).
+    """
+    pieces = [piece for r in ranges for piece in split_range(r, max_offsets_per_task) if piece.size > 0]
+    if max_tasks is None or not pieces:
+        return pieces
+    share = max(1, math.ceil(sum(p.size for p in pieces) / min(max_tasks, len(pieces))))
+    return [part for piece in pieces for part in split_range(piece, share)]
 
 
 def pack(slices: Sequence[OffsetRange], tasks: int) -> tuple[Pack, ...]:

@@ -225,3 +225,14 @@ class WriteOptions:
     @property
     def target_bytes(self) -> int:
         return self.target_file_mb * MB
+
+
+def check_table_per_topic(options: WriteOptions) -> None:
+    """A table per topic is read and written in one pass by the python reader: the options that
+    write one output (Spark's JSON parsing, Spark's Kafka source) are refused in one line."""
+    if options.reader != "python" or options.value_format == "json":
+        raise ConfigError(
+            f"a table per topic is read and written in one pass by {Setting('reader', 'python')}; "
+            f"{Setting('value_format', 'json')} and {Setting('reader', 'jvm')} write one output",
+            setting=Setting("value_format"),
+        )

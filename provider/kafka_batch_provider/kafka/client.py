@@ -230,8 +230,10 @@ class KafkaOffsets:
         return result
 
     def topic_names(self) -> set[str]:
-        """Every topic's name on the cluster (Kafka's own ones too), from a fresh metadata request."""
-        return set(self._call("list_topics", self._metadata).topics)
+        """Every topic's name on the cluster (Kafka's own ones too), from a fresh metadata request;
+        not a topic the broker already reports unknown (one being deleted)."""
+        topics = self._call("list_topics", self._metadata).topics
+        return {name for name, meta in topics.items() if not (meta.error and not meta.error.retriable())}
 
     def _metadata(self) -> Any:
         """The cluster's metadata: the first request of every step, so the one that meets a refusal.

@@ -16,7 +16,7 @@ from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.lineage import BatchFacts, BatchLineage, planned_task_facts
 from kafka_batch_provider.operators.metrics import send_airflow_metrics
 from kafka_batch_provider.operators.output import BatchOutput, connections_of, open_output
-from kafka_batch_provider.operators.tables import announce_tables, is_per_topic, planned_tables
+from kafka_batch_provider.operators.tables import announce_tables, failures_of, is_per_topic, planned_tables
 from kafka_batch_provider.operators.xcom import load_plan, pull_summary
 from kafka_batch_provider.steps.commit import commit_batch
 
@@ -102,16 +102,21 @@ class KafkaOffsetCommitOperator(BatchLineage, BaseOperator):
     def commit_tables(self, context: Any, summary: dict[str, Any]) -> dict[str, Any]:
         """A table per topic: every table checked, their offsets committed in one request, one asset
         event per table (:mod:`~kafka_batch_provider.operators.tables`)."""
-        from kafka_batch_provider.steps.tables import commit_tables
+        from kafka_batch_provider.steps.tables import commit_tables, tables_failed
 
         with task_errors():
             spec = self.batch_output.planned(summary).spec()
-            tables = planned_tables(summary, spec, "commit", readable=False)
+            tables = planned_tables(summary, spec, "commit", readable=False, failed_ok=True)
             kafka = KafkaOffsetsHook(self.kafka_config_id, timeout=self.kafka_timeout).get_conn
-            committed = commit_tables(kafka, tables, progress=self.log.info)
-            events = announce_tables(self, context, kafka, spec, tables, self.emit_empty_batches)
+            done = commit_tables(kafka, tables, progress=self.log.info)
+            committed = [t for t in tables if t.topic in done.committed]
+            # The committed tables are announced before the others' failures fail the task.
+            events = announce_tables(self, context, kafka, spec, committed, self.emit_empty_batches)
+            failures = {**failures_of(summary), **done.failures}
+            if failures:
+                raise tables_failed(failures, len(summary.get("tables", {})) + len(failures_of(summary)))
         rows = {t.topic: (t.store.commit_record(t.plan.seq, t.plan.batch_id) or {}).get("rows", 0) for t in tables}
-        return {"committed": committed, "rows": rows, "asset_events": events}
+        return {"committed": done.committed, "rows": rows, "asset_events": events}
 
     def batch_facts(self, task_instance: Any) -> BatchFacts:
         """For OpenLineage (:mod:`~kafka_batch_provider.operators.lineage`): the committed batch."""

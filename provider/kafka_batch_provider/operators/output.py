@@ -81,6 +81,13 @@ class BatchOutput:
         return (blank_to_none(self.output_format) or PARQUET).lower()
 
     @property
+    def per_topic(self) -> bool:
+        """A table per topic: ``{topic}`` in the path or the table name."""
+        from kafka_batch_provider.core.table_names import is_table_template
+
+        return is_table_template(self.output_path) or is_table_template(self.table)
+
+    @property
     def given(self) -> bool:
         """Whether an output is named at all (the lag sensor and health check work without one)."""
         return bool(blank_to_none(self.output_path) or blank_to_none(self.table))

@@ -319,6 +319,7 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
             request,
             adopt_group=self.adopt_group,
             topic_pattern=self.topic_pattern,
+            partitions=as_int_list(self.partitions),
         )
         for table in planned.tables:  # batches whose commit this plan finished: announced as theirs would be
             for entry in table.outcome.repaired_entries if table.outcome else []:

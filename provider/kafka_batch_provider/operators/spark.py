@@ -14,7 +14,12 @@ from airflow.sdk.exceptions import AirflowException
 
 from kafka_batch_provider.core.file_sizing import DEFAULT_TARGET_FILE_MB
 from kafka_batch_provider.core.reader_schema import check_plan_formats
-from kafka_batch_provider.core.write_options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
+from kafka_batch_provider.core.write_options import (
+    DEFAULT_MAX_OFFSETS_PER_TASK,
+    DEFAULT_STALL_TIMEOUT,
+    WriteOptions,
+    check_table_per_topic,
+)
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.hooks.schema_registry import registry_conn_for, registry_settings
@@ -202,6 +207,8 @@ class KafkaSparkBatchOperator(BatchLineage, SparkSubmitOperator):
             key_format,
             max_tasks,
         )
+        if self.batch_output.per_topic:  # a DAG import error, not a failed run after planning
+            check_table_per_topic(self.write_options)
         self.schema_registry_conn_id = registry_conn_for(value_format, schema_registry_conn_id, key_format)
         self.emit_empty_batches = emit_empty_batches
 

@@ -8,7 +8,12 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from kafka_batch_provider.core.file_sizing import DEFAULT_TARGET_FILE_MB
-from kafka_batch_provider.core.write_options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT, WriteOptions
+from kafka_batch_provider.core.write_options import (
+    DEFAULT_MAX_OFFSETS_PER_TASK,
+    DEFAULT_STALL_TIMEOUT,
+    WriteOptions,
+    check_table_per_topic,
+)
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
 from kafka_batch_provider.hooks.schema_registry import registry_conn_for, registry_settings
 from kafka_batch_provider.operators.errors import task_errors
@@ -85,6 +90,8 @@ class KafkaSparkConnectBatchOperator(BatchLineage, BaseOperator):
             key_format,
             max_tasks,
         )
+        if self.batch_output.per_topic:  # a DAG import error, not a failed run after planning
+            check_table_per_topic(self.write_options)
         self.schema_registry_conn_id = registry_conn_for(value_format, schema_registry_conn_id, key_format)
         self.emit_empty_batches = emit_empty_batches
 

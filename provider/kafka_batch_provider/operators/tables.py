@@ -14,6 +14,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
+from kafka_batch_provider.errors import KafkaBatchError, error_named
 from kafka_batch_provider.operators.assets import emit_batch_event
 from kafka_batch_provider.operators.metrics import send_airflow_metrics, send_step_metrics
 from kafka_batch_provider.output.formats import OutputSpec
@@ -32,8 +33,11 @@ def is_per_topic(summary: Any) -> bool:
     return bool(summary) and bool(summary.get(PER_TOPIC))
 
 
-def planned_tables(summary: dict[str, Any], spec: OutputSpec, purpose: str, readable: bool) -> list[TableBatch]:
-    """The tables the plan task planned, their plans read back; a skip when none has work.
+def planned_tables(
+    summary: dict[str, Any], spec: OutputSpec, purpose: str, readable: bool, failed_ok: bool = False
+) -> list[TableBatch]:
+    """The tables the plan task planned, their plans read back; a skip when none has work (unless
+    ``failed_ok`` and some table could not be planned: the commit task then names them).
 
     :param readable: only the tables with records to read (the Spark task's).
     """
@@ -41,9 +45,17 @@ def planned_tables(summary: dict[str, Any], spec: OutputSpec, purpose: str, read
     tables = tables_of_plan_files(spec, paths) if paths else []
     if readable:
         tables = [t for t in tables if t.plan.has_data]
-    if not tables:
+    if not tables and not (failed_ok and summary.get("failed")):
         raise AirflowSkipException(f"no table has a batch to {purpose} ({summary.get('idle_tables', 0)} idle)")
     return tables
+
+
+def failures_of(summary: dict[str, Any]) -> dict[str, KafkaBatchError]:
+    """The tables the plan task could not plan, as the errors they were (their class by name)."""
+    return {
+        topic: (error_named(facts.get("error", "")) or KafkaBatchError)(facts.get("message", ""))
+        for topic, facts in (summary.get("failed") or {}).items()
+    }
 
 
 def announce_tables(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,11 +27,10 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from kafka_batch_provider import __version__
 from kafka_batch_provider.core.file_sizing import bytes_per_offset, writing_tasks
 from kafka_batch_provider.core.plan import OffsetPlan
-from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.core.task_packing import pack, slices_for
 from kafka_batch_provider.core.write_check import TaskReports
-from kafka_batch_provider.core.write_options import WriteOptions
-from kafka_batch_provider.errors import ConfigError
+from kafka_batch_provider.core.write_options import WriteOptions, check_table_per_topic
+from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.output.store import BatchStore
 from kafka_batch_provider.registry.settings import RegistrySettings
 from kafka_batch_provider.spark.jvm_observation import observed, observed_receipts
@@ -195,15 +195,23 @@ def stage_tables(
     each task hands each topic's records to that topic's writer, into that output's staging folder.
 
     :param one_output: ``tables`` is one output of any topics (:func:`stage_batch`).
-    :returns: each output's staged batch, in the order of ``tables``.
+    :returns: each output's staged batch, in the order of ``tables``; for a table per topic, the
+        error of an output that could not be prepared (a column type its format has not, its
+        registry subject missing) in its place: the others are read and written without it.
     """
-    if options.reader != "python" or options.value_format == "json":
-        raise ConfigError(
-            f"a table per topic is written by {Setting('reader', 'python')} in one pass; "
-            f"{Setting('value_format', 'json')} and {Setting('reader', 'jvm')} write one output",
-            setting=Setting("value_format"),
-        )
-    prepared = [prepare_table(plan, store, options, registry) for plan, store in tables]
+    check_table_per_topic(options)
+    clock = time.perf_counter()
+    found: list[TableStage | KafkaBatchError] = []
+    for plan, store in tables:
+        try:
+            found.append(prepare_table(plan, store, options, registry))
+        except KafkaBatchError as exc:
+            if one_output:
+                raise
+            found.append(exc)
+    prepared = [table for table in found if isinstance(table, TableStage)]
+    if not prepared:
+        return list(found)  # type: ignore[arg-type]  # every one an error
     ranges = [r for table in prepared for r in table.plan.readable_ranges]
     slices = slices_for(ranges, options.max_offsets_per_task, options.max_tasks)
     tasks = reading_tasks(spark, len(slices), prepared, options)
@@ -222,23 +230,25 @@ def stage_tables(
     by_route: dict[str, list[dict[str, Any]]] = {key: [] for key in keys}
     for report in reports:
         by_route[report["route"]].append(report)
-    return [
-        StagedBatch(table.staging, TaskReports.merge(by_route[key]), table.schema, True, tasks=len(reader.packs))
+    seconds = round(time.perf_counter() - clock, 3)  # the one job's, for every output's log entry
+    staged = iter(
+        StagedBatch(table.staging, TaskReports.merge(by_route[key]), table.schema, True, len(reader.packs), seconds)
         for key, table in zip(keys, prepared)
-    ]
+    )
+    return [next(staged) if isinstance(table, TableStage) else table for table in found]
 
 
 def reading_tasks(spark: SparkSession, slices: int, tables: Sequence[TableStage], options: WriteOptions) -> int:
     """As few tasks as the batch's expected size needs (each writes its own files), at most ``max_tasks``.
 
-    The bytes an offset costs come from each output's recent batches; while one output has none
-    (its first batch), every slice keeps its task.
+    The bytes an offset costs come from the outputs' recent batches (weighted by each output's
+    offsets, of the outputs that have written some); while none has (a first batch), every slice
+    keeps its task.
     """
-    estimates = [recent_bytes_per_offset(t.store, t.plan.seq) for t in tables]
     offsets = sum(t.plan.planned_offsets for t in tables)
-    per_offset = None
-    if all(e is not None for e in estimates):
-        per_offset = sum(e * t.plan.planned_offsets for e, t in zip(estimates, tables)) / max(offsets, 1)
+    known = [(e, t.plan.planned_offsets) for t in tables if (e := recent_bytes_per_offset(t.store, t.plan.seq))]
+    weight = sum(n for _, n in known)
+    per_offset = sum(e * n for e, n in known) / weight if known and weight else None
     tasks = writing_tasks(slices, offsets, per_offset, options.target_bytes, default_parallelism(spark))
     return min(tasks, options.max_tasks) if options.max_tasks is not None else tasks
 

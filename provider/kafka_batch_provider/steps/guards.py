@@ -3,9 +3,10 @@ and before its offsets are committed (commit)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from kafka_batch_provider.core.listing import listed
+from kafka_batch_provider.core.offsets import TopicPartition
 from kafka_batch_provider.core.plan import OffsetPlan
 from kafka_batch_provider.errors import CommitConflictError, PlanError
 from kafka_batch_provider.kafka.client import KafkaOffsets
@@ -42,11 +43,19 @@ def changed_topics(kafka: KafkaOffsets, plans: Sequence[OffsetPlan], raises: boo
 
 def check_group_unmoved(kafka: KafkaOffsets, plan: OffsetPlan) -> None:
     """The group is still where the plan expects it (or already at its ends)."""
-    current = kafka.committed_offsets(plan.group_id, [r.tp for r in plan.ranges])
+    conflict = group_moved(plan, kafka.committed_offsets(plan.group_id, [r.tp for r in plan.ranges]))
+    if conflict is not None:
+        raise conflict
+
+
+def group_moved(plan: OffsetPlan, current: Mapping[TopicPartition, int | None]) -> CommitConflictError | None:
+    """The one line for a plan whose group offsets (``current``) are neither where it expects them
+    nor at its ends; ``None`` when they are."""
     moved = [r for r in plan.ranges if current.get(r.tp) not in (r.expected_committed, r.end)]
-    if moved:
-        details = listed(f"{r.tp}: committed {current.get(r.tp)}, plan expected {r.expected_committed}" for r in moved)
-        raise CommitConflictError(
-            f"group {plan.group_id!r} moved since batch {plan.batch_id} was planned ({details}); nothing was "
-            "committed or recorded; the next plan step reconciles the group with the output"
-        )
+    if not moved:
+        return None
+    details = listed(f"{r.tp}: committed {current.get(r.tp)}, plan expected {r.expected_committed}" for r in moved)
+    return CommitConflictError(
+        f"group {plan.group_id!r} moved since batch {plan.batch_id} was planned ({details}); nothing was "
+        "committed or recorded; the next plan step reconciles the group with the output"
+    )

@@ -13,6 +13,7 @@ from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 from asgiref.sync import sync_to_async
 
 from kafka_batch_provider.core.lag_health import ready_to_ingest
+from kafka_batch_provider.core.topic_patterns import topics_or_pattern
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 
 
@@ -125,7 +126,7 @@ class KafkaLagTrigger(BaseTrigger):
         super().__init__()
         self.group_id = group_id
         self.topics = list(topics)
-        self.topic_pattern = topic_pattern
+        self.topic_pattern = topics_or_pattern(self.topics or None, topic_pattern)
         self.kafka_config_id = kafka_config_id
         self.min_lag = min_lag
         self.max_data_age_seconds = max_data_age_seconds
@@ -197,7 +198,7 @@ class KafkaLagEventTrigger(BaseEventTrigger):
         super().__init__()
         self.group_id = group_id
         self.topics = list(topics)
-        self.topic_pattern = topic_pattern
+        self.topic_pattern = topics_or_pattern(self.topics or None, topic_pattern)
         self.kafka_config_id = kafka_config_id
         self.min_records = min_records
         self.max_age_seconds = max_age_seconds

@@ -70,3 +70,8 @@ def test_every_offset_is_read_once_by_at_most_max_tasks_balanced_tasks(sizes, ma
 def test_max_tasks_must_be_a_positive_integer(value):
     with pytest.raises(ConfigError, match="max_tasks must be a positive integer"):
         check_max_tasks(value)
+
+
+def test_a_generous_max_tasks_does_not_cut_a_few_partitions_into_crumbs():
+    slices = slices_for(ranges_of([1_000, 1_000, 1_000]), max_offsets_per_task=1_000_000, max_tasks=1_000)
+    assert [s.size for s in slices] == [1_000, 1_000, 1_000], f"expected the 3 partitions whole, found {slices}"
