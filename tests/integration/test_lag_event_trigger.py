@@ -107,3 +107,35 @@ def test_the_lag_trigger_fires_once_per_lag_and_again_only_for_lag_no_batch_is_t
             await expired.close()
 
     asyncio.run(scenario())
+
+
+def test_one_watcher_follows_a_whole_pattern_and_a_topic_created_after_it_started(
+    kafka_config, kafka_connection, group_id
+):
+    import re
+    import uuid
+
+    from kafka_batch_provider.testing.producers import create_topics
+    from kafka_batch_provider.triggers.lag import KafkaLagEventTrigger
+
+    prefix = f"watch{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_config, {f"{prefix}.a": 1})
+    trigger = KafkaLagEventTrigger(
+        group_id, topic_pattern=re.escape(prefix) + r"\..*", min_records=4, poke_interval=POKE
+    )
+    assert trigger.serialize()[1]["topic_pattern"] == trigger.topic_pattern, "the pattern must survive the triggerer"
+
+    async def scenario() -> None:
+        events = Events(trigger)
+        try:
+            await asyncio.to_thread(produce, kafka_config, f"{prefix}.a", sample_records(1, 2))
+            assert await events.none_within() is None, "2 records of lag should not fire at min_records=4"
+            await asyncio.to_thread(create_topics, kafka_config, {f"{prefix}.b": 1})  # after the watcher started
+            await asyncio.to_thread(produce, kafka_config, f"{prefix}.b", sample_records(1, 2))
+            fired = await events.next()
+            assert fired["lag"] == 4 and fired["topic_pattern"] == trigger.topic_pattern, fired
+            assert sorted(fired["ends"]) == [f"{prefix}.a:0", f"{prefix}.b:0"], fired["ends"]
+        finally:
+            await events.close()
+
+    asyncio.run(scenario())
