@@ -106,7 +106,8 @@ def plan_task_facts(task: Any, task_instance: Any) -> BatchFacts:
         summary = task_instance.xcom_pull(task_ids=task.task_id)
     planned = bool(summary and summary.get("plan_path") and not summary.get("dry_run"))
     if getattr(task, "topic_pattern", None) is not None:  # the topics the pattern matched for this batch
-        topics = sorted({r["topic"] for r in (summary or {}).get("ranges") or ()})
+        found = summary or {}
+        topics = sorted({r["topic"] for r in found.get("ranges") or ()} | set(found.get("tables") or ()))
     else:
         topics = check_topics(as_list(task.topics))
     return BatchFacts(
