@@ -18,7 +18,7 @@ export KAFKA_BATCH_TOOLS_DIR ?= $(CURDIR)/.tools
 
 LINTED := provider dags spark_apps tests scripts bench
 
-.PHONY: venv setup jvm-tools-one-by-one test lint bytecode demo bench airflow prereqs browser-prereqs postgres-prereqs azurite jvm-tools constraints clean
+.PHONY: venv setup jvm-tools-one-by-one test lint bytecode kafka-archive demo bench airflow prereqs browser-prereqs postgres-prereqs azurite jvm-tools constraints clean
 
 prereqs:
 	@scripts/check-prereqs.sh "$(PYTHON)"
@@ -103,10 +103,15 @@ setup: prereqs browser-prereqs postgres-prereqs
 jvm-tools-one-by-one:
 	@$(MAKE) --no-print-directory -j1 jvm-tools
 
-test: setup lint bytecode
+# Kafka's classes recorded once (dev/kafka.py), so no broker of the tests or the demo starts without
+# the archive and spends its stop writing it (~5 s each, at the end of every test worker).
+kafka-archive: venv jvm-tools
+	@$(BIN)/python -c "from kafka_batch_provider.dev.kafka import record_class_archive as r; print(r())"
+
+test: setup lint bytecode kafka-archive
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-demo: prereqs postgres-prereqs venv jvm-tools bytecode
+demo: prereqs postgres-prereqs venv jvm-tools bytecode kafka-archive
 	$(BIN)/python scripts/demo.py
 
 # The live Airflow services with the project's DAGs, Apache Kafka and the embedded S3 server (Ctrl-C stops).

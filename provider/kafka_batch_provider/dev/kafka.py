@@ -452,6 +452,22 @@ class KafkaBroker(LocalServer):
             self._owned_dir = False
 
 
+def record_class_archive() -> str:
+    """Record the class-data archive of this Java and these jars now, if there is none: a broker
+    started and stopped in a folder of its own (``make test`` and ``make demo`` do it once, so no
+    broker of theirs spends its start without it and its stop writing it)."""
+    import tempfile
+
+    broker = KafkaBroker()
+    target = archive_path(java_executable(), kafka_jars(broker.jar_dir))
+    if target.is_file():
+        return f"Kafka's class archive is at {target}"
+    with tempfile.TemporaryDirectory(prefix="kafka-archive-") as folder:
+        with KafkaBroker(log_path=Path(folder) / "kafka.log", data_dir=Path(folder) / "data"):
+            pass
+    return f"recorded Kafka's class archive at {target}" if target.is_file() else f"no class archive at {target}"
+
+
 # -- the detached broker of the command line ------------------------------------------------
 
 DETACHED = Detached("kafka", KafkaBroker.label, marker=MAIN_CLASS, address="bootstrap_servers")
