@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
-from tests.faults.harness import expect_exactly_once, run_cli, through_spark_submit
+from tests.faults.harness import expect_exactly_once, run_cli
 from tests.integration.helpers import group_offsets, offsets_of
 
 pytestmark = pytest.mark.integration
@@ -39,9 +39,8 @@ def test_a_crash_between_two_tables_is_finished_by_the_next_run_without_a_duplic
     assert all(group_offsets(kafka_config, group_id, t, 2) == {0: None, 1: None} for t in topics), (
         "no table may be committed before every table was written"
     )
-    # The next run (spark-submit this time: one application for the remaining tables' plans)
-    # commits the written table without reading it again and writes the other two once.
-    finished = run_cli(through_spark_submit(args, spark_connect_remote), lake.env()).result()
+    # The next run commits the written table without reading it again and writes the other two once.
+    finished = run_cli(args, lake.env()).result()
 
     repaired = sorted(t for t, facts in finished["tables"].items() if facts["repaired"])
     assert repaired == topics[:1], f"expected {topics[0]} finished without reading again: {finished['tables']}"

@@ -204,3 +204,32 @@ def test_each_topic_is_read_with_its_own_subject_and_its_table_evolves_on_its_ow
     assert {"cents", "currency"} <= set(columns[payments]) and "item" not in columns[payments], columns
     paid = DeltaTable(str(tmp_path / "lake" / payments)).to_pyarrow_table(columns=["id", "currency"]).to_pylist()
     assert sorted(paid, key=lambda r: r["id"]) == [{"id": 1, "currency": None}, {"id": 2, "currency": "EUR"}], paid
+
+
+def test_the_spark_application_writes_every_tables_plan_it_is_given(
+    spark, kafka_config, group_id, tmp_path, monkeypatch, capsys
+):
+    """What spark-submit runs for a table per topic (the CLI's and the Spark operator's Spark step):
+    the application with one ``--plan`` per table and the output template, here on the test's own
+    session (the application's getOrCreate finds it)."""
+    from kafka_batch_provider.spark import app
+
+    prefix = f"tpapp{uuid.uuid4().hex[:8]}"
+    counts = {f"{prefix}.x": {0: 5, 1: 2}, f"{prefix}.y": {0: 3}}
+    create_topics(kafka_config, {t: len(c) for t, c in counts.items()})
+    for topic, partitions in counts.items():
+        fill(kafka_config, topic, partitions)
+    spec = OutputSpec("delta", output=str(tmp_path / "lake" / "{topic}"))
+    kafka = KafkaOffsets(kafka_config, timeout=10)
+    planned = plan_tables(kafka, spec, group_id, [], PlanPolicy(), topic_pattern=re.escape(prefix) + r"\..*")
+    monkeypatch.setenv("KAFKA_BATCH_KAFKA_CONFIG", json.dumps(kafka_config))
+    plans = [arg for t in planned.with_work for arg in ("--plan", t.outcome.plan_path)]
+
+    assert app.run([*plans, "--format", "delta", "--output", spec.output]) == 0, capsys.readouterr().err[-1500:]
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {t: r["rows"] for t, r in result["tables"].items()} == {t: sum(c.values()) for t, c in counts.items()}, (
+        result
+    )
+    assert sorted(commit_tables(kafka, planned.with_work).committed) == sorted(counts)
+    for topic, partitions in counts.items():
+        assert table_rows(tmp_path / "lake" / topic) == expected_rows(topic, partitions)
