@@ -17,12 +17,12 @@ from kafka_batch_provider.cli.arguments import (
     reader_schema_request,
     registry_from,
     replay_range_from,
-    spark_conf_from,
     store_from,
     write_options,
 )
 from kafka_batch_provider.cli.console import progress
 from kafka_batch_provider.cli.metrics import send_metrics
+from kafka_batch_provider.cli.spark_step import spark_submit
 from kafka_batch_provider.core.manifest import dead_letter_count, recorded_dead_letters
 from kafka_batch_provider.core.planning import DataLossPolicy
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
@@ -76,25 +76,9 @@ def submit_write(
     ``spec`` is the output as the flags named it: the same value reaches the Spark application
     (as its arguments) or the Spark Connect driver.
     """
-    from kafka_batch_provider.spark.submit import application_args, run_submit, submit_command
-
     if args.spark_remote:
         return connect_write(args, options, plan_path, spec, kafka, registry)
-    from kafka_batch_provider.spark.kafka_connector import jars_for_reader, with_jars
-
-    master = args.spark_master or "local[*]"
-    app_args = application_args(plan_path, spec, options)
-    conf = spark_conf_from(args)
-    command = submit_command(app_args, master, with_jars(conf, jars_for_reader(options.reader, conf)))
-    progress(f"spark-submit --master {master} ({args.reader} reader, {spec.format} output)")
-    return run_submit(
-        command,
-        kafka.kafka_config,
-        progress,
-        spec.storage_options,
-        spec.catalog_properties,
-        registry.client_config() if registry else None,
-    )
+    return spark_submit(args, options, plan_path, spec, kafka, registry, "one batch")
 
 
 def connect_write(

@@ -17,11 +17,11 @@ from kafka_batch_provider.cli.arguments import (
     offsets_client,
     policy_from,
     reader_schema_request,
-    spark_conf_from,
     write_options,
 )
 from kafka_batch_provider.cli.console import progress
 from kafka_batch_provider.cli.metrics import send_metrics, send_step_metrics
+from kafka_batch_provider.cli.spark_step import spark_submit
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
 from kafka_batch_provider.core.write_options import check_table_per_topic
 from kafka_batch_provider.fail_points import fail_point
@@ -114,19 +114,5 @@ def write_tables_with_spark(
 
         entries = run_on_connect(args.spark_remote, name, job)
         return {"tables": {topic: entry["seq"] for topic, entry in entries.items()}}
-    from kafka_batch_provider.spark.kafka_connector import jars_for_reader, with_jars
-    from kafka_batch_provider.spark.submit import application_args, run_submit, submit_command
-
-    master = args.spark_master or "local[*]"
-    app_args = application_args([t.outcome.plan_path for t in tables], spec, options)
-    conf = spark_conf_from(args)
-    command = submit_command(app_args, master, with_jars(conf, jars_for_reader(options.reader, conf)))
-    progress(f"spark-submit --master {master}: {len(tables)} table(s) in one job ({spec.format} output)")
-    return run_submit(
-        command,
-        kafka.kafka_config,
-        progress,
-        spec.storage_options,
-        spec.catalog_properties,
-        registry.client_config() if registry else None,
-    )
+    paths = [t.outcome.plan_path for t in tables]
+    return spark_submit(args, options, paths, spec, kafka, registry, f"{len(tables)} table(s) in one job")

@@ -102,6 +102,17 @@ def batch_result(spec: Any, plan: Any, task: Any = None, context: Any = None) ->
     return result
 
 
+def tables_to_write(task: Any, context: Any) -> tuple[dict[str, Any], Any, list, dict[str, Any], Any]:
+    """A Spark task's tables of a table per topic: the plan's XCom, the output template, the tables
+    with records to read (a skip when none has), the Kafka settings to ship and the registry's."""
+    summary = pull_summary(context, task.plan_task_id, "write")
+    with task_errors():
+        spec = task.batch_output.planned(summary).spec()
+        tables = planned_tables(summary, spec, "write", readable=True)
+        kafka_config = shippable(KafkaOffsetsHook(task.kafka_config_id).kafka_config)
+        return summary, spec, tables, kafka_config, registry_settings(task.schema_registry_conn_id)
+
+
 def written_tables(tables: Any) -> dict[str, Any]:
     """What the Spark step of a table per topic pushes: each table's log entry, rows and location."""
     found: dict[str, Any] = {}
@@ -231,12 +242,7 @@ class KafkaSparkBatchOperator(BatchLineage, SparkSubmitOperator):
 
     def write_tables(self, context: Any) -> dict[str, Any]:
         """A table per topic: one spark-submit of the application with every table's plan."""
-        summary = pull_summary(context, self.plan_task_id, "write")
-        with task_errors():
-            spec = self.batch_output.planned(summary).spec()
-            tables = planned_tables(summary, spec, "write", readable=True)
-            kafka_config = shippable(KafkaOffsetsHook(self.kafka_config_id).kafka_config)
-            registry = registry_settings(self.schema_registry_conn_id)
+        summary, spec, tables, kafka_config, registry = tables_to_write(self, context)
         self.log.info("%d table(s) in one Spark job", len(tables))
         paths = [summary["tables"][t.topic]["plan_path"] for t in tables]
         self.submit(context, paths, spec, kafka_config, registry)

@@ -19,8 +19,14 @@ from kafka_batch_provider.hooks.schema_registry import registry_conn_for, regist
 from kafka_batch_provider.operators.errors import task_errors
 from kafka_batch_provider.operators.lineage import BatchFacts, BatchLineage, planned_task_facts
 from kafka_batch_provider.operators.output import BatchOutput, connections_of
-from kafka_batch_provider.operators.spark import batch_result, planned_batch, shippable, written_tables
-from kafka_batch_provider.operators.tables import is_per_topic, planned_tables
+from kafka_batch_provider.operators.spark import (
+    batch_result,
+    planned_batch,
+    shippable,
+    tables_to_write,
+    written_tables,
+)
+from kafka_batch_provider.operators.tables import is_per_topic
 from kafka_batch_provider.operators.xcom import pull_summary
 from kafka_batch_provider.output.formats import open_store
 
@@ -141,12 +147,8 @@ class KafkaSparkConnectBatchOperator(BatchLineage, BaseOperator):
         from kafka_batch_provider.spark.ingest import stage_tables_with
         from kafka_batch_provider.steps.tables import write_tables
 
-        summary = pull_summary(context, self.plan_task_id, "write")
+        _, _, tables, kafka_config, registry = tables_to_write(self, context)
         with task_errors():
-            spec = self.batch_output.planned(summary).spec()
-            tables = planned_tables(summary, spec, "write", readable=True)
-            kafka_config = shippable(KafkaOffsetsHook(self.kafka_config_id).kafka_config)
-            registry = registry_settings(self.schema_registry_conn_id)
             remote = SparkConnectHook(self.conn_id).get_connection_url()
             name = f"{len(tables)}-tables-{tables[0].plan.batch_id}"
             self.log.info("%d table(s) in one job through Spark Connect at %s", len(tables), remote_address(remote))
