@@ -250,3 +250,14 @@ def test_a_delta_table_with_delta_rs_locking_provider_needs_no_conditional_write
     options = {"delta_options": {"AWS_S3_LOCKING_PROVIDER": "dynamodb"}}
     sink = DeltaSink(IgnoresConditions(str(tmp_path / "table"), options))
     sink.refuse_unconditional_store()  # the locking provider makes commits exclusive: no refusal
+
+
+def test_a_table_per_topic_hands_the_application_every_plan_and_the_template():
+    from kafka_batch_provider.spark.app import parse_args
+
+    spec = OutputSpec("delta", output="s3://lake/{topic}", storage_options={"key": "s3cr3t"})
+    paths = ["s3://lake/a/_kafka_batch/_plans/1-b-a.json", "s3://lake/b/_kafka_batch/_plans/3-b-b.json"]
+    args = application_args(paths, spec, WriteOptions(max_tasks=4))
+    parsed = parse_args(args)
+    assert (parsed.plan, parsed.output, parsed.format, parsed.max_tasks) == (paths, "s3://lake/{topic}", "delta", 4)
+    assert not any("s3cr3t" in a for a in args)
