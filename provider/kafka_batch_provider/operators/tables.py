@@ -61,11 +61,14 @@ def failures_of(summary: dict[str, Any]) -> dict[str, KafkaBatchError]:
 def announce_tables(
     task: Any, context: Any, kafka: Any, spec: OutputSpec, tables: list[TableBatch], emit_empty: bool
 ) -> dict[str, Any]:
-    """One asset event per committed table (its own asset, its batch's facts) and its metrics."""
+    """One asset event per committed table (its own asset, its batch's facts) and its metrics; not
+    for a batch a later run's plan task committed and announced (this task is a cleared one of a
+    failed run): one event per batch."""
     events, seconds = {}, {}
     for table in tables:
         entry = table.store.entry_of(table.plan)
-        if not entry:
+        record = table.store.commit_record(table.plan.seq, table.plan.batch_id) or {}
+        if not entry or record.get("committed_by") == "plan":
             continue
         described = table.spec.describe()
         event = emit_batch_event(task, context, entry, described, False, emit_empty, table.spec.catalog_properties)
