@@ -19,7 +19,8 @@ DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 
 def check_asset_page(page: Page, base_url: str, asset_id: int, uri: str, alias: str, events: int, shots: Path) -> None:
     """The asset page draws ingest DAG → alias → output asset → downstream DAG, and lists the
-    batches' events, each from the ingest DAG and each with the downstream run it triggered."""
+    batches' events, each from the ingest DAG and each with the downstream run it triggered (the
+    caller has checked that every one of those runs succeeded: the picture illustrates success)."""
     open_dag(page, base_url, f"/assets/{asset_id}")
     graph = page.locator(".react-flow")
     for node in ("kafka_batch_ingest", alias, uri, "kafka_batch_downstream"):
