@@ -46,9 +46,13 @@ def compile_pattern(text: Any) -> re.Pattern[str]:
 
 
 def topics_or_pattern(topics: Any, topic_pattern: Any) -> str | None:
-    """An operator's ``topics`` or ``topic_pattern``, one of the two; the pattern (checked unless a template)."""
+    """``topics`` or ``topic_pattern``, one of the two (``None``: not given); the pattern (checked
+    unless it is still a template)."""
     if (topics is None) == (topic_pattern is None):
-        raise ConfigError("give topics or topic_pattern, one of the two", setting=Setting("topics"))
+        raise ConfigError(
+            f"give topics ({Setting('topics')}) or a pattern ({Setting('topic_pattern')}), one of the two",
+            setting=Setting("topics"),
+        )
     if topic_pattern is not None and "{{" not in str(topic_pattern):
         compile_pattern(topic_pattern)
     return topic_pattern

@@ -12,7 +12,7 @@ from kafka_batch_provider.core.params import parse_bool
 from kafka_batch_provider.core.planning import DataLossPolicy, NewPartitionPolicy, PlanPolicy
 from kafka_batch_provider.core.reader_schema import check_schema_choice
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
-from kafka_batch_provider.core.topic_patterns import compile_pattern, matching, topics_or_pattern
+from kafka_batch_provider.core.topic_patterns import topics_or_pattern
 from kafka_batch_provider.core.validation import check_group_id, check_topics, positive_seconds
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.hooks.offsets import KafkaOffsetsHook
@@ -29,6 +29,7 @@ from kafka_batch_provider.operators.output import (
 )
 from kafka_batch_provider.operators.runs import BACKFILL_RUN_TYPE, is_backfill, run_type_of
 from kafka_batch_provider.operators.xcom import as_int_list, as_list, plan_xcom
+from kafka_batch_provider.steps.lag import topics_to_watch
 from kafka_batch_provider.steps.plan import plan_batch
 from kafka_batch_provider.steps.replay import plan_replay_batch
 
@@ -255,7 +256,7 @@ class KafkaOffsetPlanOperator(ValueSchemaChoice, TemplatedOutput, BatchLineage, 
             spec, store = open_output(self.output_of_run(context), create=True)
             if is_backfill(context):
                 if self.topic_pattern is not None:  # the topics it matches now
-                    topics = matching(compile_pattern(self.topic_pattern), kafka.topic_names())
+                    topics = topics_to_watch(kafka, [], self.topic_pattern)
                 start, end = context["data_interval_start"], context["data_interval_end"]
                 self.log.info("backfill run: replaying %s .. %s of %s into %s", start, end, topics, store.root)
                 outcome = plan_replay_batch(

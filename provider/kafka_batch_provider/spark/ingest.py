@@ -26,6 +26,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from kafka_batch_provider import __version__
 from kafka_batch_provider.core.file_sizing import bytes_per_offset, writing_tasks
+from kafka_batch_provider.core.offsets import OffsetRange
 from kafka_batch_provider.core.plan import OffsetPlan
 from kafka_batch_provider.core.task_packing import pack, slices_for
 from kafka_batch_provider.core.write_check import TaskReports
@@ -77,10 +78,13 @@ def slice_reader(
     options: WriteOptions,
     receipts: bool = True,
     tasks: int | None = None,
+    slices: Sequence[OffsetRange] | None = None,
 ) -> SliceReader:
     """:param tasks: how many Spark tasks read the slices, packed by their offsets (``None``: one
-    per slice, at most ``options.max_tasks``)."""
-    slices = slices_for(plan.readable_ranges, options.max_offsets_per_task, options.max_tasks)
+    per slice, at most ``options.max_tasks``).
+    :param slices: the slices to read (default: the plan's); the plan gives the isolation level."""
+    if slices is None:
+        slices = slices_for(plan.readable_ranges, options.max_offsets_per_task, options.max_tasks)
     tasks = len(slices) if tasks is None else tasks
     tasks = min(tasks, options.max_tasks) if options.max_tasks is not None else tasks
     return SliceReader(
@@ -126,12 +130,12 @@ def stage_batch(
         # Read and write in the same Python worker: the records never go through the JVM.
         return stage_tables(spark, [(plan, store)], kafka_config, options, registry, one_output=True)[0]
     table = prepare_table(plan, store, options, registry)
-    slices = len(slices_for(plan.readable_ranges, options.max_offsets_per_task, options.max_tasks))
-    tasks = reading_tasks(spark, slices, [table], options)
+    slices = slices_for(plan.readable_ranges, options.max_offsets_per_task, options.max_tasks)
+    tasks = reading_tasks(spark, len(slices), [table], options)
     receipts = options.reader == "python"
     observation = None
     if receipts:
-        reader = slice_reader(plan, kafka_config, options, tasks=tasks)
+        reader = slice_reader(plan, kafka_config, options, tasks=tasks, slices=slices)
         df = reader.frame(spark)
         tasks = len(reader.packs)
     else:  # Spark's source decides its partitions: merge them without a shuffle
@@ -215,12 +219,7 @@ def stage_tables(
     ranges = [r for table in prepared for r in table.plan.readable_ranges]
     slices = slices_for(ranges, options.max_offsets_per_task, options.max_tasks)
     tasks = reading_tasks(spark, len(slices), prepared, options)
-    reader = SliceReader(
-        tuple(slices),
-        reader_config(prepared[0].plan, kafka_config),
-        stall_timeout=options.stall_timeout,
-        packs=pack(slices, max(tasks, 1)),
-    )
+    reader = slice_reader(prepared[0].plan, kafka_config, options, tasks=tasks, slices=slices)
     keys = [ANY_TOPIC] if one_output else [table.plan.topics[0] for table in prepared]
     routes = {key: Route(table.writer, table.decoding) for key, table in zip(keys, prepared)}
     fused = ReadAndWrite(reader, routes, options.value_format, options.key_format)

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from kafka_batch_provider.core.offsets import OffsetRange
-from kafka_batch_provider.core.planning import split_range
 from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN, release_memory
 
 #: Spark's Kafka source schema, as DDL.
@@ -39,12 +38,6 @@ KAFKA_SCHEMA_DDL = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp_ltz, "
     "timestampType int, headers array<struct<key: string, value: binary>>"
 )
-
-
-def slices_of(ranges: Sequence[OffsetRange], max_offsets_per_task: int) -> tuple[OffsetRange, ...]:
-    """The non-empty slices of ``ranges``, at most ``max_offsets_per_task`` offsets each (a task reads one
-    or, for a small batch, several: :func:`kafka_batch_provider.core.file_sizing.writing_tasks`)."""
-    return tuple(piece for r in ranges for piece in split_range(r, max_offsets_per_task) if piece.size > 0)
 
 
 def read_slice(

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from kafka_batch_provider.core.offsets import OffsetRange
+from kafka_batch_provider.core.task_packing import slices_for
 from kafka_batch_provider.core.write_options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT
-from kafka_batch_provider.spark.slice_reader import KAFKA_SCHEMA_DDL, read_slice, slices_of
+from kafka_batch_provider.spark.slice_reader import KAFKA_SCHEMA_DDL, read_slice
 from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN
 
 
@@ -83,7 +84,7 @@ class KafkaBatchReader(DataSourceReader):
     def partitions(self) -> list[KafkaRangePartition]:
         return [
             KafkaRangePartition(piece.topic, piece.partition, piece.start, piece.end)
-            for piece in slices_of(self.ranges, self.max_offsets_per_task)
+            for piece in slices_for(self.ranges, self.max_offsets_per_task, None)
         ]
 
     def read(self, partition: KafkaRangePartition) -> Iterator:

@@ -50,7 +50,8 @@ def output_positions(store: BatchStore | None, kafka: KafkaOffsets, topics: Sequ
 
 
 def topics_to_watch(kafka: KafkaOffsets, topics: Sequence[str], topic_pattern: str | None = None) -> list[str]:
-    """``topics``, or the topics ``topic_pattern`` matches now (:mod:`kafka_batch_provider.core.topic_patterns`)."""
+    """``topics``, or the topics ``topic_pattern`` matches now (:mod:`kafka_batch_provider.core.topic_patterns`):
+    what a lag check watches, a table per topic plans, a backfill of a pattern replays."""
     if topic_pattern is None:
         return list(topics)
     from kafka_batch_provider.core.topic_patterns import compile_pattern, matching

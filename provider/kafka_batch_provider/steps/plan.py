@@ -46,6 +46,7 @@ from kafka_batch_provider.core.topic_patterns import (
     compile_pattern,
     matching,
     topic_changes,
+    topics_or_pattern,
 )
 from kafka_batch_provider.errors import ConfigError, GroupMismatchError, LogConflictError, ManifestError, PlanError
 from kafka_batch_provider.fail_points import fail_point
@@ -104,12 +105,8 @@ def plan_batch(
         topics at every attempt (:mod:`~kafka_batch_provider.core.topic_patterns`).
     :param recorded: facts the plan and its log entry record (a table per topic: what the pattern found).
     """
+    topics_or_pattern(list(topics) or None, topic_pattern)
     pattern = compile_pattern(topic_pattern) if topic_pattern is not None else None
-    if bool(topics) == (pattern is not None):
-        raise ConfigError(
-            f"give topics ({Setting('topics')}) or a pattern ({Setting('topic_pattern')}), one of the two",
-            setting=Setting("topics"),
-        )
     if not group_id:
         raise ConfigError(f"a consumer group is required ({Setting('group_id')})", setting=Setting("group_id"))
 

@@ -37,7 +37,7 @@ from typing import Any
 from kafka_batch_provider.core.planning import PlanPolicy
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
 from kafka_batch_provider.core.settings import Setting
-from kafka_batch_provider.core.topic_patterns import PATTERN_PLAN_KEY, compile_pattern, matching
+from kafka_batch_provider.core.topic_patterns import PATTERN_PLAN_KEY, compile_pattern, topics_or_pattern
 from kafka_batch_provider.core.write_options import WriteOptions
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError, PlanError
 from kafka_batch_provider.fail_points import fail_point
@@ -47,6 +47,7 @@ from kafka_batch_provider.output.formats import OutputSpec, open_store
 from kafka_batch_provider.output.store import BatchStore, load_plan_file
 from kafka_batch_provider.steps.commit import CommitReady, ready_to_commit, record_committed
 from kafka_batch_provider.steps.guards import changed_topics, group_moved
+from kafka_batch_provider.steps.lag import topics_to_watch
 from kafka_batch_provider.steps.plan import PlanOutcome, ReaderSchemaPin, plan_batch
 from kafka_batch_provider.steps.write import StagedBatch, write_batch
 
@@ -135,18 +136,14 @@ def plan_tables(
     whose log knows the previous batch's topics). A table that cannot be planned is left out, its
     error in :attr:`TablesPlan.failures`.
     """
+    topics_or_pattern(list(topics) or None, topic_pattern)
     pattern = compile_pattern(topic_pattern) if topic_pattern is not None else None
-    if bool(topics) == (pattern is not None):
-        raise ConfigError(
-            f"give topics ({Setting('topics')}) or a pattern ({Setting('topic_pattern')}), one of the two",
-            setting=Setting("topics"),
-        )
     if partitions:
         raise ConfigError(
             f"{Setting('partitions')} chooses partitions of one output; a table per topic ingests every partition",
             setting=Setting("partitions"),
         )
-    names = list(topics) if pattern is None else matching(pattern, kafka.topic_names())
+    names = topics_to_watch(kafka, topics, topic_pattern)
     specs = spec.for_topics(names)  # two topics on one table: refused before anything is opened
     prefetched = PrefetchedOffsets(kafka, group_id, names)
     planned = TablesPlan([], pattern.pattern if pattern else None)
