@@ -26,6 +26,7 @@ from kafka_batch_provider.cli.arguments import (
     add_replay_args,
     add_spark_args,
     add_storage_args,
+    add_topics_or_pattern,
     fraction,
     positive_int,
     positive_seconds,
@@ -109,9 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("lag", help="lag per partition and its health (OK, WARN, STALL, STOP, REWIND, ...)")
     add_kafka_args(p)
     p.add_argument("--group", required=True, help="consumer group")
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--topic", action="append", help="topic, repeatable")
-    which.add_argument("--topic-pattern", metavar="REGEX", help="the topics whose whole name matches, now")
+    add_topics_or_pattern(p, "topic, repeatable", "the topics whose whole name matches, now")
     add_metrics_args(p)
     add_storage_args(
         p,

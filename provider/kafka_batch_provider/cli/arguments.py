@@ -92,14 +92,19 @@ def add_kafka_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_topics_or_pattern(g: Any, topic_help: str, pattern_help: str) -> None:
+    """``--topic`` (repeatable) or ``--topic-pattern``, one of the two required."""
+    which = g.add_mutually_exclusive_group(required=True)
+    which.add_argument("--topic", action="append", help=topic_help)
+    which.add_argument("--topic-pattern", metavar="REGEX", help=pattern_help)
+
+
 def add_plan_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("planning")
-    which = g.add_mutually_exclusive_group(required=True)
-    which.add_argument("--topic", action="append", help="topic to ingest, repeatable")
-    which.add_argument(
-        "--topic-pattern",
-        metavar="REGEX",
-        help="ingest every topic whose whole name matches (resolved at every plan, so a new topic is in the next "
+    add_topics_or_pattern(
+        g,
+        "topic to ingest, repeatable",
+        "ingest every topic whose whole name matches (resolved at every plan, so a new topic is in the next "
         "batch; Kafka's own __ topics never match)",
     )
     g.add_argument("--partition", action="append", type=non_negative_int, help="only these partitions, repeatable")
