@@ -1,6 +1,6 @@
 """How long each area of the suite took, printed at the end, so growth is visible.
 
-An area is the folder under ``tests/`` (unit, integration, faults, bad_input, dags, live). The
+An area is the folder under ``tests/`` (unit, integration, faults, bad_input, dags, live, release). The
 time is each test's set-up, call and tear-down added up, over every xdist worker: the work an
 area costs, not the wall time (two workers share it). The reports reach the process that prints
 the summary also under xdist, so this lives in tests/conftest.py's hooks.
@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 #: The order of the summary line; any other folder comes after these.
-AREAS = ("unit", "integration", "faults", "bad_input", "dags", "live")
+AREAS = ("unit", "integration", "faults", "bad_input", "dags", "live", "release")
 
 
 class AreaDurations:

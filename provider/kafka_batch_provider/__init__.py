@@ -13,7 +13,7 @@ The four steps sit side by side in :mod:`kafka_batch_provider.steps`:
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 
 
 def get_provider_info() -> dict:
