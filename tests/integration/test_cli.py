@@ -374,3 +374,31 @@ def test_a_replay_reaching_deleted_offsets_is_refused_or_lands_what_is_left_with
         expected = [(0, 15)] if name == "by-time" else [(10, 15)]
         assert gap == expected and result["gaps"] == entry["gaps"], f"{name}: expected gap {expected}, found {gap}"
         assert sorted(dataset_keys(Output(str(out)))) == [(topic, 0, o) for o in range(15, 20)], name
+
+
+def test_plan_of_a_table_per_topic_prints_what_it_planned_and_fails_for_a_table_it_could_not(
+    kafka_config, kafka_bootstrap_servers, group_id, tmp_path
+):
+    from kafka_batch_provider.core.group_owner import commit_metadata
+    from kafka_batch_provider.testing.producers import create_topics
+
+    prefix = f"cliplan{os.getpid()}{group_id[-6:]}"
+    good, taken = f"{prefix}.good", f"{prefix}.taken"
+    create_topics(kafka_config, {good: 1, taken: 1})
+    for topic in (good, taken):
+        produce(kafka_config, topic, [Record(0, b"v%d" % i) for i in range(4)])
+    # The group's offset of one topic was committed by another output: its table is refused, not adopted.
+    tp = TopicPartition(taken, 0)
+    KafkaOffsets(kafka_config, timeout=10).commit(group_id, {tp: None}, {tp: 2}, commit_metadata("b-other", "/else"))
+    lake = tmp_path / "lake"
+    common = ["--bootstrap-servers", kafka_bootstrap_servers, "--group", group_id]
+    planned = cli(
+        "plan", *common, "--topic-pattern", rf"{prefix}\..*", "--format", "delta", "--output", f"{lake}/{{topic}}"
+    )
+
+    assert planned.returncode != 0, f"expected a failure for the refused table, got exit 0: {planned.stdout[-500:]}"
+    errors = [line for line in planned.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and f"1 of 2 table(s) not ingested (the others were): topic {taken!r}" in errors[0], errors
+    summary = json.loads(planned.stdout.strip().splitlines()[-1])
+    assert list(summary["tables"]) == [good] and summary["tables"][good]["records"] == 4, summary["tables"]
+    assert list(summary["failed"]) == [taken], summary["failed"]

@@ -19,7 +19,7 @@ from kafka_batch_provider.cli.arguments import (
     reader_schema_request,
     write_options,
 )
-from kafka_batch_provider.cli.console import progress
+from kafka_batch_provider.cli.console import emit, progress
 from kafka_batch_provider.cli.metrics import send_metrics, send_step_metrics
 from kafka_batch_provider.cli.spark_step import spark_submit
 from kafka_batch_provider.core.reconcile import GroupMismatchPolicy
@@ -47,8 +47,12 @@ def plan_tables_step(args: argparse.Namespace, spec: Any, kafka: Any, request: A
 
 def cmd_plan_tables(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
     from kafka_batch_provider.cli.arguments import registry_from
+    from kafka_batch_provider.steps.tables import tables_failed
 
     planned = plan_tables_step(args, spec, offsets_client(args), reader_schema_request(args, registry_from(args)))
+    if planned.failures:  # the plans made stay (the next run uses them); the exit status says not all were
+        emit(planned.summary())
+        raise tables_failed(planned.failures, len(planned.tables) + len(planned.failures))
     return planned.summary()
 
 
