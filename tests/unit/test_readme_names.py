@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 IMPORT = re.compile(r"^\s*from (kafka_batch_provider[\w.]*) import ([\w, ]+)$", re.MULTILINE)
-GUIDES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+GUIDES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def imports_in(path: Path) -> list[tuple[str, str]]:

@@ -26,7 +26,11 @@ from kafka_batch_provider.registry.settings import RegistrySettings, settings_fr
 
 
 class SchemaRegistryHook(BaseHook):
-    """:param schema_registry_conn_id: a ``schema_registry`` connection."""
+    """A Confluent-compatible schema registry's URL and client settings, from a ``schema_registry``
+    connection; ``get_conn`` is the registry client the plan and Spark steps use.
+
+    :param schema_registry_conn_id: a ``schema_registry`` connection.
+    """
 
     conn_name_attr = "schema_registry_conn_id"
     default_conn_name = "schema_registry_default"

@@ -136,6 +136,13 @@ class KafkaSparkBatchOperator(BatchLineage, SparkSubmitOperator):
     (``py_files``), so the cluster needs only the third-party dependencies. Pushes the batch's
     log entry number, row count and location.
 
+    Every ``SparkSubmitOperator`` argument works too (``conf``, ``packages``, ``archives``, ...),
+    among them ``conn_id``, the ``spark`` connection (default ``spark_default``), and
+    ``openlineage_inject_parent_job_info``, which hands the OpenLineage Spark listener this task as
+    its parent job (``spark.openlineage.parent*``; default from ``[openlineage]
+    spark_inject_parent_job_info``). Injecting the transport's settings
+    (``openlineage_inject_transport_info``) is refused: they would be on the command line.
+
     :param plan_task_id: task id of the plan operator (inside a task group: ``group.plan``).
     :param kafka_config_id: the ``kafka`` connection the plan used.
     :param reader: ``python`` (default) or ``jvm``: Spark's Kafka source, whose connector jars
@@ -157,13 +164,8 @@ class KafkaSparkBatchOperator(BatchLineage, SparkSubmitOperator):
         partition-date (default 128).
     :param application: the Spark application file (default: the one installed with this package;
         ``spark_apps/kafka_batch_ingest.py`` in the repository is the same program).
-    :param conn_id: the ``spark`` connection (default ``spark_default``).
     :param output: the same :class:`~kafka_batch_provider.operators.output.BatchOutput` as the
         plan task's: its connections open the output; the format and location come from the plan.
-    :param openlineage_inject_parent_job_info: (the Spark provider's) hand the OpenLineage Spark
-        listener this task as its parent job (``spark.openlineage.parent*``; default from
-        ``[openlineage] spark_inject_parent_job_info``). Injecting the transport's settings is
-        refused: they would be on the command line.
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "plan_task_id")

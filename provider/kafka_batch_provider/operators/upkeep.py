@@ -17,17 +17,16 @@ class KafkaBatchUpkeepOperator(TemplatedOutput, BaseOperator):
     """Keep an output fit for a year of batches; the offsets are never touched.
 
     Delta: ``optimize`` to ``target_file_mb``, a checkpoint, log cleanup and ``vacuum``;
-    Iceberg: snapshot expiry and orphan data files; the Parquet layout: failed attempts'
-    staging folders; every format: plans and Kafka commit records older than the newest
-    ``keep_batches``. It may run while ingestion runs: a batch committing meanwhile is
-    committed again on top of upkeep's commit.
+    Iceberg: snapshot expiry and orphan data files; the Parquet layout: compaction of small batch
+    folders and failed attempts' staging folders; every format: plans and Kafka commit records
+    older than the newest ``keep_batches``. It may run while ingestion runs: a batch committing
+    meanwhile is committed again on top of upkeep's commit. Pushes the report to XCom: files
+    before and after, files compacted, removed, snapshots expired, plans and commit records pruned.
 
     :param output: the ingestion's :class:`~kafka_batch_provider.operators.output.BatchOutput`.
     :param retention_hours: replaced files, old snapshots and failed attempts' files go only
         when older than this (at least 1).
     :param dry_run: count what would be done, change nothing.
-    :returns: (XCom) the report: files before and after, files compacted, removed, snapshots
-        expired, plans and commit records pruned.
     """
 
     template_fields: Sequence[str] = OUTPUT_TEMPLATE_FIELDS
