@@ -18,7 +18,7 @@ export KAFKA_BATCH_TOOLS_DIR ?= $(CURDIR)/.tools
 
 LINTED := provider dags spark_apps tests scripts bench
 
-.PHONY: venv setup jvm-tools-one-by-one test lint bytecode kafka-archive demo bench airflow prereqs browser-prereqs postgres-prereqs azurite jvm-tools constraints clean
+.PHONY: venv setup jvm-tools-one-by-one test lint bytecode kafka-archive demo bench airflow docs dist prereqs browser-prereqs postgres-prereqs azurite jvm-tools constraints clean
 
 prereqs:
 	@scripts/check-prereqs.sh "$(PYTHON)"
@@ -31,7 +31,8 @@ browser-prereqs:
 postgres-prereqs:
 	@scripts/check-postgres.sh
 
-$(STAMP): setup.cfg pyproject.toml constraints.txt scripts/check-prereqs.sh | prereqs
+# The package's __init__.py holds the version the editable install's metadata carries.
+$(STAMP): setup.cfg pyproject.toml constraints.txt provider/kafka_batch_provider/__init__.py scripts/check-prereqs.sh | prereqs
 	@echo "== creating $(VENV) and installing pinned dependencies (constraints.txt)"
 	$(PYTHON) -m venv $(VENV)
 	@# uv installs the same pinned set as pip, faster (45 s against 59 s measured), with the
@@ -121,6 +122,18 @@ airflow: prereqs venv jvm-tools
 bench: prereqs venv jvm-tools
 	$(BIN)/python bench/bench.py $(BENCH_ARGS)
 
+# The documentation site (mkdocs.yml, docs/) built into site/, offline; strict: a broken link,
+# anchor or docstring fails it. tests/release/test_docs_site.py builds it too, in the suite.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --clean --quiet
+
+# The release's sdist and wheel in dist/ (the wheel built from the sdist, as a release builds it;
+# setuptools pinned by constraints.txt). tests/release/test_wheel.py builds, checks and installs them.
+dist: venv
+	rm -rf dist
+	$(BIN)/uv build --quiet --build-constraint constraints.txt --out-dir dist
+	$(BIN)/python -m twine check --strict dist/*
+
 # Re-pin after changing dependencies in setup.cfg (needs the package registry).
 constraints: venv
 	@{ echo "# Exact versions for 'pip install -c constraints.txt' (Airflow's constraints style)."; \
@@ -129,4 +142,4 @@ constraints: venv
 	mv constraints.txt.new constraints.txt
 
 clean:
-	rm -rf $(VENV) .airflow .airflow-live .kafka-batch .demo .bench .pytest_cache
+	rm -rf $(VENV) .airflow .airflow-live .kafka-batch .demo .bench .pytest_cache site dist
