@@ -290,7 +290,7 @@ def test_a_range_that_cannot_be_completed_fails_naming_it_and_publishes_nothing(
 
 def test_readers_never_see_a_batch_twice_or_in_part(spark, kafka_config, new_topic, group_id, local_output):
     # Local disks publish by one rename: readers see all of a batch or none of it. (On an
-    # object store a reader listing the folder mid-publish may see part of a batch: README.)
+    # object store a reader listing the folder mid-publish may see part of a batch: docs/formats.md.)
     topic = new_topic(partitions=2)
     produce(kafka_config, topic, sample_records(2, 2000))
     observations: list[str] = []

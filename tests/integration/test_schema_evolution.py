@@ -17,7 +17,7 @@ batch either
   same way), with nothing changed: the output's log, the table's version and the group's offsets
   as they were. That output's chain ends there (its plan stays pending, as a user would find it).
 
-What each change does in each format is :func:`outcome`; the README's evolution table says the same.
+What each change does in each format is :func:`outcome`; the evolution table of docs/formats.md says the same.
 A fixed seed per chain runs in ``make test``; ``KAFKA_BATCH_EVOLUTION_SEEDS=N`` runs N seeds per
 chain (the longer run before a release).
 """

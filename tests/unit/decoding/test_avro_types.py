@@ -1,4 +1,4 @@
-"""Every row of the Avro -> Arrow mapping (README, "Typed columns")."""
+"""Every row of the Avro -> Arrow mapping (docs/formats.md, "Typed values from a schema registry")."""
 
 from __future__ import annotations
 

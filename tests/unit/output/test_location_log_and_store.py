@@ -48,7 +48,7 @@ def test_bad_outputs_are_refused_with_one_line(output, message):
 
 
 def test_delta_rs_settings_in_the_storage_options_do_not_reach_the_filesystem():
-    """``delta_options`` (the README's DynamoDB lock) is for delta-rs: s3fs refused the whole output."""
+    """``delta_options`` (docs/formats.md's DynamoDB lock) is for delta-rs: s3fs refused the whole output."""
     options = {
         "key": "k",
         "secret": "s",
