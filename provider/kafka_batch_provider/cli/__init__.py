@@ -46,7 +46,7 @@ log = logging.getLogger("kafka_batch_provider")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="kafka-batch", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="kafka-batch", description=__doc__.splitlines()[0].replace("``", ""))
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and librdkafka logs")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
