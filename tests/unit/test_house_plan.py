@@ -1,0 +1,89 @@
+"""The package's house plan, drawn from its own imports: no import cycle between modules, and its
+rooms (each top-level folder or module of ``kafka_batch_provider``) stacked in at most ten floors,
+each room importing only rooms below it (docs/code.md is the map).
+
+Every import counts, also one inside a function (it still ties the two modules together); an
+import of a package counts as one of its ``__init__``.
+"""
+
+from __future__ import annotations
+
+import ast
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+PACKAGE = "kafka_batch_provider"
+ROOT = Path(__file__).resolve().parents[2] / "provider" / PACKAGE
+MAX_FLOORS = 10
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def imported(name: str, path: Path) -> set[str]:
+    """The package's modules ``name`` imports (a name imported from a module is that module)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in MODULES:  # kafka_batch_provider.core.plan.Plan -> ...core.plan
+                target = target.rpartition(".")[0]
+            if target.startswith(PACKAGE) and target != name:
+                found.add(target)
+    return found
+
+
+GRAPH = {name: imported(name, path) for name, path in MODULES.items()}
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_the_imports_were_read():
+    assert len(MODULES) > 100 and sum(map(len, GRAPH.values())) > 300, (
+        f"expected the package's modules and imports, found {len(MODULES)} modules"
+    )
+
+
+def test_no_import_cycle_between_modules():
+    # A package's __init__ importing its own modules is how a package shows its names, not a cycle.
+    graph = {module: {t for t in targets if not t.startswith(module + ".")} for module, targets in GRAPH.items()}
+    try:
+        tuple(TopologicalSorter(graph).static_order())
+    except CycleError as cycle:
+        raise AssertionError(f"expected no import cycle, found {' -> '.join(cycle.args[1])}") from None
+
+
+def test_rooms_stack_in_at_most_ten_floors_with_no_import_back_up():
+    rooms: dict[str, set[str]] = {}
+    for module, targets in GRAPH.items():
+        rooms.setdefault(room(module), set()).update(room(t) for t in targets if room(t) != room(module))
+    try:
+        order = tuple(TopologicalSorter(rooms).static_order())
+    except CycleError as cycle:
+        raise AssertionError(f"expected rooms to import only rooms below, found a circle {cycle.args[1]}") from None
+    floor: dict[str, int] = {}
+    for name in order:  # each room one floor above the highest room it imports
+        floor[name] = 1 + max((floor[r] for r in rooms[name]), default=0)
+    top = max(floor.values())
+    assert top <= MAX_FLOORS, f"expected at most {MAX_FLOORS} floors, found {top}: " + ", ".join(
+        f"{name} {n}" for name, n in sorted(floor.items(), key=lambda item: -item[1])[:5]
+    )
