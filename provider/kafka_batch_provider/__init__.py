@@ -13,7 +13,7 @@ The four steps sit side by side in :mod:`kafka_batch_provider.steps`:
 
 from __future__ import annotations
 
-__version__ = "1.0.0"
+from kafka_batch_provider._version import __version__
 
 
 def get_provider_info() -> dict:

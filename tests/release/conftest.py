@@ -70,6 +70,10 @@ def base_environ() -> dict[str, str]:
     return env
 
 
+#: uv's hint when ``--offline`` lacked a package in its cache (any other failure is the answer).
+OFFLINE_MISS = "the network was disabled"
+
+
 @dataclass
 class Timed:
     """A step's command lines, whether uv used only its cache, and the seconds it took."""
@@ -88,7 +92,7 @@ class Timed:
             result = subprocess.run(
                 command, cwd=cwd, env=base_environ(), capture_output=True, text=True, timeout=timeout
             )
-            if result.returncode != 0:
+            if result.returncode != 0 and OFFLINE_MISS in result.stderr:  # not cached: from the index
                 self.offline = False
                 self.offline_failure = tail(result, 6)
                 command = [uv_executable(), *args]

@@ -110,6 +110,21 @@ def test_the_site_builds_strict_and_says_what_the_code_says(tmp_path):
     assert named == [version], (
         f"expected Getting started to install the package's version {version}, it names {named or 'none'}"
     )
+    # Every version the front page and the guide name beside the package, its wheel or `version`.
+    mentions = {
+        f"{path.relative_to(ROOT)}: {found}"
+        for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+        for found in VERSION_MENTION.findall(path.read_text())
+        if found != version
+    }
+    assert not mentions, f"expected every mention of the package's version to be {version}, found {sorted(mentions)}"
+
+
+#: A version beside the distribution's name, its wheel's file name, or "version" in prose.
+VERSION_MENTION = re.compile(
+    r"(?:airflow-provider-kafka-batch\S*?==|airflow_provider_kafka_batch-|airflow-provider-kafka-batch` |version )"
+    r"(\d+\.\d+\.\d+)"
+)
 
 
 def test_the_readme_is_a_short_front_page_whose_links_resolve():

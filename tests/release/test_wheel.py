@@ -150,8 +150,8 @@ def test_the_wheel_metadata_names_the_version_entry_points_and_requirements_of_s
     assert (metadata["Name"], metadata["Version"]) == (DIST_NAME, VERSION), (
         f"expected {DIST_NAME} {VERSION} ({PACKAGE}.__version__), found {metadata['Name']} {metadata['Version']}"
     )
-    assert metadata["Requires-Python"] == ">=3.10", (
-        f"expected Requires-Python >=3.10, found {metadata['Requires-Python']}"
+    assert metadata["Requires-Python"] == ">=3.11", (
+        f"expected Requires-Python >=3.11, found {metadata['Requires-Python']}"
     )
     assert top_level == [PACKAGE], f"expected top_level.txt to name {PACKAGE} only, found {top_level}"
     scripts = dict(entry_points["console_scripts"]) if entry_points.has_section("console_scripts") else {}
