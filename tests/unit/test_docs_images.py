@@ -7,13 +7,35 @@ nobody retakes would drift from the product; one retaken before its checks could
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PICTURES = sorted((ROOT / "docs" / "images").glob("*.png"))
-TESTS = {path: path.read_text() for path in (ROOT / "tests").rglob("*.py") if path.name != Path(__file__).name}
+SOURCES = {path: path.read_text() for path in (ROOT / "tests").rglob("*.py") if path != Path(__file__).resolve()}
+
+
+def is_check(node: ast.AST) -> bool:
+    """An ``assert``, or a Playwright ``expect(...)`` (which waits for the page to show a state)."""
+    if isinstance(node, ast.Assert):
+        return True
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "expect"
+
+
+def publishers(picture: str) -> list[tuple[Path, ast.FunctionDef, ast.Call]]:
+    """Each ``shutil.copy(..., <.../picture>)`` of a test file, with the function it is in."""
+    found = []
+    for path, text in SOURCES.items():
+        if f'"{picture}"' not in text:
+            continue
+        for function in (n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)):
+            for call in (n for n in ast.walk(function) if isinstance(n, ast.Call)):
+                named = ast.unparse(call.func) == "shutil.copy" and len(call.args) == 2
+                if named and f"'{picture}'" in ast.unparse(call.args[1]):
+                    found.append((path, function, call))
+    return found
 
 
 def test_the_docs_have_pictures():
@@ -22,19 +44,11 @@ def test_the_docs_have_pictures():
 
 @pytest.mark.parametrize("picture", PICTURES, ids=[p.name for p in PICTURES])
 def test_each_picture_is_published_by_a_test_after_its_checks(picture):
-    takers = [path for path, text in TESTS.items() if f'"{picture.name}"' in text]
-    assert takers, f"expected a test that takes docs/images/{picture.name}, found none"
-    for path in takers:
-        text = TESTS[path]
-        copy = text.rfind('environ.get("KAFKA_BATCH_UPDATE_DOCS_IMAGES")')
-        assert copy != -1, f"{path.relative_to(ROOT)} names {picture.name} but never publishes it"
-        start = text.rfind("\ndef ", 0, copy)
-        end = text.find("\ndef ", copy)
-        before, after = text[start:copy], text[copy : end if end != -1 else len(text)]
-        assert "assert " in before or "expect(" in before, (
-            f"{path.relative_to(ROOT)} publishes {picture.name} before checking anything it shows"
-        )
-        assert "assert " not in after and "expect(" not in after, (
-            f"{path.relative_to(ROOT)} publishes {picture.name} before the last of its checks: expected the copy to "
-            "come after every check of the function that takes it"
-        )
+    found = publishers(picture.name)
+    assert found, f"expected a test that copies its picture to docs/images/{picture.name}, found none"
+    for path, function, copy in found:
+        where = f"{path.relative_to(ROOT)}:{copy.lineno} ({function.name})"
+        checks = [n.lineno for n in ast.walk(function) if is_check(n)]
+        assert any(line < copy.lineno for line in checks), f"{where} publishes {picture.name} before any check"
+        later = [line for line in checks if line > copy.lineno]
+        assert not later, f"{where} publishes {picture.name} before the checks on lines {later}: expected it last"
