@@ -36,6 +36,15 @@ def test_a_lag_trigger_serialized_by_an_earlier_build_waits_on_with_its_output()
     assert KafkaLagTrigger(**kwargs).serialize() == trigger.serialize(), "its new form rebuilds the same trigger"
 
 
+def test_a_lag_trigger_an_earlier_build_serialized_without_an_output_waits_on_without_one():
+    # The sensor had no output: its parts were serialized with their defaults only.
+    no_output = {**EARLIER, "output_path": None, "storage_conn_id": None, "output_format": "parquet"}
+    trigger = KafkaLagTrigger(**no_output)
+    assert trigger.output is None, f"expected no output, found {trigger.output}"
+    _, kwargs = trigger.serialize()
+    assert kwargs["output"] is None and "output_format" not in kwargs, f"serialized anew: {kwargs}"
+
+
 @pytest.mark.parametrize("cls", [KafkaLagTrigger, KafkaLagEventTrigger])
 def test_an_argument_no_build_serialized_is_refused_in_one_line_saying_what_to_do(cls):
     with pytest.raises(ConfigError) as refused:

@@ -96,7 +96,7 @@ def with_earlier_arguments(
             "airflow-provider-kafka-batch; clear the deferred task so that it defers again with this version"
         )
     parts = {k: v for k, v in earlier.items() if v is not None}
-    if not parts:
+    if not parts.get("output_path") and not parts.get("table"):  # a sensor without an output: its defaults only
         return dict(output) if output else None
     return {**parts, **dict(output or {})}
 
