@@ -119,6 +119,15 @@ def test_the_site_builds_strict_and_says_what_the_code_says(tmp_path):
     }
     assert not mentions, f"expected every mention of the package's version to be {version}, found {sorted(mentions)}"
 
+    # The front page's links into the guide land on a heading that exists (GitHub shows the same ids).
+    readme = (ROOT / "README.md").read_text()
+    missing = [
+        f"{page}.md#{anchor}"
+        for page, anchor in re.findall(r"\]\(docs/([\w/-]+)\.md#([\w-]+)\)", readme)
+        if f'id="{anchor}"' not in built_page(site, f"{page}.md").read_text()
+    ]
+    assert not missing, f"expected each README link's anchor to be a heading of its page; missing: {missing}"
+
 
 #: A version beside the distribution's name, its wheel's file name, or "version" in prose.
 VERSION_MENTION = re.compile(
