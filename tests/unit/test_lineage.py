@@ -262,6 +262,35 @@ def test_only_the_spark_task_names_the_output_and_its_statistics(kafka_connectio
     assert committed["run"]["facets"][OFFSETS_FACET]["ranges"] == SUMMARY["ranges"]
 
 
+def test_a_table_per_topic_names_each_topic_with_a_batch_and_the_spark_task_each_table(kafka_connection):
+    from kafka_batch_provider.operators.commit import KafkaOffsetCommitOperator
+    from kafka_batch_provider.operators.output import BatchOutput
+    from kafka_batch_provider.operators.spark import KafkaSparkBatchOperator
+
+    planned = {"plan_path": "/lake/x/_plans/1.json", "records": 5}
+    summary = {  # what tables_xcom pushes: two tables with a batch, one idle (not listed), one refused
+        "per_topic": True,
+        "pattern": "shop\\..*",
+        "tables": {"shop.orders": {**planned, "table": "/lake/shop.orders"}, "shop.refunds": dict(planned)},
+        "failed": {"shop.payments": {"error": "GroupMismatchError", "message": "moved"}},
+        "idle_tables": 1,
+        "output": {"format": "delta", "output": "/lake/{topic}"},
+        "output_path": "/lake/{topic}",
+        "dry_run": False,
+    }
+    spark = KafkaSparkBatchOperator(task_id="spark", plan_task_id="plan", output=BatchOutput())
+    written = lineage_of(spark, RunningTask({"plan": summary}))
+    topics = [(d["namespace"], d["name"]) for d in written["inputs"]]
+    assert topics == [("kafka://b1:9092", "shop.orders"), ("kafka://b1:9092", "shop.refunds")], topics
+    tables = [(d["namespace"], d["name"]) for d in written["outputs"]]
+    assert tables == [("file", "/lake/shop.orders"), ("file", "/lake/shop.refunds")], tables
+    assert OFFSETS_FACET not in written["run"].get("facets", {}), "each table's batch has its own offsets"
+
+    commit = KafkaOffsetCommitOperator(task_id="commit", plan_task_id="plan", output=BatchOutput())
+    committed = lineage_of(commit, RunningTask({"plan": summary}))
+    assert committed["outputs"] == [] and len(committed["inputs"]) == 2, committed
+
+
 @pytest.mark.parametrize(
     "summary, why",
     [

@@ -19,6 +19,9 @@ An event carries:
 * the ``kafkaBatchOffsets`` run facet: batch id, log sequence number, mode and each
   partition's range (no standard facet carries Kafka offsets); none for a dry run or a plan
   with nothing new.
+
+With a table per topic the tasks name the topics with a batch, and the Spark task each one's
+table (no statistics and no offsets facet: each table's batch carries its own in its asset event).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class BatchFacts:
     entry: Mapping[str, Any] | None = None  # the batch's log entry, once written
     wrote: bool = False  # the task that wrote the batch (Spark): its statistics, version and schema
     schema: Any = None  # the Arrow schema of the batch's files, once written
+    tables: list[BatchFacts] = field(default_factory=list)  # a table per topic: each table's own
 
 
 class BatchLineage:
@@ -122,9 +126,13 @@ def planned_task_facts(task: Any, task_instance: Any, wrote: bool) -> BatchFacts
     """A Spark (``wrote``) or commit task's batch: the plan's XCom, and once written the batch's
     log entry (:attr:`BatchLineage.lineage_entry`); the Spark task adds the output and its files'
     schema (the only one to read the output's connections)."""
+    from kafka_batch_provider.operators.tables import is_per_topic
+
     ti = running_task_instance(task_instance)
     summary = ti.xcom_pull(task_ids=task.plan_task_id)
     bootstrap = bootstrap_servers_of(task.kafka_config_id)
+    if is_per_topic(summary):
+        return tables_facts(task, summary, bootstrap, wrote)
     if not summary or not summary.get("plan_path") or summary.get("dry_run"):  # no batch to name
         return BatchFacts(bootstrap, [], None)
     topics = sorted({r["topic"] for r in summary.get("ranges") or ()})
@@ -142,6 +150,18 @@ def planned_task_facts(task: Any, task_instance: Any, wrote: bool) -> BatchFacts
         wrote=True,
         schema=batch_schema(spec, entry) if entry and entry.get("files") else None,
     )
+
+
+def tables_facts(task: Any, summary: Mapping[str, Any], bootstrap: str | None, wrote: bool) -> BatchFacts:
+    """A table per topic: the topics with a batch and, for the Spark task, each one's table. No
+    offsets facet and no statistics: each table's batch has its own, in its asset event (reading
+    hundreds of tables' logs is no work for a lineage call)."""
+    topics = sorted(topic for topic, facts in (summary.get("tables") or {}).items() if facts.get("plan_path"))
+    if not wrote or not topics:
+        return BatchFacts(bootstrap, topics, None)
+    specs = task.batch_output.planned(summary).spec().for_topics(topics)
+    tables = [BatchFacts(bootstrap, [t], specs[t].describe(), specs[t].catalog_properties) for t in topics]
+    return BatchFacts(bootstrap, topics, None, tables=tables)
 
 
 def batch_schema(spec: Any, entry: Mapping[str, Any]) -> Any:
@@ -211,6 +231,8 @@ def output_datasets(facts: BatchFacts) -> list[Any]:
 
     from kafka_batch_provider.operators.assets import output_asset_uri
 
+    if facts.tables:
+        return [dataset for table in facts.tables for dataset in output_datasets(table)]
     if not facts.output or not (facts.output.get("output") or facts.output.get("table")):
         return []
     namespace, name = dataset_name(output_asset_uri(facts.output, facts.catalog_properties))
