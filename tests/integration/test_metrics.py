@@ -135,3 +135,43 @@ def test_the_operators_metrics_reach_an_otlp_receiver_through_airflows_own_stats
     assert points["airflow.kafka_batch.lag.health"][0] == 3, points
     assert points["airflow.kafka_batch.lag.health"][1].get("status") == "STALL", points
     assert points["airflow.kafka_batch.lag.records"][0] == 7, points
+
+
+def test_the_operators_metrics_reach_a_statsd_server_through_airflows_own_stats(monkeypatch):
+    """Airflow's ``[metrics] statsd_on`` (its StatsD client, the ``statsd`` package): what the
+    operators send through ``Stats`` reaches a StatsD server under the deployment's prefix, without
+    its tags (plain StatsD has none: docs/many-topics.md says to use OpenTelemetry or DogStatsD)."""
+    from airflow.sdk._shared.observability.metrics import stats
+    from airflow.sdk.observability.metrics import stats_utils
+
+    from kafka_batch_provider.core.metrics import health_metrics
+    from kafka_batch_provider.metrics import emit
+    from kafka_batch_provider.metrics.airflow_stats import AirflowStatsSink
+
+    server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    server.bind(("127.0.0.1", 0))
+    server.settimeout(10)
+    settings = {"STATSD_ON": "True", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": str(server.getsockname()[1]),
+                "STATSD_PREFIX": "airflow"}  # fmt: skip
+    for key, value in settings.items():
+        monkeypatch.setenv(f"AIRFLOW__METRICS__{key}", value)
+    stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=False)  # as the task runner does
+    lines: list[str] = []
+    try:
+        report = {"group_id": "g", "status": "STALL", "partitions": [{"topic": "orders", "lag": 7}]}
+        assert emit(health_metrics(report, "s3://lake/orders"), [AirflowStatsSink()]) == 1
+        wanted = {"airflow.kafka_batch.lag.records", "airflow.kafka_batch.lag.health"}
+        while not wanted <= {line.split(":")[0] for line in lines}:
+            try:
+                lines.extend(server.recv(65536).decode().splitlines())
+            except TimeoutError:
+                raise AssertionError(
+                    f"expected airflow.kafka_batch.lag.* lines within 10 s, received {lines}"
+                ) from None
+    finally:
+        stats.initialize(factory=stats_utils.NoStatsLogger, export_legacy_names=False)
+        server.close()
+    gauges = {name: value.split("|") for name, value in (line.split(":", 1) for line in lines)}
+    health, records = gauges["airflow.kafka_batch.lag.health"], gauges["airflow.kafka_batch.lag.records"]
+    assert (float(health[0]), health[1]) == (3, "g"), f"expected the gauge lag.health 3 (STALL), found {lines}"
+    assert (float(records[0]), records[1]) == (7, "g"), f"expected the gauge lag.records 7, found {lines}"
