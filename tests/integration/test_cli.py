@@ -376,7 +376,7 @@ def test_a_replay_reaching_deleted_offsets_is_refused_or_lands_what_is_left_with
         assert sorted(dataset_keys(Output(str(out)))) == [(topic, 0, o) for o in range(15, 20)], name
 
 
-def test_plan_of_a_table_per_topic_prints_what_it_planned_and_fails_for_a_table_it_could_not(
+def test_plan_and_run_of_a_table_per_topic_print_what_they_did_and_fail_for_a_table_they_could_not(
     kafka_config, kafka_bootstrap_servers, group_id, tmp_path
 ):
     from kafka_batch_provider.core.group_owner import commit_metadata
@@ -398,7 +398,20 @@ def test_plan_of_a_table_per_topic_prints_what_it_planned_and_fails_for_a_table_
 
     assert planned.returncode != 0, f"expected a failure for the refused table, got exit 0: {planned.stdout[-500:]}"
     errors = [line for line in planned.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and f"1 of 2 table(s) not ingested (the others were): topic {taken!r}" in errors[0], errors
+    assert len(errors) == 1 and f"1 of 2 table(s) not planned (the others were): topic {taken!r}" in errors[0], errors
     summary = json.loads(planned.stdout.strip().splitlines()[-1])
     assert list(summary["tables"]) == [good] and summary["tables"][good]["records"] == 4, summary["tables"]
     assert list(summary["failed"]) == [taken], summary["failed"]
+
+    # run: the good table written and committed (its plan reused), the refused one named after.
+    ran = cli(
+        "run", *common, "--topic-pattern", rf"{prefix}\..*", "--format", "delta", "--output", f"{lake}/{{topic}}",
+        "--spark-master", "local[1]", timeout=600,
+    )  # fmt: skip
+    errors = [line for line in ran.stderr.splitlines() if line.startswith("error: ")]
+    assert ran.returncode != 0 and len(errors) == 1, f"expected one error line, got exit {ran.returncode}: {errors}"
+    assert f"1 of 2 table(s) not ingested (the others were): topic {taken!r}" in errors[0], errors
+    result = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert (list(result["committed"]), result["rows"], list(result["failed"])) == ([good], 4, [taken]), result
+    found = KafkaOffsets(kafka_config, timeout=10).committed_offsets(group_id, [TopicPartition(good, 0), tp])
+    assert found == {TopicPartition(good, 0): 4, tp: 2}, f"expected the good table committed, the other left: {found}"

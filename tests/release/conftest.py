@@ -70,8 +70,9 @@ def base_environ() -> dict[str, str]:
     return env
 
 
-#: uv's hint when ``--offline`` lacked a package in its cache (any other failure is the answer).
-OFFLINE_MISS = "the network was disabled"
+#: What uv says when ``--offline`` lacked something in its cache, a package or a file (lower case;
+#: any other failure is the answer).
+OFFLINE_MISSES = ("the network was disabled", "network connectivity is disabled")
 
 
 @dataclass
@@ -92,7 +93,8 @@ class Timed:
             result = subprocess.run(
                 command, cwd=cwd, env=base_environ(), capture_output=True, text=True, timeout=timeout
             )
-            if result.returncode != 0 and OFFLINE_MISS in result.stderr:  # not cached: from the index
+            missed = any(miss in result.stderr.lower() for miss in OFFLINE_MISSES)
+            if result.returncode != 0 and missed:  # not cached: from the index
                 self.offline = False
                 self.offline_failure = tail(result, 6)
                 command = [uv_executable(), *args]

@@ -24,17 +24,24 @@ def is_check(node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "expect"
 
 
-def publishers(picture: str) -> list[tuple[Path, ast.FunctionDef, ast.Call]]:
-    """Each ``shutil.copy(..., <.../picture>)`` of a test file, with the function it is in."""
+def publishers(picture: str) -> list[tuple[Path, ast.FunctionDef, ast.Call, bool]]:
+    """Each ``shutil.copy(..., <.../picture>)`` of a test file, with the function it is in and
+    whether it runs only under ``if ... KAFKA_BATCH_UPDATE_DOCS_IMAGES ...:``."""
     found = []
     for path, text in SOURCES.items():
         if f'"{picture}"' not in text:
             continue
         for function in (n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)):
+            gated = {
+                id(inner)
+                for block in ast.walk(function)
+                if isinstance(block, ast.If) and "KAFKA_BATCH_UPDATE_DOCS_IMAGES" in ast.unparse(block.test)
+                for inner in ast.walk(block)
+            }
             for call in (n for n in ast.walk(function) if isinstance(n, ast.Call)):
                 named = ast.unparse(call.func) == "shutil.copy" and len(call.args) == 2
                 if named and f"'{picture}'" in ast.unparse(call.args[1]):
-                    found.append((path, function, call))
+                    found.append((path, function, call, id(call) in gated))
     return found
 
 
@@ -46,8 +53,11 @@ def test_the_docs_have_pictures():
 def test_each_picture_is_published_by_a_test_after_its_checks(picture):
     found = publishers(picture.name)
     assert found, f"expected a test that copies its picture to docs/images/{picture.name}, found none"
-    for path, function, copy in found:
+    for path, function, copy, gated in found:
         where = f"{path.relative_to(ROOT)}:{copy.lineno} ({function.name})"
+        assert gated, (
+            f"{where} copies {picture.name} into docs/ on every run, not only with KAFKA_BATCH_UPDATE_DOCS_IMAGES"
+        )
         checks = [n.lineno for n in ast.walk(function) if is_check(n)]
         assert any(line < copy.lineno for line in checks), f"{where} publishes {picture.name} before any check"
         later = [line for line in checks if line > copy.lineno]

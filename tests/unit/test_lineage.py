@@ -265,6 +265,7 @@ def test_only_the_spark_task_names_the_output_and_its_statistics(kafka_connectio
 def test_a_table_per_topic_names_each_topic_with_a_batch_and_the_spark_task_each_table(kafka_connection):
     from kafka_batch_provider.operators.commit import KafkaOffsetCommitOperator
     from kafka_batch_provider.operators.output import BatchOutput
+    from kafka_batch_provider.operators.plan import KafkaOffsetPlanOperator
     from kafka_batch_provider.operators.spark import KafkaSparkBatchOperator
 
     planned = {"plan_path": "/lake/x/_plans/1.json", "records": 5}
@@ -289,6 +290,14 @@ def test_a_table_per_topic_names_each_topic_with_a_batch_and_the_spark_task_each
     commit = KafkaOffsetCommitOperator(task_id="commit", plan_task_id="plan", output=BatchOutput())
     committed = lineage_of(commit, RunningTask({"plan": summary}))
     assert committed["outputs"] == [] and len(committed["inputs"]) == 2, committed
+
+    plan = KafkaOffsetPlanOperator(
+        task_id="plan", topics=["shop.orders", "shop.refunds", "shop.payments", "shop.idle"], group_id="g",
+        output=BatchOutput(output_format="delta", output_path="/lake/{topic}"),
+    )  # fmt: skip
+    planning = lineage_of(plan, RunningTask({"plan": summary}))
+    assert [d["name"] for d in planning["inputs"]] == ["shop.orders", "shop.refunds"], planning["inputs"]
+    assert planning["outputs"] == [] and OFFSETS_FACET not in planning["run"].get("facets", {}), planning
 
 
 @pytest.mark.parametrize(

@@ -52,14 +52,14 @@ def cmd_plan_tables(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
     planned = plan_tables_step(args, spec, offsets_client(args), reader_schema_request(args, registry_from(args)))
     if planned.failures:  # the plans made stay (the next run uses them); the exit status says not all were
         emit(planned.summary())
-        raise tables_failed(planned.failures, len(planned.tables) + len(planned.failures))
+        raise tables_failed(planned.failures, len(planned.tables) + len(planned.failures), "planned")
     return planned.summary()
 
 
 def cmd_run_tables(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
     """plan, one Spark job, one commit; the tables that could not be planned or committed are named
     in one line at the end, after the others were ingested."""
-    from kafka_batch_provider.steps.tables import commit_tables, tables_failed
+    from kafka_batch_provider.steps.tables import commit_tables, failure_of, tables_failed
 
     options, registry = write_options(args)
     check_table_per_topic(options)
@@ -73,7 +73,8 @@ def cmd_run_tables(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
     result = planned.summary()
     tables = len(planned.tables) + len(planned.failures)
     if not busy:
-        if planned.failures:
+        if planned.failures:  # what the run did (nothing) on stdout, then the tables it could not plan
+            emit({**result, "committed": {}, "skipped": True, "timings": timings})
             raise tables_failed(planned.failures, tables)
         return {**result, "committed": {}, "skipped": True, "timings": timings}
     fail_point("after-plan")
@@ -96,9 +97,11 @@ def cmd_run_tables(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
     send_step_metrics(sinks, args.group, spec.table or spec.output, timings)  # each table's entry holds the job's
     progress(f"committed {len(done.committed)} table(s), {rows} rows, for group {args.group}")
     failures = {**planned.failures, **done.failures}
-    if failures:
+    finished = {**result, "rows": rows, "committed": done.committed, "skipped": False, "timings": timings}
+    if failures:  # what was committed on stdout, as plan does, then the tables that were not
+        emit({**finished, "failed": {topic: failure_of(exc) for topic, exc in failures.items()}})
         raise tables_failed(failures, tables)
-    return {**result, "rows": rows, "committed": done.committed, "skipped": False, "timings": timings}
+    return finished
 
 
 def write_tables_with_spark(

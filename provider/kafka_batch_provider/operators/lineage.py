@@ -103,13 +103,16 @@ def plan_task_facts(task: Any, task_instance: Any) -> BatchFacts:
     """A plan task's batch: its topics, and its plan once made (none for a dry run or a plan with
     nothing new)."""
     from kafka_batch_provider.core.validation import check_topics
+    from kafka_batch_provider.operators.tables import is_per_topic
     from kafka_batch_provider.operators.xcom import as_list
 
     summary = getattr(task, "lineage_summary", None)
     if summary is None and task_instance is not None:
         summary = task_instance.xcom_pull(task_ids=task.task_id)
     planned = bool(summary and summary.get("plan_path") and not summary.get("dry_run"))
-    if getattr(task, "topic_pattern", None) is not None:  # the topics the pattern matched for this batch
+    if is_per_topic(summary):  # the topics with a batch, as the Spark and commit tasks name them
+        topics = sorted(t for t, facts in (summary.get("tables") or {}).items() if facts.get("plan_path"))
+    elif getattr(task, "topic_pattern", None) is not None:  # the topics the pattern matched for this batch
         found = summary or {}
         topics = sorted({r["topic"] for r in found.get("ranges") or ()} | set(found.get("tables") or ()))
     else:

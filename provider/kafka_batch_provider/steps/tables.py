@@ -300,13 +300,14 @@ def prefixed(progress: Progress, name: str) -> Progress:
     return lambda line: progress(f"{name}: {line}")
 
 
-def tables_failed(failures: Mapping[str, KafkaBatchError], of: int) -> KafkaBatchError:
-    """One line for the tables a run could not ingest: the first failure (a terminal one before a
-    transient one) keeps its class, so retries decide as for that table alone."""
+def tables_failed(failures: Mapping[str, KafkaBatchError], of: int, step: str = "ingested") -> KafkaBatchError:
+    """One line for the tables a run could not ingest (or a plan could not plan: ``step``): the
+    first failure (a terminal one before a transient one) keeps its class, so retries decide as for
+    that table alone."""
     topic, first = sorted(failures.items(), key=lambda item: (item[1].transient, item[0]))[0]
     others = sorted(set(failures) - {topic})
     also = f"; also {', '.join(map(repr, others[:5]))}{' ...' if len(others) > 5 else ''}" if others else ""
-    first.args = (f"{len(failures)} of {of} table(s) not ingested (the others were): topic {topic!r}: {first}{also}",)
+    first.args = (f"{len(failures)} of {of} table(s) not {step} (the others were): topic {topic!r}: {first}{also}",)
     return first
 
 
