@@ -111,10 +111,9 @@ def plan_task_facts(task: Any, task_instance: Any) -> BatchFacts:
         summary = task_instance.xcom_pull(task_ids=task.task_id)
     planned = bool(summary and summary.get("plan_path") and not summary.get("dry_run"))
     if is_per_topic(summary):  # the topics with a batch, as the Spark and commit tasks name them
-        topics = sorted(t for t, facts in (summary.get("tables") or {}).items() if facts.get("plan_path"))
-    elif getattr(task, "topic_pattern", None) is not None:  # the topics the pattern matched for this batch
-        found = summary or {}
-        topics = sorted({r["topic"] for r in found.get("ranges") or ()} | set(found.get("tables") or ()))
+        return tables_facts(task, summary, bootstrap_servers_of(task.kafka_config_id), wrote=False)
+    if getattr(task, "topic_pattern", None) is not None:  # the topics the pattern matched for this batch
+        topics = sorted({r["topic"] for r in (summary or {}).get("ranges") or ()})
     else:
         topics = check_topics(as_list(task.topics))
     return BatchFacts(
@@ -159,7 +158,9 @@ def tables_facts(task: Any, summary: Mapping[str, Any], bootstrap: str | None, w
     """A table per topic: the topics with a batch and, for the Spark task, each one's table. No
     offsets facet and no statistics: each table's batch has its own, in its asset event (reading
     hundreds of tables' logs is no work for a lineage call)."""
-    topics = sorted(topic for topic, facts in (summary.get("tables") or {}).items() if facts.get("plan_path"))
+    from kafka_batch_provider.operators.tables import plan_paths
+
+    topics = sorted(plan_paths(summary))
     if not wrote or not topics:
         return BatchFacts(bootstrap, topics, None)
     specs = task.batch_output.planned(summary).spec().for_topics(topics)

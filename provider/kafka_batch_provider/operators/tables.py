@@ -33,6 +33,13 @@ def is_per_topic(summary: Any) -> bool:
     return bool(summary) and bool(summary.get(PER_TOPIC))
 
 
+def plan_paths(summary: dict[str, Any]) -> dict[str, str]:
+    """The plan task's tables with a plan file (a batch to write or to finish), each with that file."""
+    return {
+        topic: facts["plan_path"] for topic, facts in (summary.get("tables") or {}).items() if facts.get("plan_path")
+    }
+
+
 def planned_tables(
     summary: dict[str, Any], spec: OutputSpec, purpose: str, readable: bool, failed_ok: bool = False
 ) -> list[TableBatch]:
@@ -41,7 +48,7 @@ def planned_tables(
 
     :param readable: only the tables with records to read (the Spark task's).
     """
-    paths = [facts["plan_path"] for facts in summary.get("tables", {}).values() if facts.get("plan_path")]
+    paths = list(plan_paths(summary).values())
     tables = tables_of_plan_files(spec, paths) if paths else []
     if readable:
         tables = [t for t in tables if t.plan.has_data]
