@@ -45,21 +45,30 @@ def plan_tables_step(args: argparse.Namespace, spec: Any, kafka: Any, request: A
     )
 
 
+def done_but_failed(result: dict[str, Any], failures: dict, of: int, step: str = "ingested") -> Exception:
+    """What a command did for the tables that went through, as its last stdout line (as on success,
+    with each failed table), and the one error line naming the tables that did not, to raise."""
+    from kafka_batch_provider.steps.tables import failure_of, tables_failed
+
+    emit({**result, "failed": {topic: failure_of(exc) for topic, exc in failures.items()}})
+    return tables_failed(failures, of, step)
+
+
 def cmd_plan_tables(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
     from kafka_batch_provider.cli.arguments import registry_from
-    from kafka_batch_provider.steps.tables import tables_failed
 
     planned = plan_tables_step(args, spec, offsets_client(args), reader_schema_request(args, registry_from(args)))
     if planned.failures:  # the plans made stay (the next run uses them); the exit status says not all were
-        emit(planned.summary())
-        raise tables_failed(planned.failures, len(planned.tables) + len(planned.failures), "planned")
+        raise done_but_failed(
+            planned.summary(), planned.failures, len(planned.tables) + len(planned.failures), "planned"
+        )
     return planned.summary()
 
 
 def cmd_run_tables(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
     """plan, one Spark job, one commit; the tables that could not be planned or committed are named
     in one line at the end, after the others were ingested."""
-    from kafka_batch_provider.steps.tables import commit_tables, failure_of, tables_failed
+    from kafka_batch_provider.steps.tables import commit_tables
 
     options, registry = write_options(args)
     check_table_per_topic(options)
@@ -73,10 +82,10 @@ def cmd_run_tables(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
     result = planned.summary()
     tables = len(planned.tables) + len(planned.failures)
     if not busy:
-        if planned.failures:  # what the run did (nothing) on stdout, then the tables it could not plan
-            emit({**result, "committed": {}, "skipped": True, "timings": timings})
-            raise tables_failed(planned.failures, tables)
-        return {**result, "committed": {}, "skipped": True, "timings": timings}
+        skipped = {**result, "committed": {}, "skipped": True, "timings": timings}
+        if planned.failures:
+            raise done_but_failed(skipped, planned.failures, tables)
+        return skipped
     fail_point("after-plan")
     readable = [t for t in busy if t.plan.has_data]
     if readable:
@@ -98,9 +107,8 @@ def cmd_run_tables(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
     progress(f"committed {len(done.committed)} table(s), {rows} rows, for group {args.group}")
     failures = {**planned.failures, **done.failures}
     finished = {**result, "rows": rows, "committed": done.committed, "skipped": False, "timings": timings}
-    if failures:  # what was committed on stdout, as plan does, then the tables that were not
-        emit({**finished, "failed": {topic: failure_of(exc) for topic, exc in failures.items()}})
-        raise tables_failed(failures, tables)
+    if failures:
+        raise done_but_failed(finished, failures, tables)
     return finished
 
 
