@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from kafka_batch_provider.testing.producers import produce, sample_records
@@ -102,11 +104,11 @@ def stop_global_meter_provider() -> None:
     atexit.unregister(otel_logger.flush_otel_metrics)  # its flush at exit would find the provider shut
 
 
-def test_the_operators_metrics_reach_an_otlp_receiver_through_airflows_own_stats(monkeypatch):
-    """Airflow's ``[metrics] otel_on``: what the operators send through ``Stats`` (as the task runner
-    sets it up from the deployment's configuration) reaches an OpenTelemetry receiver."""
-    import time
-
+@contextmanager
+def stall_sent_through_airflow_stats(monkeypatch, metrics_settings: dict[str, str]) -> Iterator[None]:
+    """Airflow's ``Stats`` set up from ``[metrics]`` settings as the task runner does, a STALL lag
+    check of 7 records on ``orders`` sent through it (what the operators' sink does), then, after
+    the block, Stats back to nothing."""
     from airflow.sdk._shared.observability.metrics import stats
     from airflow.sdk.observability.metrics import stats_utils
 
@@ -114,21 +116,33 @@ def test_the_operators_metrics_reach_an_otlp_receiver_through_airflows_own_stats
     from kafka_batch_provider.metrics import emit
     from kafka_batch_provider.metrics.airflow_stats import AirflowStatsSink
 
-    otlp = OtlpReceiver()
-    host, port = otlp.url.removeprefix("http://").split(":")
-    for key, value in {"OTEL_ON": "True", "OTEL_HOST": host, "OTEL_PORT": port, "OTEL_INTERVAL_MILLISECONDS": "300",
-                       "OTEL_PREFIX": "airflow"}.items():  # fmt: skip
+    for key, value in metrics_settings.items():
         monkeypatch.setenv(f"AIRFLOW__METRICS__{key}", value)
-    stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=False)  # as the task runner does
+    stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=False)
     try:
         report = {"group_id": "g", "status": "STALL", "partitions": [{"topic": "orders", "lag": 7}]}
         assert emit(health_metrics(report, "s3://lake/orders"), [AirflowStatsSink()]) == 1
-        deadline = time.monotonic() + 30
-        while not any(name.endswith("kafka_batch.lag.health") for name, _, _ in otlp.points):
-            assert time.monotonic() < deadline, f"no lag.health point in 30 s; received {otlp.points[:5]}"
-            time.sleep(0.2)
+        yield
     finally:
         stats.initialize(factory=stats_utils.NoStatsLogger, export_legacy_names=False)
+
+
+def test_the_operators_metrics_reach_an_otlp_receiver_through_airflows_own_stats(monkeypatch):
+    """Airflow's ``[metrics] otel_on``: what the operators send through ``Stats`` (as the task runner
+    sets it up from the deployment's configuration) reaches an OpenTelemetry receiver."""
+    import time
+
+    otlp = OtlpReceiver()
+    host, port = otlp.url.removeprefix("http://").split(":")
+    settings = {"OTEL_ON": "True", "OTEL_HOST": host, "OTEL_PORT": port, "OTEL_INTERVAL_MILLISECONDS": "300",
+                "OTEL_PREFIX": "airflow"}  # fmt: skip
+    try:
+        with stall_sent_through_airflow_stats(monkeypatch, settings):
+            deadline = time.monotonic() + 30
+            while not any(name.endswith("kafka_batch.lag.health") for name, _, _ in otlp.points):
+                assert time.monotonic() < deadline, f"no lag.health point in 30 s; received {otlp.points[:5]}"
+                time.sleep(0.2)
+    finally:
         stop_global_meter_provider()  # Airflow's OTel logger set it for the process: its exports stop here
         otlp.server.shutdown()
     points = {name: (value, tags) for name, value, tags in otlp.points}
@@ -141,35 +155,23 @@ def test_the_operators_metrics_reach_a_statsd_server_through_airflows_own_stats(
     """Airflow's ``[metrics] statsd_on`` (its StatsD client, the ``statsd`` package): what the
     operators send through ``Stats`` reaches a StatsD server under the deployment's prefix, without
     its tags (plain StatsD has none: docs/many-topics.md says to use OpenTelemetry or DogStatsD)."""
-    from airflow.sdk._shared.observability.metrics import stats
-    from airflow.sdk.observability.metrics import stats_utils
-
-    from kafka_batch_provider.core.metrics import health_metrics
-    from kafka_batch_provider.metrics import emit
-    from kafka_batch_provider.metrics.airflow_stats import AirflowStatsSink
-
     server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     server.bind(("127.0.0.1", 0))
     server.settimeout(10)
     settings = {"STATSD_ON": "True", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": str(server.getsockname()[1]),
                 "STATSD_PREFIX": "airflow"}  # fmt: skip
-    for key, value in settings.items():
-        monkeypatch.setenv(f"AIRFLOW__METRICS__{key}", value)
-    stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=False)  # as the task runner does
     lines: list[str] = []
     try:
-        report = {"group_id": "g", "status": "STALL", "partitions": [{"topic": "orders", "lag": 7}]}
-        assert emit(health_metrics(report, "s3://lake/orders"), [AirflowStatsSink()]) == 1
-        wanted = {"airflow.kafka_batch.lag.records", "airflow.kafka_batch.lag.health"}
-        while not wanted <= {line.split(":")[0] for line in lines}:
-            try:
-                lines.extend(server.recv(65536).decode().splitlines())
-            except TimeoutError:
-                raise AssertionError(
-                    f"expected airflow.kafka_batch.lag.* lines within 10 s, received {lines}"
-                ) from None
+        with stall_sent_through_airflow_stats(monkeypatch, settings):
+            wanted = {"airflow.kafka_batch.lag.records", "airflow.kafka_batch.lag.health"}
+            while not wanted <= {line.split(":")[0] for line in lines}:
+                try:
+                    lines.extend(server.recv(65536).decode().splitlines())
+                except TimeoutError:
+                    raise AssertionError(
+                        f"expected airflow.kafka_batch.lag.* lines within 10 s, received {lines}"
+                    ) from None
     finally:
-        stats.initialize(factory=stats_utils.NoStatsLogger, export_legacy_names=False)
         server.close()
     gauges = {name: value.split("|") for name, value in (line.split(":", 1) for line in lines)}
     health, records = gauges["airflow.kafka_batch.lag.health"], gauges["airflow.kafka_batch.lag.records"]
