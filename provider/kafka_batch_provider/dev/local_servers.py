@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -23,8 +24,40 @@ from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 HOST = "127.0.0.1"
 
 
+#: Where :func:`free_port` looks when the kernel's range of ephemeral ports is not known.
+LISTEN_PORTS = range(20000, 32768)
+#: Below this, well-known services' ports (5432, 8080, 9092, ...): not chosen.
+LOWEST_PORT = 10000
+
+
+def listen_ports() -> range:
+    """Ports below the kernel's ephemeral range (``ip_local_port_range``, 32768-60999 by default),
+    or above it when there is more room there. A port the kernel hands out for binding to 0 is also
+    the local port of the next outgoing connection: between choosing one and a server binding it,
+    any client of the machine (there are hundreds in a test session) may take it, and the server
+    then fails to start with "Address already in use". Outside that range only another server can."""
+    try:
+        low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return LISTEN_PORTS
+    below, above = range(LOWEST_PORT, low), range(high + 1, 65536)
+    chosen = below if len(below) >= len(above) else above
+    return chosen if len(chosen) >= 1000 else LISTEN_PORTS
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port on 127.0.0.1 that nothing listens on now, outside the ephemeral range (:func:`listen_ports`);
+    chosen at random, so that processes choosing at once rarely choose alike."""
+    ports = listen_ports()
+    for _ in range(200):
+        port = random.choice(ports)
+        with socket.socket() as s:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # a machine with that range full: let the kernel choose
         s.bind((HOST, 0))
         return s.getsockname()[1]
 
