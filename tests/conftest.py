@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.areas import DURATIONS
+from tests.areas import DURATIONS, attach_cpu, mark_cpu
 from tests.bad_input import tally as _bad_input_tally  # noqa: F401 - registers its matrix
 from tests.faults import tally as _faults_tally  # noqa: F401 - registers its matrix
 from tests.matrix import MATRICES
@@ -121,13 +121,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"{LOADGROUP_BROKEN} ({item.nodeid} lost its group)")
 
 
-# -- the counted matrices (tests/matrix.py) and the time per area (tests/areas.py): here, because
+# -- the counted matrices (tests/matrix.py) and the time and CPU per area (tests/areas.py): here, because
 # xdist's controller loads this file ----------------------------------------------------------------
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    mark_cpu(item)
+    yield
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = (yield).get_result()
+    attach_cpu(item, report)
     for matrix in MATRICES:
         matrix.attach(item, report)
 
