@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import subprocess
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import pytest
 
 from kafka_batch_provider.dev.kafka import KafkaBroker
+from kafka_batch_provider.testing.pytest_plugin import shared_servers
 
 MECHANISM = "SCRAM-SHA-512"
 ADMIN = "admin"
@@ -69,9 +69,12 @@ def jaas(user: str, password: str) -> str:
 
 @dataclass
 class SecureKafka:
-    """A started SASL_SSL broker with ACLs; :meth:`client_config` gives librdkafka settings for a user."""
+    """A started SASL_SSL broker with ACLs; :meth:`client_config` gives librdkafka settings for a user.
 
-    broker: KafkaBroker
+    :param port: its SASL_SSL listener's.
+    """
+
+    port: int
     ca: Path
     other_ca: Path
     admin_password: str
@@ -79,7 +82,16 @@ class SecureKafka:
 
     @property
     def bootstrap_servers(self) -> str:
-        return f"127.0.0.1:{self.broker.listener_ports['SASL_SSL']}"
+        return f"127.0.0.1:{self.port}"
+
+    def describe(self) -> dict[str, Any]:
+        """What another xdist worker needs to reach it (the arguments of this class)."""
+        return {
+            "port": self.port,
+            "ca": str(self.ca),
+            "other_ca": str(self.other_ca),
+            "admin_password": self.admin_password,
+        }
 
     def client_config(self, user: str, password: str, ca: Path | None = None) -> dict[str, str]:
         """librdkafka settings of ``user`` on the SASL_SSL listener (the host name is verified)."""
@@ -143,8 +155,8 @@ class SecureKafka:
         return name, password
 
 
-def secure_broker(folder: Path) -> SecureKafka:
-    """Certificates in ``folder``, then a SASL_SSL broker with ACLs (not started)."""
+def start_secure_broker(folder: Path) -> tuple[KafkaBroker, SecureKafka]:
+    """Certificates in ``folder``, then a SASL_SSL broker with ACLs, started detached."""
     certs = make_certificates(folder / "certs")
     admin_password = f"admin-{uuid.uuid4().hex}"
     tls = {
@@ -173,13 +185,19 @@ def secure_broker(folder: Path) -> SecureKafka:
         extra_listeners={"SASL_SSL": "SASL_SSL"},
         listener_protocols={"CONTROLLER": "SSL"},
         format_options=("--add-scram", f"{MECHANISM}=[name={ADMIN},password={admin_password}]"),
-    )
-    return SecureKafka(broker, certs["ca"], certs["other_ca"], admin_password)
+        detach=True,
+    ).start()
+    return broker, SecureKafka(broker.listener_ports["SASL_SSL"], certs["ca"], certs["other_ca"], admin_password)
 
 
 @pytest.fixture(scope="session")
-def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKafka]:
-    """An Apache Kafka with a SASL_SSL listener (SCRAM-SHA-512, a test CA) and ACLs, for the session."""
-    secure = secure_broker(tmp_path_factory.mktemp("secure-kafka"))
-    with secure.broker:
-        yield secure
+def secure_kafka() -> SecureKafka:
+    """An Apache Kafka with a SASL_SSL listener (SCRAM-SHA-512, a test CA) and ACLs, one for the
+    pytest session (its xdist workers share it: each test makes users and topics of its own)."""
+    info = shared_servers().get(
+        "secure-kafka",
+        start_secure_broker,
+        lambda started: [started[0]],
+        lambda started: started[1].describe(),
+    )
+    return SecureKafka(info["port"], Path(info["ca"]), Path(info["other_ca"]), info["admin_password"])
