@@ -1,5 +1,5 @@
 """Shared fixtures: a real broker (from the provider's pytest plugin: Apache Kafka, or tansu with
-``KAFKA_BATCH_TEST_BROKER=tansu``) and a real Spark session."""
+``KAFKA_BATCH_TEST_BROKER=tansu``) and a real Spark session (on the worker's Spark Connect server)."""
 
 from __future__ import annotations
 
@@ -57,19 +57,16 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[pyspark.sql.SparkSession]:  # noqa: F821
-    from pyspark.sql import SparkSession
+def spark(spark_connect_remote: str) -> Iterator[pyspark.sql.SparkSession]:  # noqa: F821
+    """The worker's one Spark engine for in-process batches: a session on the worker's Spark Connect
+    server, the same (shared) session ``kafka-batch run --spark-remote`` joins, so the tests' own
+    batches and the CLI's find its Python workers warm. Only tests whose subject is spark-submit start
+    another JVM."""
+    from kafka_batch_provider.spark.connect import connect_session
 
-    from kafka_batch_provider.spark.jvm_start import lean_submit_conf
-
-    # The batches' own start-up settings: the class archive, a lean JVM, the worker daemon.
-    settings = {"spark.sql.session.timeZone": "UTC", "spark.sql.shuffle.partitions": "2", "spark.log.level": "WARN"}
-    builder = SparkSession.builder.master("local[2]").appName("kafka-batch-tests")
-    for key, value in lean_submit_conf("local[2]", settings).items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    session = connect_session(spark_connect_remote)
     yield session
-    session.stop()
+    session.client.close()
 
 
 @pytest.fixture(scope="session")

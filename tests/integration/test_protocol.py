@@ -254,7 +254,14 @@ def test_large_ranges_are_split_into_several_spark_tasks(spark, kafka_config, ne
     states = KafkaOffsets(kafka_config).partition_offsets(None, [topic])
     plan = plan_replay([OffsetRange(topic, 0, 10, 100)], states, "read_committed", "now")
     df = read_plan(spark, plan, kafka_config, WriteOptions(max_offsets_per_task=25))
-    assert df.rdd.getNumPartitions() == 4
+    # The offsets each Spark partition (task) read: four slices of the 90 offsets.
+    tasks: dict[int, list[int]] = {}
+    for row in df.selectExpr("spark_partition_id() AS task", "offset").collect():
+        tasks.setdefault(row["task"], []).append(row["offset"])
+    slices = sorted((min(offsets), max(offsets) + 1, len(offsets)) for offsets in tasks.values())
+    assert len(slices) == 4, f"expected four tasks of at most 25 offsets, got {slices}"
+    assert all(end - start == count <= 25 for start, end, count in slices), f"expected contiguous slices: {slices}"
+    assert [s[0] for s in slices[1:]] == [s[1] for s in slices[:-1]], f"expected slices end to end: {slices}"
     assert sorted(r["offset"] for r in df.select("offset").collect()) == list(range(10, 100))
 
 

@@ -207,12 +207,16 @@ def test_each_topic_is_read_with_its_own_subject_and_its_table_evolves_on_its_ow
 
 
 def test_the_spark_application_writes_every_tables_plan_it_is_given(
-    spark, kafka_config, group_id, tmp_path, monkeypatch, capsys
+    spark_connect_remote, kafka_config, group_id, tmp_path, monkeypatch, capsys
 ):
     """What spark-submit runs for a table per topic (the CLI's and the Spark operator's Spark step):
-    the application with one ``--plan`` per table and the output template, here on the test's own
-    session (the application's getOrCreate finds it)."""
+    the application with one ``--plan`` per table and the output template, here in this process on
+    the worker's Spark engine (``SPARK_REMOTE``: the application's getOrCreate joins it; a real
+    spark-submit runs it in tests/integration/test_cli.py's table-per-topic run)."""
     from kafka_batch_provider.spark import app
+
+    monkeypatch.setenv("SPARK_REMOTE", spark_connect_remote)
+    monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED", raising=False)  # pyspark sets it: put back after
 
     prefix = f"tpapp{uuid.uuid4().hex[:8]}"
     counts = {f"{prefix}.x": {0: 5, 1: 2}, f"{prefix}.y": {0: 3}}
