@@ -144,7 +144,9 @@ def main() -> int:
         spark_remote = None
         if os.environ.get("KAFKA_BATCH_DEMO_SPARK", "connect") == "connect":
             say("Spark: starting a local Spark Connect server (local[*]); the demo's five Spark batches share it ...")
-            server = stack.enter_context(SparkConnectServer(master="local[*]", log_path=WORK / "spark-connect.log"))
+            server = stack.enter_context(
+                SparkConnectServer(master="local[*]", log_path=WORK / "spark-connect.log", lean=True)
+            )
             spark_remote = server.remote
             say(f"Spark Connect server at {spark_remote}")
         else:

@@ -67,7 +67,9 @@ def test_the_spark_connect_server_killed_mid_batch_then_a_retry_lands_the_batch_
     remote = f"sc://127.0.0.1:{port}"
     args = scenario_args(lake, kafka_config, topic, group_id, remote, "--max-offsets-per-task", "3000")
 
-    server = SparkConnectServer(port=port, master="local[2]", log_path=tmp_path / "server-1.log", detach=True)
+    server = SparkConnectServer(
+        port=port, master="local[2]", log_path=tmp_path / "server-1.log", detach=True, lean=True
+    )
     server.start(timeout=180)
     run = CliRun(args, lake.env()).start()
     try:

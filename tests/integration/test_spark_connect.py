@@ -204,7 +204,7 @@ def test_a_server_whose_python_lacks_the_package_fails_in_one_line(
     produce(kafka_config, topic, sample_records(1, 5))
     env = {**os.environ, "PYSPARK_PYTHON": str(bare / "bin" / "python")}
     env.pop("PYTHONPATH", None)
-    server = SparkConnectServer(master="local[1]", log_path=tmp_path / "server.log")
+    server = SparkConnectServer(master="local[1]", log_path=tmp_path / "server.log", lean=True)
     server.environment = lambda: env  # this server's workers run the bare venv
     server.start(timeout=180)
     try:

@@ -194,7 +194,7 @@ def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[A
 
     log_path = Path(tmp_path_factory.mktemp("spark-connect")) / "server.log"
     # INFO: the log shows every session and execution, so tests can look for secrets in it.
-    server = SparkConnectServer(master="local[2]", log_path=log_path, conf={"spark.log.level": "INFO"})
+    server = SparkConnectServer(master="local[2]", log_path=log_path, conf={"spark.log.level": "INFO"}, lean=True)
     server.start(timeout=180)
     try:
         yield server

@@ -125,6 +125,22 @@ def test_a_server_keeps_the_optimising_compiler_but_maps_the_archive(archive):
     }, f"found {conf}"
 
 
+@pytest.mark.parametrize("lean", [True, False])
+def test_a_lean_spark_connect_server_runs_the_batches_jvm_and_a_lasting_one_keeps_the_optimising_compiler(
+    lean, no_archive
+):
+    from kafka_batch_provider.dev.spark_connect import SparkConnectServer
+
+    command = SparkConnectServer(port=15099, master="local[2]", lean=lean).command()
+    options = [
+        command[i + 1] for i, arg in enumerate(command) if arg == "--conf" and "extraJavaOptions" in command[i + 1]
+    ]
+    found = options[0].split("=", 1)[1] if options else ""
+    assert (found == LEAN) if lean else (found == ""), (
+        f"expected {'the lean flags' if lean else 'none'}, found {found!r}"
+    )
+
+
 # -- the class archive ----------------------------------------------------------------------------
 
 
