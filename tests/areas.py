@@ -24,7 +24,11 @@ AREAS = ("unit", "integration", "faults", "bad_input", "dags", "live", "release"
 #: How many tests the summary names, by wall time and by CPU.
 TOP = 20
 CPU_PROPERTY = "cpu_seconds"
+#: The CPU of a worker's last tear-down, where its session fixtures stop their servers: a server
+#: waited for then (the worker's Spark Connect server) brings its whole session's CPU with it.
+SESSION_END_PROPERTY = "session_end_cpu_seconds"
 _CPU_MARK = pytest.StashKey[float]()
+_LAST = pytest.StashKey[bool]()
 
 
 def cpu_seconds() -> float:
@@ -33,15 +37,17 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def mark_cpu(item: pytest.Item) -> None:
+def mark_cpu(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """At the start of a test's protocol: where its first phase's CPU count starts."""
     item.stash[_CPU_MARK] = cpu_seconds()
+    item.stash[_LAST] = nextitem is None
 
 
 def attach_cpu(item: pytest.Item, report: pytest.TestReport) -> None:
     """In ``pytest_runtest_makereport``: the CPU the phase that just ended spent, on its report."""
     now = cpu_seconds()
-    report.user_properties.append((CPU_PROPERTY, now - item.stash.get(_CPU_MARK, now)))
+    session_end = report.when == "teardown" and item.stash.get(_LAST, False)
+    report.user_properties.append((SESSION_END_PROPERTY if session_end else CPU_PROPERTY, now - item.stash[_CPU_MARK]))
     item.stash[_CPU_MARK] = now
 
 
@@ -52,6 +58,7 @@ class AreaDurations:
         self.tests: Counter[str] = Counter()
         self.test_seconds: Counter[str] = Counter()
         self.test_cpu: Counter[str] = Counter()
+        self.session_end_cpu = 0.0
 
     def count(self, report: pytest.TestReport) -> None:
         parts = report.nodeid.split("/")
@@ -59,6 +66,7 @@ class AreaDurations:
             return
         area = parts[1]
         cpu = sum(value for key, value in report.user_properties if key == CPU_PROPERTY)
+        self.session_end_cpu += sum(value for key, value in report.user_properties if key == SESSION_END_PROPERTY)
         self.seconds[area] += report.duration
         self.cpu[area] += cpu
         self.test_seconds[report.nodeid] += report.duration
@@ -74,7 +82,10 @@ class AreaDurations:
     def cpu_line(self) -> str:
         order = [a for a in AREAS if a in self.cpu] + sorted(set(self.cpu) - set(AREAS))
         parts = [f"{area} {self.cpu[area]:.0f} s" for area in order]
-        return f"CPU per area (tests and the processes they waited for): {', '.join(parts)}"
+        return (
+            f"CPU per area (tests and the processes they waited for): {', '.join(parts)}; "
+            f"the workers' session ends (their servers stopped): {self.session_end_cpu:.0f} s"
+        )
 
     def top(self, by: Counter[str], other: Counter[str], what: str, other_what: str) -> list[str]:
         lines = [f"the {TOP} tests with the most {what} ({what} / {other_what}, set-up and tear-down included):"]
