@@ -7,7 +7,7 @@
   fetches at least one record whatever its size, up to librdkafka's
   ``receive.message.max.bytes``, 100 MB by default, raised with ``--kafka-config``).
 
-One real ``kafka-batch run`` (spark-submit, ``local[1]``) covers both.
+One real ``kafka-batch run`` (on the worker's Spark Connect server) covers both.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ BAD_VALUE = b"caf\xc3\x28 \xe9t\xe9"  # an invalid two-byte sequence, then Latin
 BIG_VALUE = bytes(range(256)) * (3 * 1024 * 1024 // 256)  # 3 MB, every byte value
 
 
-def test_non_utf8_keys_and_values_and_a_3mb_record_are_kept_byte_for_byte(scene: Scene, tmp_path) -> None:
+def test_non_utf8_keys_and_values_and_a_3mb_record_are_kept_byte_for_byte(
+    scene: Scene, spark_connect_remote: str, tmp_path
+) -> None:
     topic = f"unusual-records-{uuid.uuid4().hex[:8]}"
     # Records over 1 MiB need the topic's leave on a real Kafka (tansu takes them as they come).
     create_topics(scene.kafka_config, {topic: 1}, topic_config={"max.message.bytes": 8 * 1024 * 1024})
@@ -37,7 +39,7 @@ def test_non_utf8_keys_and_values_and_a_3mb_record_are_kept_byte_for_byte(scene:
     out = tmp_path / "lake"
     result = cli(
         "run", "--bootstrap-servers", scene.bootstrap_servers, "--topic", topic, "--group", f"g-{topic}",
-        "--output", str(out), "--value-format", "string", "--spark-master", "local[1]", timeout=600,
+        "--output", str(out), "--value-format", "string", "--spark-remote", spark_connect_remote, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, f"expected the run to succeed, got exit {result.returncode}: {result.stderr[-1500:]}"
     table = ds.dataset(str(out), format="parquet", partitioning="hive").to_table().sort_by("offset")

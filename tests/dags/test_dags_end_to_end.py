@@ -382,7 +382,9 @@ def test_backfill_dag_semantic_errors_fail_the_first_task_with_one_line(
     assert expected in task_log, f"the task log has no line with {expected!r}"
 
 
-def test_backfill_dag_by_time_replays_exactly_the_window(airflow_env, kafka_config, new_topic, tmp_path):
+def test_backfill_dag_by_time_replays_exactly_the_window(
+    airflow_env, kafka_config, new_topic, tmp_path, through_spark_connect
+):
     if not broker_supports_offsets_for_times(kafka_config, new_topic(partitions=1, prefix="probe")):
         pytest.skip("this broker cannot map times to offsets (tansu); the default broker, Apache Kafka, can")
     topic = new_topic(partitions=1)
@@ -402,7 +404,7 @@ def test_backfill_dag_by_time_replays_exactly_the_window(airflow_env, kafka_conf
 
 
 def test_airflow_backfill_run_of_the_ingest_dag_replays_its_interval_without_committing(
-    airflow_env, kafka_config, new_topic, group_id, monkeypatch
+    airflow_env, kafka_config, new_topic, group_id, monkeypatch, through_spark_connect
 ):
     """A run of type backfill (what `airflow backfill create` makes) plans a replay of its data interval."""
     import airflow.models.dagrun as dagrun_module

@@ -1,4 +1,9 @@
-"""The ``kafka-batch`` command line, as a user runs it: subprocesses, real broker, real spark-submit."""
+"""The ``kafka-batch`` command line, as a user runs it: subprocesses, real broker, real Spark.
+
+spark-submit where it is the subject (``write`` and ``run``, a table per topic, the storage secret
+kept out of its command line); the other batches run on the worker's Spark Connect server
+(``--spark-remote``), whose Spark step is the same ``write_batch``.
+"""
 
 from __future__ import annotations
 
@@ -239,7 +244,7 @@ def test_jvm_reader_without_the_connector_is_one_clear_line_and_commits_nothing(
 
 
 def test_discard_removes_an_unpublished_batch_and_refuses_a_logged_one(
-    kafka_config, kafka_bootstrap_servers, new_topic, group_id, tmp_path
+    kafka_config, kafka_bootstrap_servers, spark_connect_remote, new_topic, group_id, tmp_path
 ):
     topic = new_topic(partitions=1)
     produce(kafka_config, topic, sample_records(1, 5))
@@ -247,7 +252,8 @@ def test_discard_removes_an_unpublished_batch_and_refuses_a_logged_one(
     planned = last_json(cli("plan", *common, "--topic", topic, "--group", group_id, "--output", str(tmp_path)))
     assert last_json(cli("discard", "--plan", planned["plan_path"]))["discarded"] is True
     assert not Path(planned["plan_path"]).exists()
-    ran = last_json(cli("run", *common, "--topic", topic, "--group", group_id, "--output", str(tmp_path)))
+    spark = ["--spark-remote", spark_connect_remote]
+    ran = last_json(cli("run", *common, "--topic", topic, "--group", group_id, "--output", str(tmp_path), *spark))
     assert ran["batch_id"] == planned["batch_id"] and ran["reused"] is False, "planned anew, same ranges"
     refused = cli("discard", "--plan", ran["plan_path"])
     assert_one_line_error(refused, "logged batches are never removed")
@@ -287,7 +293,7 @@ def test_storage_credentials_stay_out_of_output_files_and_logs(
 
 
 def test_replay_writes_the_chosen_offsets_once_and_never_touches_a_group(
-    kafka_config, kafka_bootstrap_servers, new_topic, tmp_path
+    kafka_config, kafka_bootstrap_servers, spark_connect_remote, new_topic, tmp_path
 ):
     topic = new_topic(partitions=2)
     produce(kafka_config, topic, sample_records(2, 40))
@@ -300,8 +306,8 @@ def test_replay_writes_the_chosen_offsets_once_and_never_touches_a_group(
         topic,
         "--output",
         str(out),
-        "--spark-master",
-        "local[2]",
+        "--spark-remote",
+        spark_connect_remote,
     ]
     offsets = ["--start-offsets", '{"0": 5, "1": 10}', "--end-offsets", '{"0": 15, "1": 12}']
 
@@ -342,7 +348,7 @@ def test_a_bad_replay_range_is_one_line_and_leaves_nothing(extra, expected, kafk
 
 
 def test_a_replay_reaching_deleted_offsets_is_refused_or_lands_what_is_left_with_its_gap(
-    kafka_config, kafka_bootstrap_servers, new_topic, tmp_path
+    kafka_config, kafka_bootstrap_servers, spark_connect_remote, new_topic, tmp_path
 ):
     from confluent_kafka import TopicPartition as KafkaTopicPartition
     from confluent_kafka.admin import AdminClient
@@ -363,6 +369,7 @@ def test_a_replay_reaching_deleted_offsets_is_refused_or_lands_what_is_left_with
     for name, chosen in [("by-time", window), ("by-offsets", by_offsets)]:
         out = tmp_path / name
         args = ["replay", "--bootstrap-servers", kafka_bootstrap_servers, "--topic", topic, "--output", str(out)]
+        args += ["--spark-remote", spark_connect_remote]
         refused = cli(*args, *chosen)
         assert_one_line_error(refused, "were deleted (retention or DeleteRecords) and its range reaches into them")
         assert "--on-data-loss=earliest" in refused.stderr, refused.stderr

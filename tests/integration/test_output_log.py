@@ -422,7 +422,7 @@ def test_a_logged_batch_whose_plan_file_is_damaged_is_still_repaired(spark, kafk
 
 
 def test_a_group_feeds_one_output_a_new_output_adopts_it_only_on_purpose_and_the_old_one_is_told_who_took_it(
-    kafka_config, kafka_bootstrap_servers, new_topic, group_id, tmp_path
+    kafka_config, kafka_bootstrap_servers, spark_connect_remote, new_topic, group_id, tmp_path
 ):
     from kafka_batch_provider.output.store import BatchStore
     from tests.integration.test_cli import last_json
@@ -431,6 +431,7 @@ def test_a_group_feeds_one_output_a_new_output_adopts_it_only_on_purpose_and_the
     produce(kafka_config, topic, sample_records(1, 5))
     first, second = tmp_path / "lake-a", tmp_path / "lake-b"
     common = ["run", "--topic", topic, "--group", group_id, "--bootstrap-servers", kafka_bootstrap_servers]
+    common += ["--spark-remote", spark_connect_remote]
     assert last_json(cli(*common, "--output", str(first)))["records"] == 5
 
     produce(kafka_config, topic, sample_records(1, 3, first_id=5))

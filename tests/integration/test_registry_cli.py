@@ -1,6 +1,7 @@
 """Registry formats as a user meets them on the command line: a real broker, the embedded schema
-registry over HTTP, ``kafka-batch run`` (spark-submit ``local``, or the session's Spark Connect
-server where a test runs several batches), each output read back by its own readers.
+registry over HTTP, ``kafka-batch run`` on the worker's Spark Connect server (a registry format
+through spark-submit: tests/integration/test_avro_batches.py), each output read back by its own
+readers.
 
 Each test stands for a defect a review reproduced this way (schemas with references, defaults of
 byte types, JSON Schema references by name, a registry URL with a slash too few, a nested field
@@ -76,7 +77,7 @@ def avro_values(client, topic: str, schema: dict, records: list[dict], reference
 
 
 def test_avro_values_whose_schema_references_another_subject_land_as_rows_with_its_defaults_as_bytes(
-    kafka_config, kafka_bootstrap_servers, new_topic, group_id, schema_registry, tmp_path
+    kafka_config, kafka_bootstrap_servers, new_topic, group_id, schema_registry, tmp_path, spark_connect_remote
 ):
     topic = new_topic(partitions=1)
     client = SchemaRegistryClient({"url": schema_registry})
@@ -93,7 +94,9 @@ def test_avro_values_whose_schema_references_another_subject_land_as_rows_with_i
     values += avro_values(client, topic, ORDER_V2, later, address)
     produce(kafka_config, topic, [Record(0, v) for v in values])
     out = Output(str(tmp_path / "lake"))
-    args = run_args(kafka_bootstrap_servers, topic, group_id, out, schema_registry)
+    args = run_args(
+        kafka_bootstrap_servers, topic, group_id, out, schema_registry, "--spark-remote", spark_connect_remote
+    )
     result = last_json(cli(*args, "--value-format", "avro", "--on-bad-record", "dead-letter"))
     assert (result["records"], result.get("dead_letters", 0)) == (40, 0), f"expected 40 rows, no dead letters: {result}"
 
