@@ -15,13 +15,25 @@ passed, seconds of waiting that show nothing a clean restart and the proxy's out
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from kafka_batch_provider.testing.producers import produce, sample_records
+from tests.faults.conftest import FaultBroker, private_fault_broker
 from tests.faults.harness import CliRun, expect_exactly_once, scenario_args, wait_until_tasks_write
 from tests.integration.helpers import group_offsets, offsets_of
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def fault_broker(kafka_broker_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultBroker]:
+    """A broker of this module's own behind its proxy: its process is stopped here, which the
+    session's shared fault broker must never be."""
+    kind = "tansu" if kafka_broker_kind == "tansu" else "kafka"
+    with private_fault_broker(kind, tmp_path_factory.mktemp("restarted-broker")) as broker:
+        yield broker
 
 
 # One output format: what is tested is the readers' way through a broker restart, which no format changes.

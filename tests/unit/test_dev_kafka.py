@@ -63,6 +63,17 @@ def test_behind_a_proxy_the_broker_talks_to_itself_on_an_internal_listener(tmp_p
     assert "SASL_SSL:SASL_SSL" in settings["listener.security.protocol.map"].split(",")
 
 
+def test_an_extra_listener_may_advertise_a_proxys_port(tmp_path):
+    broker = KafkaBroker(
+        port=19092, data_dir=tmp_path, extra_listeners={"FAULT0": "PLAINTEXT"}, advertised_ports={"FAULT0": 29093}
+    )
+    settings = broker.server_settings()
+    ports = broker.listener_ports
+    assert f"FAULT0://127.0.0.1:{ports['FAULT0']}" in settings["listeners"].split(","), settings["listeners"]
+    assert settings["advertised.listeners"].split(",") == ["PLAINTEXT://127.0.0.1:19092", "FAULT0://127.0.0.1:29093"]
+    assert settings["inter.broker.listener.name"] == "PLAINTEXT", "the broker talks to itself around the proxy"
+
+
 def test_properties_files_escape_backslashes_as_java_reads_them():
     text = properties_text({"a": "C:\\data", "b": "x=y"})
     assert text.splitlines()[1:] == ["a=C:\\\\data", "b=x=y"]

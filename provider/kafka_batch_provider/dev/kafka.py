@@ -267,6 +267,8 @@ class KafkaBroker(LocalServer):
     :param extra_listeners: more listeners, ``{name: security protocol}`` (e.g.
         ``{"SASL_SSL": "SASL_SSL"}``), each on a free port (:attr:`listener_ports`); their
         SASL and TLS settings go in ``properties``.
+    :param advertised_ports: the port clients of an extra listener are told to use, when not
+        its own (a proxy's), ``{name: port}``.
     :param format_options: more ``StorageTool format`` arguments (e.g. ``--add-scram ...``).
     :param listener_protocols: another security protocol for a built-in listener, e.g.
         ``{"CONTROLLER": "SSL"}`` (its TLS settings go in ``properties``); both are PLAINTEXT otherwise.
@@ -278,6 +280,7 @@ class KafkaBroker(LocalServer):
     advertised_port: int | None = None
     properties: Mapping[str, str] = field(default_factory=dict)
     extra_listeners: Mapping[str, str] = field(default_factory=dict)
+    advertised_ports: Mapping[str, int] = field(default_factory=dict)
     format_options: Sequence[str] = ()
     listener_protocols: Mapping[str, str] = field(default_factory=dict)
     #: The JVM's ``-Xmx``: 256m is a test broker's; a benchmark's (10,000 partitions, GBs) needs more.
@@ -343,7 +346,7 @@ class KafkaBroker(LocalServer):
         for name, protocol in self.extra_listeners.items():
             ports[name] = free_port()
             protocols[name] = protocol
-            advertised[name] = ports[name]
+            advertised[name] = self.advertised_ports.get(name, ports[name])
         protocols.update({name: p for name, p in self.listener_protocols.items() if name in protocols})
         self.listener_ports = ports
         return {
