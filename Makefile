@@ -18,18 +18,23 @@ export KAFKA_BATCH_TOOLS_DIR ?= $(CURDIR)/.tools
 
 LINTED := provider dags spark_apps tests scripts bench
 
-.PHONY: venv setup jvm-tools-one-by-one test lint bytecode kafka-archive demo bench airflow docs dist prereqs browser-prereqs postgres-prereqs azurite jvm-tools constraints clean
+.PHONY: venv setup setup-core jvm-tools-one-by-one test check lint bytecode kafka-archive demo bench airflow docs dist prereqs debian-prereqs browser-prereqs postgres-prereqs azurite jvm-tools constraints clean
 
 prereqs:
 	@scripts/check-prereqs.sh "$(PYTHON)"
 
-# The browser tests' Chromium (installed with apt-get when run as root).
-browser-prereqs:
-	@scripts/check-chromium.sh
+# Debian's packages the tests run as plain processes (scripts/debian-packages.sh: installed with one
+# apt-get when run as root): the browser tests' Chromium, PostgreSQL (the change-data-capture source).
+DEBIAN_PACKAGES := chromium postgresql
 
-# PostgreSQL, the change-data-capture source of the demo and the tests (Debian's package, with apt-get as root).
+debian-prereqs:
+	@scripts/debian-packages.sh $(DEBIAN_PACKAGES)
+
+browser-prereqs:
+	@scripts/debian-packages.sh chromium
+
 postgres-prereqs:
-	@scripts/check-postgres.sh
+	@scripts/debian-packages.sh postgresql
 
 # _version.py holds the version the editable install's metadata carries.
 $(STAMP): setup.cfg pyproject.toml constraints.txt provider/kafka_batch_provider/_version.py scripts/check-prereqs.sh | prereqs
@@ -95,11 +100,15 @@ lint: venv
 bytecode: venv
 	@$(BIN)/python -m compileall -q -j 0 provider dags spark_apps tests scripts bench >/dev/null
 
-# The installs that do not share anything run side by side (the venv with pip/uv, Azurite with
-# npm, the JVM tools with mvn one POM after another: Maven's local repository is not safe for two
-# runs at once); the apt-get checks before them stay one at a time (dpkg's lock).
-setup: prereqs browser-prereqs postgres-prereqs
-	@$(MAKE) --no-print-directory -j3 venv azurite jvm-tools-one-by-one
+# The installs that do not share anything run side by side: Debian's packages with one apt-get (one
+# dpkg lock), the venv with pip/uv, Azurite with npm, the JVM tools with mvn one POM after another
+# (Maven's local repository is not safe for two runs at once).
+setup: prereqs
+	@$(MAKE) --no-print-directory -j4 debian-prereqs venv azurite jvm-tools-one-by-one
+
+# What the edit loop's tier needs: the venv and the JVM tools (no browser, no Azure emulator).
+setup-core: prereqs
+	@$(MAKE) --no-print-directory -j2 venv jvm-tools-one-by-one
 
 jvm-tools-one-by-one:
 	@$(MAKE) --no-print-directory -j1 jvm-tools
@@ -111,6 +120,12 @@ kafka-archive: venv jvm-tools
 
 test: setup lint bytecode kafka-archive
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The edit loop's tier, within 3 minutes on a checkout that ran `make test` or `make check` once:
+# lint, the unit tests and the fast integration tests (marker `check`, docs/testing.md). `make test`
+# stays the whole suite, and the one CI runs.
+check: setup-core lint bytecode kafka-archive
+	$(BIN)/python -m pytest -m check $(PYTEST_ARGS)
 
 demo: prereqs postgres-prereqs venv jvm-tools bytecode kafka-archive
 	$(BIN)/python scripts/demo.py

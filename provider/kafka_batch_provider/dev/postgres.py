@@ -1,7 +1,7 @@
 """PostgreSQL for the demo and the tests: a real server as a plain process on 127.0.0.1, the
 source that Debezium (:mod:`kafka_batch_provider.dev.kafka_connect`) captures changes from.
 
-Debian's binaries (``/usr/lib/postgresql/<n>/bin``, ``scripts/check-postgres.sh`` installs the
+Debian's binaries (``/usr/lib/postgresql/<n>/bin``, ``scripts/debian-packages.sh`` installs the
 package; ``$KAFKA_BATCH_POSTGRES_BIN`` names others). The package's own cluster is never used:
 each server gets a fresh data folder (``initdb``, ~0.7 s) and runs ``postgres`` directly, with:
 
