@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from kafka_batch_provider.testing.pytest_plugin import shared_servers
 from tests.areas import DURATIONS, attach_cpu, mark_cpu
 from tests.bad_input import tally as _bad_input_tally  # noqa: F401 - registers its matrix
 from tests.faults import tally as _faults_tally  # noqa: F401 - registers its matrix
@@ -71,12 +73,20 @@ def spark(spark_connect_remote: str) -> Iterator[pyspark.sql.SparkSession]:  # n
 
 @pytest.fixture(scope="session")
 def airflow_db() -> str:
-    """The session's Airflow metadata DB (SQLite in its AIRFLOW_HOME), migrated once for every suite."""
+    """The worker's Airflow metadata DB (SQLite in its AIRFLOW_HOME): a copy of one that ``airflow db
+    migrate`` made once for the whole session (a migration costs ~4 s of CPU; the file is the same)."""
     home = os.environ["AIRFLOW_HOME"]
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, f"airflow db migrate failed: {result.stderr[-2000:]}"
+
+    def migrate(folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "AIRFLOW_HOME": str(folder)}
+        airflow = str(Path(sys.executable).parent / "airflow")
+        result = subprocess.run([airflow, "db", "migrate"], capture_output=True, text=True, timeout=300, env=env)
+        assert result.returncode == 0, f"airflow db migrate failed: {result.stderr[-2000:]}"
+        return folder / "airflow.db"
+
+    info = shared_servers().get("airflow-db", migrate, lambda db: [], lambda db: {"db": str(db)})
+    shutil.copyfile(info["db"], Path(home) / "airflow.db")
     return home
 
 

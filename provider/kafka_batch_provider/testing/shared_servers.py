@@ -1,4 +1,5 @@
-"""Servers that one pytest session shares between its xdist workers.
+"""Servers (and other things made once, such as a migrated database file) that one pytest session
+shares between its xdist workers.
 
 Each pytest-xdist worker is a process of its own, so a session-scoped fixture runs once per
 worker: four workers started four brokers, four S3 servers, four registries, each paying its start
