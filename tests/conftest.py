@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from kafka_batch_provider.testing.pytest_plugin import shared_servers
 from tests.areas import DURATIONS, attach_cpu, mark_cpu
 from tests.bad_input import tally as _bad_input_tally  # noqa: F401 - registers its matrix
 from tests.faults import tally as _faults_tally  # noqa: F401 - registers its matrix
@@ -75,6 +74,8 @@ def spark(spark_connect_remote: str) -> Iterator[pyspark.sql.SparkSession]:  # n
 def airflow_db() -> str:
     """The worker's Airflow metadata DB (SQLite in its AIRFLOW_HOME): a copy of one that ``airflow db
     migrate`` made once for the whole session (a migration costs ~4 s of CPU; the file is the same)."""
+    from kafka_batch_provider.testing.pytest_plugin import shared_servers  # registered as a plugin first
+
     home = os.environ["AIRFLOW_HOME"]
 
     def migrate(folder: Path) -> Path:

@@ -104,6 +104,7 @@ def fault_broker(kafka_broker_kind: str, tmp_path_factory: pytest.TempPathFactor
         lambda folder: start_shared_fault_broker(folder, workers),
         lambda started: [*started[1], started[0]],
         lambda started: {"proxies": [{"port": p.port, "target": p.target_port, "pid": p.pid} for p in started[1]]},
+        handed_over=workers,  # each worker stops and starts its own proxy
     )
     mine = info["proxies"][index]
     proxy = FaultProxy(port=mine["port"], target_port=mine["target"], pid=mine["pid"])

@@ -87,6 +87,22 @@ def test_a_shared_server_that_died_is_one_line_naming_it_not_a_second_start(serv
     assert len((servers.folder / "starts").read_text().splitlines()) == 1, "expected no second start"
 
 
+def test_a_process_handed_over_to_a_worker_may_go_and_is_never_signalled_by_its_old_pid(servers):
+    def start_two(folder: Path) -> list[TinyServer]:
+        return [start_tiny(folder), TinyServer(log_path=folder / "second.log", detach=True).start()]
+
+    def get() -> dict:
+        return servers.get("two", start_two, lambda two: two, lambda two: {"pids": [s.pid for s in two]}, handed_over=1)
+
+    first, second = get()["pids"]
+    os.kill(first, 9)  # the worker it was handed to stopped it
+    wait_until(lambda: not pid_alive(first), "the handed-over server gone")
+    assert get()["pids"] == [first, second], "expected the record kept: a handed-over process may go"
+    stopped = servers.stop_all()
+    assert stopped == [f"two: tiny server (pid {second})"], f"expected only the running one stopped, found {stopped}"
+    assert not pid_alive(second)
+
+
 def test_the_reaper_stops_the_servers_when_the_session_process_is_killed(servers):
     info = get_tiny(str(servers.folder))
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])

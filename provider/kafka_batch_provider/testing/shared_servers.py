@@ -68,6 +68,7 @@ class SharedServers:
         processes: Callable[[Started], Sequence[LocalServer]],
         describe: Callable[[Started], dict[str, Any]],
         leftovers: Callable[[Started], Sequence[Path]] = lambda started: (),
+        handed_over: int = 0,
     ) -> dict[str, Any]:
         """What ``describe`` said of the server ``name``: started now by ``start(folder)`` if no worker has.
 
@@ -77,20 +78,27 @@ class SharedServers:
         :param processes: the processes to stop at the session's end, in that order.
         :param describe: JSON-able facts the other workers need to reach it (ports, URLs, paths).
         :param leftovers: folders to remove once its processes stopped (those outside ``folder``).
+        :param handed_over: how many of the first ``processes`` the workers take over (a proxy a
+            worker stops and starts again): stopped at the end if still running, but not required
+            to be alive when another worker asks.
         """
         self.folder.mkdir(parents=True, exist_ok=True)
         record = self.folder / f"{name}.json"
         with _locked(self.folder / f"{name}.lock"):
             if record.is_file():
                 found = json.loads(record.read_text())
-                gone = [p["pid"] for p in found["processes"] if not pid_alive(p["pid"])]
+                gone = [p["pid"] for p in found["processes"] if p["watched"] and not pid_alive(p["pid"])]
                 if gone:
                     raise SharedServerError(
                         f"the session's {name} (pid {gone[0]}) has exited; see the logs in {self.folder / name}"
                     )
                 return found["info"]
             started = start(self.folder / name)
-            stops = [{"pid": p.pid, "signal": int(p.stop_signal), "label": p.label} for p in processes(started)]
+            stops = [
+                {"pid": p.pid, "started": start_time(p.pid), "signal": int(p.stop_signal), "label": p.label}
+                | {"watched": i >= handed_over}
+                for i, p in enumerate(processes(started))
+            ]
             info = describe(started)
             remove = [str(path) for path in leftovers(started)]
             temporary = record.with_suffix(".tmp")
@@ -111,12 +119,23 @@ class SharedServers:
             except (OSError, ValueError):
                 continue
             for process in found["processes"]:
+                if start_time(process["pid"]) != process["started"] or not pid_alive(process["pid"]):
+                    continue  # gone already (a handed-over proxy), and its pid maybe another process's now
                 stop_pid(process["pid"], timeout, process["signal"])
                 stopped.append(f"{record.stem}: {process['label']} (pid {process['pid']})")
             for folder in found.get("remove", []):
                 shutil.rmtree(folder, ignore_errors=True)
             record.unlink(missing_ok=True)
         return stopped
+
+
+def start_time(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks after boot): with its pid, who it is; ``None`` if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2 :].split()[19])
 
 
 def start_reaper(servers: SharedServers, owner_pid: int) -> subprocess.Popen:
