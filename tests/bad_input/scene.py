@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,20 +28,14 @@ import pytest
 from kafka_batch_provider.core.offsets import TopicPartition
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
+from tests.support import cli_runner
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """``kafka-batch ARGS`` as a user runs it, from this checkout's code."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "provider"), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run(
-        [sys.executable, "-m", "kafka_batch_provider.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
+    """``kafka-batch ARGS`` as a user runs it, from this checkout's code (tests/support/cli_runner.py)."""
+    return cli_runner.run(list(args), timeout=timeout)
 
 
 def cli_refusal_problems(result: subprocess.CompletedProcess, expected: str) -> list[str]:

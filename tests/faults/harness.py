@@ -2,7 +2,8 @@
 
 * :class:`Lake`: the output under test (the Parquet layout or a Delta table, on the S3-protocol
   server behind a :class:`FaultProxy`), read the way its readers read it.
-* :class:`CliRun`: one ``kafka-batch run`` process, optionally frozen or killed at a fail point.
+* :class:`CliRun`: one ``kafka-batch run`` process (tests/support/cli_runner.py), optionally frozen
+  or killed at a fail point.
 * :func:`expect_exactly_once`: every produced offset once, counted into the scenario's
   :class:`~tests.faults.tally.Outcome` (records lost, duplicated).
 """
@@ -13,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -30,9 +30,8 @@ from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.output.store import BatchStore
 from tests.faults.tally import Outcome
 from tests.integration.helpers import Output, TableOutput, dataset_keys
+from tests.support import cli_runner
 from tests.support.fault_proxy import FaultProxy
-
-KAFKA_BATCH = str(Path(sys.executable).parent / "kafka-batch")
 
 
 @dataclass
@@ -120,7 +119,7 @@ class CliRun:
     env: dict[str, str] = field(default_factory=dict)
     fail_point: str | None = None
     command: str = "run"
-    process: subprocess.Popen | None = None
+    process: cli_runner.ForkedRun | subprocess.Popen | None = None
     stdout: str = ""
     stderr: str = ""
 
@@ -130,14 +129,8 @@ class CliRun:
         env.pop(FAIL_POINT_ENV, None)
         if self.fail_point:
             env[FAIL_POINT_ENV] = self.fail_point
-        self.process = subprocess.Popen(
-            [KAFKA_BATCH, self.command, *self.args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            start_new_session=True,  # so a kill can take the whole group, as a lost worker would
-        )
+        # In a session of its own, so a kill can take the whole group, as a lost worker would.
+        self.process = cli_runner.start([self.command, *self.args], env, new_session=True)
         return self
 
     def wait_stopped(self, timeout: float = 180) -> None:

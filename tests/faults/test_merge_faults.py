@@ -13,8 +13,6 @@ as lost, a key seen twice as duplicated.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +21,11 @@ import pytest
 
 from kafka_batch_provider.core.merging import ORDER_COLUMN, MergeSpec
 from kafka_batch_provider.testing.producers import Record, produce
-from tests.faults.harness import KAFKA_BATCH, CliRun, run_cli
+from tests.faults.harness import CliRun, run_cli
 from tests.faults.tally import Outcome
 from tests.integration.helpers import TableOutput, group_offsets
 from tests.integration.test_merged_tables import merge_commits, newest_per_key
+from tests.support import cli_runner
 
 pytestmark = pytest.mark.integration
 
@@ -154,10 +153,7 @@ def test_upkeep_while_a_merge_is_about_to_commit_leaves_it_applied_once(
 
     frozen = CliRun(args, {}, fail_point="before-log-entry:stop").start()
     frozen.wait_stopped()
-    upkeep = subprocess.run(
-        [KAFKA_BATCH, "upkeep", *lake.output.cli_args(), "--retention-hours", "1", "--keep-batches", "1"],
-        capture_output=True, text=True, timeout=300, env=dict(os.environ),
-    )  # fmt: skip
+    upkeep = cli_runner.run(["upkeep", *lake.output.cli_args(), "--retention-hours", "1", "--keep-batches", "1"])
     assert upkeep.returncode == 0, upkeep.stderr[-800:]
     frozen.resume()
     frozen.finish()

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from dataclasses import replace
 
 import pytest
 
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.dags.conftest import DAGS
-from tests.faults.harness import KAFKA_BATCH, CliRun, expect_exactly_once, scenario_args
+from tests.faults.harness import CliRun, expect_exactly_once, scenario_args
 from tests.integration.helpers import group_offsets, offsets_of
+from tests.support import cli_runner
 
 pytestmark = pytest.mark.integration
 
@@ -154,10 +154,9 @@ def test_upkeep_while_a_batch_is_about_to_commit_keeps_its_files_and_it_commits_
     # The third batch's files are staged; its storage commit (log entry / table commit) is next.
     frozen = CliRun(args, lake.env(), fail_point="before-log-entry:stop").start()
     frozen.wait_stopped()
-    upkeep = subprocess.run(
-        [KAFKA_BATCH, "upkeep", *lake.cli_args(), "--retention-hours", "1", "--keep-batches", "1"],
-        capture_output=True, text=True, timeout=300, env={**os.environ, **lake.env()},
-    )  # fmt: skip
+    upkeep = cli_runner.run(
+        ["upkeep", *lake.cli_args(), "--retention-hours", "1", "--keep-batches", "1"], {**os.environ, **lake.env()}
+    )
     assert upkeep.returncode == 0, upkeep.stderr[-800:]
     report = json.loads(upkeep.stdout.strip().splitlines()[-1])
     if lake.format == "delta":

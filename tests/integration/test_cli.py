@@ -1,4 +1,6 @@
-"""The ``kafka-batch`` command line, as a user runs it: subprocesses, real broker, real Spark.
+"""The ``kafka-batch`` command line, as a user runs it: its own processes (forked from a process
+that imported the heavy libraries already, tests/support/cli_runner.py; the installed script itself
+in the first test), real broker, real Spark.
 
 spark-submit where it is the subject (``write`` and ``run``, a table per topic, the storage secret
 kept out of its command line); the other batches run on the worker's Spark Connect server
@@ -10,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,17 +21,18 @@ from kafka_batch_provider.dev.local_servers import free_port
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.testing.producers import Record, produce, sample_records
 from tests.integration.helpers import Output, assert_exactly_once, dataset_keys
+from tests.support import cli_runner
 
 pytestmark = pytest.mark.integration
 
-KAFKA_BATCH = str(Path(sys.executable).parent / "kafka-batch")
 SECRET = "hunter2-not-for-logs"
 
 
-def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [KAFKA_BATCH, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
-    )
+def cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300, fork: bool | None = None
+) -> subprocess.CompletedProcess:
+    """``kafka-batch ARGS`` (tests/support/cli_runner.py); ``fork=False``: the installed script itself."""
+    return cli_runner.run(list(args), {**os.environ, **(env or {})}, timeout=timeout, fork=fork)
 
 
 def last_json(result: subprocess.CompletedProcess) -> dict:
@@ -49,6 +51,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, expected: str) ->
 def test_plan_write_commit_then_run_ingests_only_new_data_and_keeps_secrets_out(
     kafka_config, kafka_bootstrap_servers, new_topic, group_id, tmp_path
 ):
+    # The installed kafka-batch script itself (fork=False), as a user runs it; the other tests fork.
     topic = new_topic(partitions=2)
     produce(kafka_config, topic, sample_records(2, 20))
     out = str(tmp_path / "lake")
@@ -57,9 +60,9 @@ def test_plan_write_commit_then_run_ingests_only_new_data_and_keeps_secrets_out(
     common = ["--bootstrap-servers", kafka_bootstrap_servers, "--kafka-config-file", str(secrets)]
     spark = ["--spark-master", "local[2]"]
 
-    planned = last_json(cli("plan", *common, "--topic", topic, "--group", group_id, "--output", out))
+    planned = last_json(cli("plan", *common, "--topic", topic, "--group", group_id, "--output", out, fork=False))
     assert planned["records"] == 20 and Path(planned["plan_path"]).exists()
-    written = last_json(cli("write", "--plan", planned["plan_path"], *common, *spark))
+    written = last_json(cli("write", "--plan", planned["plan_path"], *common, *spark, fork=False))
     assert written == {
         "batch_id": planned["batch_id"],
         "seq": 1,
@@ -68,11 +71,11 @@ def test_plan_write_commit_then_run_ingests_only_new_data_and_keeps_secrets_out(
         "location": str(Path(out) / f"batch_id={planned['batch_id']}"),
         "skipped": False,
     }
-    committed = last_json(cli("commit", "--plan", planned["plan_path"], *common))
+    committed = last_json(cli("commit", "--plan", planned["plan_path"], *common, fork=False))
     assert committed["committed"] == {f"{topic}:0": 10, f"{topic}:1": 10}
 
     produce(kafka_config, topic, sample_records(2, 6, first_id=20))
-    run = cli("run", *common, "--topic", topic, "--group", group_id, "--output", out, *spark)
+    run = cli("run", *common, "--topic", topic, "--group", group_id, "--output", out, *spark, fork=False)
     second = last_json(run)
     assert [(r["start"], r["end"]) for r in second["ranges"]] == [(10, 13), (10, 13)]
     assert second["records"] == 6 and second["committed"] == {f"{topic}:0": 13, f"{topic}:1": 13}

@@ -7,7 +7,6 @@ import base64
 import json
 import os
 import subprocess
-import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,10 +23,10 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, ti
 from kafka_batch_provider.dev.local_servers import free_port, pid_alive
 from kafka_batch_provider.dev.schema_registry import EmbeddedSchemaRegistry
 from kafka_batch_provider.dev.schema_registry.auth import Credential
+from tests.support import cli_runner
 
 pytestmark = pytest.mark.integration
 
-KAFKA_BATCH = str(Path(sys.executable).parent / "kafka-batch")
 LEVELS = ("NONE", "BACKWARD", "FORWARD", "FULL")
 
 
@@ -732,7 +731,7 @@ def test_basic_auth_and_bearer_tokens_with_read_only_callers(secured_registry, s
 
 
 def cli(*args: str, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, dict]:
-    result = subprocess.run([KAFKA_BATCH, *args], env=env, capture_output=True, text=True, timeout=60)
+    result = cli_runner.run(list(args), env, timeout=60)
     lines = result.stdout.strip().splitlines()
     return result, json.loads(lines[-1]) if lines else {}
 
