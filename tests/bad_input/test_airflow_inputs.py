@@ -14,6 +14,8 @@ import pytest
 from tests.bad_input.scene import Scene, one_line_problems
 from tests.dags.conftest import DAGS
 
+pytestmark = pytest.mark.check  # in make check's tier
+
 # -- operator arguments: the DAG file fails to import, with one line ------------------------
 
 

@@ -14,6 +14,8 @@ import pytest
 from kafka_batch_provider.dev.local_servers import free_port
 from tests.bad_input.scene import Scene, cli, cli_refusal_problems
 
+pytestmark = pytest.mark.check  # in make check's tier
+
 
 @dataclass(frozen=True)
 class Case:

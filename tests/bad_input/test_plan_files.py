@@ -11,6 +11,8 @@ import pytest
 
 from tests.bad_input.scene import Scene, cli, cli_refusal_problems
 
+pytestmark = pytest.mark.check  # in make check's tier
+
 
 @dataclass(frozen=True)
 class Case:

@@ -13,6 +13,8 @@ import pytest
 
 from tests.dags.conftest import DAGS
 
+pytestmark = pytest.mark.check  # in make check's tier
+
 EXPECTED_DAGS = {
     "kafka_batch_ingest",
     "kafka_batch_backfill",

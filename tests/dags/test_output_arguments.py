@@ -13,6 +13,8 @@ from kafka_batch_provider.hooks.catalog import catalog_properties_from_connectio
 from kafka_batch_provider.operators.output import BatchOutput
 from kafka_batch_provider.testing.producers import produce, sample_records
 
+pytestmark = pytest.mark.check  # in make check's tier
+
 SECRET = "catalog-secret-value"
 
 

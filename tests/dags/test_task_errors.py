@@ -12,6 +12,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from kafka_batch_provider.errors import ConfigError, StorageAccessError
 from kafka_batch_provider.operators.output import BatchOutput
 
+pytestmark = pytest.mark.check  # in make check's tier
+
 BAD = {"bootstrap.servers": "127.0.0.1:1", "enable.auto.commit": "true"}
 
 

@@ -14,7 +14,7 @@ from kafka_batch_provider.kafka import client
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.testing.producers import Record, broker_supports_offsets_for_times, produce, wait_until_stable
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.check]  # check: in make check's tier
 
 
 def fill(config, topic, counts: dict[int, int], timestamp_ms=None) -> None:

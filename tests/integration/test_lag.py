@@ -20,7 +20,7 @@ from kafka_batch_provider.testing.producers import Record, produce, sample_recor
 from tests.integration.helpers import run_batch
 from tests.integration.test_cli import cli, last_json
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.check]  # check: in make check's tier
 
 
 @pytest.fixture

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from kafka_batch_provider.core.merging import ORDER_COLUMN, MergeSpec
 from kafka_batch_provider.testing.producers import Record, produce
 from tests.integration.helpers import TableOutput, group_offsets, run_batch, write_without_commit
+
+pytestmark = pytest.mark.check  # in make check's tier
 
 UPSERT = MergeSpec(mode="upsert")
 

@@ -12,8 +12,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.bad_input.scene import cli
+
+pytestmark = pytest.mark.check  # in make check's tier
 
 
 class OtlpReceiver:

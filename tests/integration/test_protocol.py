@@ -32,7 +32,7 @@ from tests.integration.helpers import (
     write_without_commit,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.check]  # check: in make check's tier
 
 
 def offsets_of(topic: str, counts: dict[int, tuple[int, int]]) -> set[tuple[str, int, int]]:

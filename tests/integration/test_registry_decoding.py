@@ -25,7 +25,7 @@ from kafka_batch_provider.registry.settings import RegistrySettings
 from kafka_batch_provider.spark.kafka_reader import KAFKA_ARROW_SCHEMA
 from kafka_batch_provider.spark.value_decoding import ValueDecoding
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.check]  # check: in make check's tier
 
 V1 = {
     "type": "record",

@@ -25,7 +25,7 @@ from kafka_batch_provider.dev.schema_registry import EmbeddedSchemaRegistry
 from kafka_batch_provider.dev.schema_registry.auth import Credential
 from tests.support import cli_runner
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.check]  # check: in make check's tier
 
 LEVELS = ("NONE", "BACKWARD", "FORWARD", "FULL")
 
