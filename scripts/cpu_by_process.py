@@ -34,7 +34,7 @@ KINDS = [
     ("kafka broker", r"kafka\.Kafka\b|KafkaRaftServer|kafka\.tools|kafka_batch_kafka"),
     ("other java", r"(^|/)java\x00"),
     ("spark python worker", r"pyspark\.daemon|pyspark\.worker|pyspark/daemon|worker\.py"),
-    ("kafka-batch cli", r"bin/kafka-batch\x00|kafka_batch_provider\.cli"),
+    ("kafka-batch cli", r"bin/kafka-batch\x00|kafka_batch_provider\.cli|tests\.support\.cli_runner"),  # forked runs too
     ("airflow", r"bin/airflow\x00|airflow (scheduler|api-server|dag-processor|triggerer|tasks|dags)"),
     ("airflow task (supervisor)", r"airflow.*supervisor|task_runner"),
     ("spark-submit python", r"spark_apps/|spark-submit|pyspark-shell"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -57,3 +58,40 @@ def test_a_forked_run_in_a_session_of_its_own_stops_at_its_fail_point_and_dies_w
     os.killpg(run.pid, signal.SIGKILL)
     out, err = run.communicate(timeout=30)
     assert run.returncode == -signal.SIGKILL, f"expected the run killed by SIGKILL, found {run.returncode}"
+
+
+def test_an_ended_run_keeps_its_pid_until_its_exit_is_read_so_a_late_kill_reaches_no_other_process():
+    run = cli_runner.start(["--version"], fork=True)
+    if not isinstance(run, cli_runner.ForkedRun):
+        pytest.skip(f"{cli_runner.MODE_ENV}=exec: every run is exec'd")
+    deadline = time.monotonic() + 60
+    while psutil.Process(run.pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "expected the ended run kept as a zombie until its exit is read"
+        time.sleep(0.05)
+    time.sleep(0.5)  # the forkserver has sent the exit by now: the caller reads it, no signal is sent
+    run.kill()  # as Popen.kill after an unread exit: no error
+    out, _ = run.communicate(timeout=30)
+    assert (run.returncode, out.startswith("kafka-batch")) == (0, True), f"found {run.returncode}, {out!r}"
+    deadline = time.monotonic() + 30
+    while psutil.pid_exists(run.pid) and psutil.Process(run.pid).status() == psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, f"expected pid {run.pid} reaped once its exit was read"
+        time.sleep(0.05)
+
+
+def test_two_messages_that_arrive_together_are_read_one_by_one():
+    ours, forkserver = socket.socketpair()
+    run = cli_runner.ForkedRun(0, ours, None, None)
+    forkserver.sendall(b'{"pid": 7}\n{"returncode": 3, "cpu": 0.5}\n')
+    assert json.loads(run._line()) == {"pid": 7}
+    assert run.wait(timeout=5) == 3, f"expected exit 3 read from the second message, found {run.returncode}"
+    forkserver.close()
+
+
+def test_a_run_whose_environment_changes_an_import_time_variable_is_execed():
+    env = {
+        **os.environ,
+        "SPARK_CONNECT_LOG_LEVEL": "debug" if os.environ.get("SPARK_CONNECT_LOG_LEVEL") != "debug" else "info",
+    }
+    run = cli_runner.start(["--version"], env, fork=True)
+    run.communicate(timeout=60)
+    assert isinstance(run, subprocess.Popen), f"expected an exec'd run, found {type(run).__name__}"
