@@ -106,6 +106,10 @@ def fault_broker(kafka_broker_kind: str, tmp_path_factory: pytest.TempPathFactor
         lambda started: {"proxies": [{"port": p.port, "target": p.target_port, "pid": p.pid} for p in started[1]]},
         handed_over=workers,  # each worker stops and starts its own proxy
     )
+    if index >= len(info["proxies"]):  # a worker started in place of a crashed one: a new number
+        with private_fault_broker("kafka", tmp_path_factory.mktemp("fault-broker")) as broker:
+            yield broker
+        return
     mine = info["proxies"][index]
     proxy = FaultProxy(port=mine["port"], target_port=mine["target"], pid=mine["pid"])
     try:

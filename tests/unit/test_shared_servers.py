@@ -17,7 +17,7 @@ import pytest
 
 from kafka_batch_provider.dev.local_servers import LocalServer, listen_ports, pid_alive, port_open
 from kafka_batch_provider.errors import ConfigError
-from kafka_batch_provider.testing.shared_servers import SharedServerError, SharedServers, start_reaper
+from kafka_batch_provider.testing.shared_servers import SharedServerError, SharedServers
 
 
 @dataclass
@@ -103,20 +103,30 @@ def test_a_process_handed_over_to_a_worker_may_go_and_is_never_signalled_by_its_
     assert not pid_alive(second)
 
 
+OWNER = """
+import os, sys, time
+from pathlib import Path
+from kafka_batch_provider.testing.shared_servers import SharedServers, start_reaper
+reaper = start_reaper(SharedServers(Path(sys.argv[1])), os.getpid())
+print(reaper.pid, flush=True)
+time.sleep(600)
+"""
+
+
 def test_the_reaper_stops_the_servers_when_the_session_process_is_killed(servers):
     info = get_tiny(str(servers.folder))
-    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    reaper = start_reaper(servers, owner.pid)
+    # The session's process starts the reaper, as the plugin's pytest_configure does.
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(servers.folder)], stdout=subprocess.PIPE, text=True)
     try:
+        reaper = int(owner.stdout.readline())
         time.sleep(1.5)  # the reaper's first looks at a live owner
         assert pid_alive(info["pid"]), "expected the server kept while its session runs"
         owner.kill()
         owner.wait()
         wait_until(lambda: not pid_alive(info["pid"]), "the reaper to stop the server once the owner was killed")
-        reaper.wait(timeout=30)
+        wait_until(lambda: not pid_alive(reaper), "the reaper to exit once it stopped the servers")
     finally:
         owner.kill()
-        reaper.kill()
 
 
 def test_free_ports_are_outside_the_kernels_ephemeral_range():

@@ -409,6 +409,10 @@ class KafkaBroker(LocalServer):
             return [f"-XX:SharedArchiveFile={target}"]
         if not os.access(target.parent, os.W_OK):
             return []  # someone else's tools folder: start without, as slowly as before
+        if self.detach:
+            # A detached broker is stopped by another process (a test session's owner, the command
+            # line's `stop`), which would neither wait for the archive nor adopt it.
+            return []
         self._recording = target.parent / f".{target.stem}.{uuid.uuid4().hex[:8]}.part"
         return [f"-XX:ArchiveClassesAtExit={self._recording}"]
 

@@ -185,7 +185,7 @@ class LocalServer:
         self.pid = self._process.pid
         try:
             self.wait_until_ready(timeout)
-        except KafkaBatchError:
+        except BaseException:  # not ready, or interrupted waiting (Ctrl-C reaches no detached server)
             self.stop()
             raise
         return self

@@ -87,7 +87,7 @@ class SharedServers:
         with _locked(self.folder / f"{name}.lock"):
             if record.is_file():
                 found = json.loads(record.read_text())
-                gone = [p["pid"] for p in found["processes"] if p["watched"] and not pid_alive(p["pid"])]
+                gone = [p["pid"] for p in found["processes"] if p["watched"] and not still_running(p)]
                 if gone:
                     raise SharedServerError(
                         f"the session's {name} (pid {gone[0]}) has exited; see the logs in {self.folder / name}"
@@ -119,7 +119,7 @@ class SharedServers:
             except (OSError, ValueError):
                 continue
             for process in found["processes"]:
-                if start_time(process["pid"]) != process["started"] or not pid_alive(process["pid"]):
+                if not still_running(process):
                     continue  # gone already (a handed-over proxy), and its pid maybe another process's now
                 stop_pid(process["pid"], timeout, process["signal"])
                 stopped.append(f"{record.stem}: {process['label']} (pid {process['pid']})")
@@ -138,6 +138,12 @@ def start_time(pid: int) -> int | None:
     return int(stat[stat.rindex(")") + 2 :].split()[19])
 
 
+def still_running(process: dict[str, Any]) -> bool:
+    """Whether a recorded process still runs: its pid alive and started when it was recorded (pids
+    are reused: pid_max is 32768 on some machines)."""
+    return start_time(process["pid"]) == process["started"] and pid_alive(process["pid"])
+
+
 def start_reaper(servers: SharedServers, owner_pid: int) -> subprocess.Popen:
     """A process that stops ``servers`` once ``owner_pid`` has gone, however it went."""
     return subprocess.Popen(
@@ -150,7 +156,9 @@ def start_reaper(servers: SharedServers, owner_pid: int) -> subprocess.Popen:
 
 
 def _reap(folder: str, owner_pid: str) -> None:
-    while pid_alive(int(owner_pid)):
+    # The owner started this process: once it is gone, this one has another parent (whereas its
+    # pid alone could be reused by then).
+    while os.getppid() == int(owner_pid):
         time.sleep(1.0)
     SharedServers(Path(folder)).stop_all()
 
