@@ -24,8 +24,9 @@ prereqs:
 	@scripts/check-prereqs.sh "$(PYTHON)"
 
 # Debian's packages the tests run as plain processes (scripts/debian-packages.sh: installed with one
-# apt-get when run as root): the browser tests' Chromium, PostgreSQL (the change-data-capture source).
-DEBIAN_PACKAGES := chromium postgresql
+# apt-get when run as root): the browser tests' Chromium, PostgreSQL (the change-data-capture source),
+# MariaDB (the MariaDB/MySQL output's server, issue 50).
+DEBIAN_PACKAGES := chromium postgresql mariadb-server
 
 debian-prereqs:
 	@scripts/debian-packages.sh $(DEBIAN_PACKAGES)

@@ -8,8 +8,11 @@
 #   postgresql   the change-data-capture source (dev/postgres.py; only the binaries are used, the
 #                package's own cluster is never started): /usr/lib/postgresql/<n>/bin, or
 #                $KAFKA_BATCH_POSTGRES_BIN
+#   mariadb-server  MariaDB, the server of the MariaDB/MySQL output (issue 50; installed with the
+#                rest so the set-up's time already includes it; the package's own server is never
+#                started): /usr/sbin/mariadbd, or $KAFKA_BATCH_MARIADB_BIN
 #
-# Usage: scripts/debian-packages.sh chromium postgresql
+# Usage: scripts/debian-packages.sh chromium postgresql mariadb-server
 set -u
 
 found() {
@@ -18,6 +21,7 @@ found() {
     postgresql)
       if [ -n "${KAFKA_BATCH_POSTGRES_BIN:-}" ]; then [ -x "$KAFKA_BATCH_POSTGRES_BIN/postgres" ]; return; fi
       ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 ;;
+    mariadb-server) [ -x "${KAFKA_BATCH_MARIADB_BIN:-/usr/sbin}/mariadbd" ] ;;
     *) echo "error: scripts/debian-packages.sh knows no package '$1'" >&2; exit 2 ;;
   esac
 }
@@ -27,6 +31,7 @@ override() {
   case "$1" in
     chromium) printf '%s' "${KAFKA_BATCH_CHROMIUM:-}" ;;
     postgresql) printf '%s' "${KAFKA_BATCH_POSTGRES_BIN:-}" ;;
+    mariadb-server) printf '%s' "${KAFKA_BATCH_MARIADB_BIN:-}" ;;
   esac
 }
 
@@ -34,6 +39,7 @@ advice() {
   case "$1" in
     chromium) echo "error: Chromium not found at ${KAFKA_BATCH_CHROMIUM:-/usr/bin/chromium} (the browser tests need it): install it (Debian/Ubuntu: sudo apt-get install chromium) or set KAFKA_BATCH_CHROMIUM=/path/to/chromium" ;;
     postgresql) echo "error: PostgreSQL not found (${KAFKA_BATCH_POSTGRES_BIN:-/usr/lib/postgresql/*/bin}): install it (Debian/Ubuntu: sudo apt-get install postgresql) or set KAFKA_BATCH_POSTGRES_BIN=/path/to/its/bin" ;;
+    mariadb-server) echo "error: MariaDB not found (${KAFKA_BATCH_MARIADB_BIN:-/usr/sbin}/mariadbd): install it (Debian/Ubuntu: sudo apt-get install mariadb-server) or set KAFKA_BATCH_MARIADB_BIN=/path/to/the/folder/of/mariadbd" ;;
   esac
 }
 
@@ -50,7 +56,7 @@ done
 if [ ${#installable[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "== installing ${installable[*]} (Debian packages) for the tests and the demo: apt-get install -y ${installable[*]}"
   if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${installable[@]}" >/dev/null; }; then
-    echo "error: apt-get install ${installable[*]} failed; install them and rerun" >&2
+    echo "error: apt-get install ${installable[*]} failed; install them (or point the KAFKA_BATCH_* variables of scripts/debian-packages.sh at your copies) and rerun" >&2
     exit 1
   fi
 fi
