@@ -98,9 +98,6 @@ def airflow_stack(kafka_bootstrap_servers: str, tmp_path_factory: pytest.TempPat
         # queries the metadata DB, and on this stack's SQLite that once held the DB's lock for 60 s
         # (the api-server and the triggerer stalled). The tasks' events are what this provider makes.
         "AIRFLOW__OPENLINEAGE__EMISSION_POLICY": json.dumps([{"scope": {}, "controls": {"emit_dag_events": False}}]),
-        # No test edits a DAG file (settings come through Variables at run time): each file is parsed
-        # when found, not again every 30 s (Airflow's default cost ~40 s of CPU over the live tests).
-        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600",
     }
     (home / "lineage").mkdir()
     stack = AirflowStack(home=home, dags_folder=DAGS, env=env, stop_timeout=3)
