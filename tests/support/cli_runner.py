@@ -304,6 +304,7 @@ def serve(address: str) -> list[str] | None:
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     selector.register(wake_read, selectors.EVENT_READ)
+    server = os.getpid()
     try:
         while os.getppid() == parent:
             for key, _ in selector.select(1.0):
@@ -353,8 +354,9 @@ def serve(address: str) -> list[str] | None:
                 ended[channel.fileno()] = pid
                 selector.register(channel, selectors.EVENT_READ)
     finally:
-        for pid in running:  # the worker is gone: so are the runs it started
-            os.kill(pid, signal.SIGKILL)
+        if os.getpid() == server:  # not in a forked run, which returns through here
+            for pid in running:  # the worker is gone (or this server failed): so are the runs it started
+                os.kill(pid, signal.SIGKILL)
     os._exit(0)
 
 

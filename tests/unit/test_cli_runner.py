@@ -95,3 +95,21 @@ def test_a_run_whose_environment_changes_an_import_time_variable_is_execed():
     run = cli_runner.start(["--version"], env, fork=True)
     run.communicate(timeout=60)
     assert isinstance(run, subprocess.Popen), f"expected an exec'd run, found {type(run).__name__}"
+
+
+def test_runs_forked_one_after_another_all_live_side_by_side(tmp_path):
+    env = {**os.environ, "KAFKA_BATCH_FAIL_POINT": "after-log-tail:stop"}
+    args = ["run", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--group", "g", "--output"]
+    runs = [cli_runner.start([*args, str(tmp_path / str(i))], env, new_session=True, fork=True) for i in range(3)]
+    try:
+        deadline = time.monotonic() + 60
+        while not all(psutil.Process(run.pid).status() == psutil.STATUS_STOPPED for run in runs):
+            found = [run.poll() for run in runs]
+            assert found == [None] * 3, f"expected three runs stopped at their fail point, found exits {found}"
+            assert time.monotonic() < deadline, "expected three runs stopped at their fail point within 60 s"
+            time.sleep(0.05)
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGKILL)
+            run.communicate(timeout=30)
