@@ -17,6 +17,7 @@ from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
 from tests.integration.test_cli import assert_one_line_error, cli, last_json
+from tests.support.fault_proxy import FaultProxy
 
 pytestmark = pytest.mark.integration
 
@@ -49,11 +50,15 @@ def test_kafka_start_status_stop_keeps_the_topics_across_a_restart(tmp_path):
 
 
 def test_a_broker_behind_a_proxy_names_the_proxys_port(tmp_path):
-    proxy_port = free_port()
-    with KafkaBroker(data_dir=tmp_path / "data", log_path=tmp_path / "kafka.log", advertised_port=proxy_port) as broker:
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-        brokers = admin.list_topics(timeout=10).brokers
-        assert [(b.host, b.port) for b in brokers.values()] == [("127.0.0.1", proxy_port)]
+    proxy = FaultProxy(target_port=0)
+    with KafkaBroker(data_dir=tmp_path / "data", log_path=tmp_path / "kafka.log", advertised_port=proxy.port) as broker:
+        proxy.target_port = broker.port
+        # A client that bootstraps from the proxy keeps to the proxy (were nothing listening there,
+        # a librdkafka that dropped its bootstrap connection for the named broker would fail).
+        with proxy:
+            admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{proxy.port}"})
+            brokers = admin.list_topics(timeout=30).brokers
+        assert [(b.host, b.port) for b in brokers.values()] == [("127.0.0.1", proxy.port)]
         # Its own requests (transaction markers) use a listener of their own, not the proxy.
         assert set(broker.listener_ports) == {"PLAINTEXT", "CONTROLLER", "INTERNAL"}
     assert "Kafka Server started" in (tmp_path / "kafka.log").read_text()
