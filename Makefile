@@ -18,7 +18,7 @@ export KAFKA_BATCH_TOOLS_DIR ?= $(CURDIR)/.tools
 
 LINTED := provider dags spark_apps tests scripts bench
 
-.PHONY: venv setup setup-core jvm-tools-one-by-one test check lint bytecode kafka-archive demo bench airflow docs dist prereqs debian-prereqs browser-prereqs postgres-prereqs azurite jvm-tools constraints clean
+.PHONY: venv setup setup-core jvm-tools-one-by-one test check lint bytecode kafka-archive spark-archive after-setup demo bench airflow docs dist prereqs debian-prereqs browser-prereqs postgres-prereqs azurite jvm-tools constraints clean
 
 prereqs:
 	@scripts/check-prereqs.sh "$(PYTHON)"
@@ -50,8 +50,6 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt provider/kafka_batch_provider
 	@# as pyspark (and is older): reinstall pyspark so its files, matching its jars, win.
 	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode --no-deps --reinstall -c constraints.txt pyspark
 	$(BIN)/python scripts/check_install.py
-	@# Spark's classes recorded once, so every spark-submit batch starts from the archive (~40 s).
-	$(BIN)/kafka-batch spark-archive build
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -119,23 +117,34 @@ jvm-tools-one-by-one:
 kafka-archive: venv jvm-tools
 	@$(BIN)/python -c "from kafka_batch_provider.dev.kafka import record_class_archive as r; print(r())"
 
-test: setup lint bytecode kafka-archive
+# Spark's classes recorded once, so every spark-submit batch starts from the archive (~40 s, once;
+# nothing when it is there).
+spark-archive: venv
+	@$(BIN)/kafka-batch spark-archive build
+
+# What runs once the installs are done, side by side (two JVMs recording archives, lint, bytecode).
+after-setup:
+	@$(MAKE) --no-print-directory -j4 lint bytecode kafka-archive spark-archive
+
+test: setup
+	@$(MAKE) --no-print-directory after-setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The edit loop's tier, within 3 minutes on a checkout that ran `make test` or `make check` once:
 # lint, the unit tests and the fast integration tests (marker `check`, docs/testing.md). `make test`
 # stays the whole suite, and the one CI runs.
-check: setup-core lint bytecode kafka-archive
+check: setup-core
+	@$(MAKE) --no-print-directory after-setup
 	$(BIN)/python -m pytest -m check $(PYTEST_ARGS)
 
-demo: prereqs postgres-prereqs venv jvm-tools bytecode kafka-archive
+demo: prereqs postgres-prereqs venv jvm-tools bytecode kafka-archive spark-archive
 	$(BIN)/python scripts/demo.py
 
 # The live Airflow services with the project's DAGs, Apache Kafka and the embedded S3 server (Ctrl-C stops).
-airflow: prereqs venv jvm-tools
+airflow: prereqs venv jvm-tools spark-archive
 	$(BIN)/python scripts/live_airflow.py
 
-bench: prereqs venv jvm-tools
+bench: prereqs venv jvm-tools spark-archive
 	$(BIN)/python bench/bench.py $(BENCH_ARGS)
 
 # The documentation site (mkdocs.yml, docs/) built into site/, offline; strict: a broken link,
