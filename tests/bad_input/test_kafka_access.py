@@ -1,16 +1,19 @@
 """Kafka refusing access on a SASL_SSL listener with ACLs (``secure_kafka``): one ``error:`` line, exit 2
 (a configuration error: not retried), nothing planned, written or committed.
 
-Each case runs ``kafka-batch run`` as a principal that lacks one thing the batch needs: READ on the
-group, any ACL on the topic, the right password, a CA that signed the broker's certificate. The
-state compared is the case's group's committed offsets (read as ``admin``) and every file under
-the scene's folder.
+Each case runs ``kafka-batch run``, with each reader, as a principal that lacks one thing the batch
+needs: any ACL on the group, READ on the group (DESCRIBE only: it may read the group's offsets but not
+commit them), any ACL on the topic, the right password, a CA that signed the broker's certificate.
+Each is refused as soon as Kafka answers, not after the client's timeout. The state compared is the
+case's group's committed offsets (read as ``admin``) and every file under the scene's folder (no
+plan, no row, no log entry).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -73,12 +76,26 @@ class Case:
 
 CASES = [
     pytest.param(
-        Case("no-read-on-the-group", (("topic", "{topic}", "READ"),), "Group authorization failed"),
-        id="no-read-on-the-group",
+        # No ACL on the group at all: the broker refuses its coordinator lookup, at once.
+        Case("no-acl-on-the-group", (("topic", "{topic}", "READ"),), "the principal needs READ on the group"),
+        id="no-acl-on-the-group",
     ),
     pytest.param(
-        # Without any ACL on it, the topic is not even in the metadata the principal may see.
-        Case("no-acl-on-the-topic", (("group", "{group}", "READ"),), "unknown topic(s) '{topic}'"),
+        # DESCRIBE (a monitoring grant) reads the group's offsets but cannot commit: refused before the write.
+        Case(
+            "describe-only-on-the-group",
+            (("topic", "{topic}", "READ"), ("group", "{group}", "DESCRIBE")),
+            "may DESCRIBE on the group but not READ",
+        ),
+        id="describe-only-on-the-group",
+    ),
+    pytest.param(
+        # Without any ACL on it, the topic is left out of the metadata: asked by name, Kafka says it is refused.
+        Case(
+            "no-acl-on-the-topic",
+            (("group", "{group}", "READ"),),
+            "Kafka refused topic '{topic}' (TOPIC_AUTHORIZATION_FAILED): the principal needs DESCRIBE and READ",
+        ),
         id="no-acl-on-the-topic",
     ),
     pytest.param(
@@ -101,9 +118,15 @@ CASES = [
     ),
 ]
 
+#: Long enough that a refusal waiting it out is told apart from one Kafka answered (2-3 s here).
+TIMEOUT = 60
 
+
+@pytest.mark.parametrize("reader", ["python", "jvm"])
 @pytest.mark.parametrize("case", CASES)
-def test_kafka_refusing_access_is_one_line_exit_2_and_changes_nothing(case: Case, access: AccessScene, verdict):
+def test_kafka_refusing_access_is_one_line_exit_2_and_changes_nothing(
+    case: Case, reader: str, access: AccessScene, verdict
+):
     group = f"access-{case.id}-{uuid.uuid4().hex[:6]}"
     grants = [(r, name.format(topic=access.topic, group=group), op) for r, name, op in case.grants]
     user, password = access.secure.new_user(grants)
@@ -111,16 +134,20 @@ def test_kafka_refusing_access_is_one_line_exit_2_and_changes_nothing(case: Case
         user, "not-the-password" if case.wrong_password else password, access.secure.other_ca if case.other_ca else None
     )
     config_file = access.config_file(config)
-    out = access.root / f"lake-{case.id}"
+    out = access.root / f"lake-{case.id}-{reader}"
     before = access.snapshot(group)
 
+    started = time.monotonic()
     result = cli(
         "run",
         *("--kafka-config-file", config_file, "--topic", access.topic, "--group", group, "--output", str(out)),
-        *("--timeout", "5"),  # a client that waits for an answer that never comes gives up soon
+        *("--reader", reader, "--timeout", str(TIMEOUT)),
     )
+    took = time.monotonic() - started
 
     problems = cli_refusal_problems(result, case.expected.format(topic=access.topic))
     if result.returncode != EXIT_TERMINAL:
         problems.append(f"expected exit {EXIT_TERMINAL} (a configuration error, not retried), got {result.returncode}")
+    if took >= TIMEOUT:
+        problems.append(f"expected the refusal once Kafka answered, not after --timeout {TIMEOUT}: took {took:.0f} s")
     verdict.judge(problems, before, access.snapshot(group))

@@ -182,6 +182,8 @@ class CliRun:
         lines = self.stderr.strip().splitlines()
         assert self.process.returncode not in (0, None), f"expected a failure, got exit 0: {self.stdout[-500:]!r}"
         assert lines and lines[-1].startswith("error: "), f"expected an 'error:' line last, got {lines[-3:]!r}"
+        others = [line for line in lines[:-1] if line.startswith("error: ")]
+        assert not others, f"expected one 'error:' line, the last; found also {others!r}"
         assert "Traceback" not in self.stderr, f"a traceback was printed: {self.stderr[-1500:]}"
         return lines[-1]
 

@@ -1,8 +1,8 @@
 """``kafka-batch``: the protocol's steps from the command line.
 
 Each command mirrors an Airflow task: ``plan`` -> ``write`` -> ``commit`` (``run`` does all
-three). Progress goes to stderr; the last stdout line is one JSON object. Errors are one
-line on stderr (``error: ...``) with a non-zero exit code, and change nothing.
+three). Progress goes to stderr; the last stdout line is one JSON object. An error is one
+line, the last on stderr (``error: ...``), with a non-zero exit code, and changes nothing.
 
 The commands live beside this parser: ``batch.py`` (the steps), ``reports.py`` (``lag``,
 ``table``), ``upkeep.py``, ``servers.py`` (the local servers, ``spark-archive``);

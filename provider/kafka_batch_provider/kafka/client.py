@@ -23,7 +23,7 @@ from confluent_kafka import (
     TopicCollection,
 )
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
+from confluent_kafka.admin import AclOperation, AdminClient, ConfigResource, OffsetSpec, ResourceType
 
 from kafka_batch_provider.core.listing import listed
 from kafka_batch_provider.core.offsets import PartitionOffsets, TopicPartition
@@ -213,6 +213,7 @@ class KafkaOffsets:
         metadata = self._call("list_topics", self._metadata)
         missing = [t for t in topics if t not in metadata.topics]
         if missing:
+            self._refuse_hidden_topics(missing)
             raise PlanError(f"unknown topic(s) {', '.join(map(repr, missing))} on {self.bootstrap_servers}")
         wanted = None if partitions is None else sorted(set(partitions))
         result: list[TopicPartition] = []
@@ -228,6 +229,60 @@ class KafkaOffsets:
                 raise PlanError(f"topic {topic!r} has no partition(s) {absent} (it has {len(existing)})")
             result.extend(TopicPartition(topic, p) for p in chosen)
         return result
+
+    def _refuse_hidden_topics(self, missing: Sequence[str]) -> None:
+        """Raise the refusal behind topics absent from the metadata, if they exist but are hidden.
+
+        The metadata of all topics leaves out the ones the principal may not DESCRIBE; asked by
+        name (an admin request, which never creates a topic), the broker says which of them exist
+        (``TOPIC_AUTHORIZATION_FAILED``) and which do not.
+        """
+        futures = self.admin.describe_topics(TopicCollection(list(missing)), request_timeout=min(self.timeout, 10.0))
+        for topic, future in futures.items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                error = error_of(exc)
+                if error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    raise KafkaRefusedError(
+                        f"Kafka refused topic {topic!r} ({error.name()}): the principal needs DESCRIBE and READ on "
+                        "the topic (a retry fails the same way)"
+                    ) from None
+
+    def check_group_may_commit(self, group_id: str) -> None:
+        """Refuse a group this principal may not commit to, before anything is read or written.
+
+        Reading a group's offsets needs DESCRIBE on it, committing them READ: a principal with
+        DESCRIBE only (a common grant for monitoring) would plan, read and write the batch and be
+        refused at the commit. The broker says which operations the principal may do on the group
+        (DescribeGroups with its authorized operations, KIP-430), and refuses at once a principal
+        without DESCRIBE, where a consumer's coordinator lookup would wait out the timeout.
+        """
+        futures = self.admin.describe_consumer_groups(
+            [group_id], include_authorized_operations=True, request_timeout=min(self.timeout, 10.0)
+        )
+        try:
+            description = futures[group_id].result()
+        except KafkaException as exc:
+            error = error_of(exc)
+            if error is not None and is_refusal(error):
+                raise KafkaRefusedError(
+                    f"Kafka refused group {group_id!r} ({error.name()}): {error.str()}; the principal needs "
+                    "READ on the group (a retry fails the same way)"
+                ) from None
+            # Not a refusal (a broker that does not implement the request, one not reachable now): the
+            # offset requests that follow meet an outage, and the commit a refusal, as before.
+            log.debug("describe_consumer_groups(%s) did not answer: %s", group_id, exc)
+            return
+        allowed = description.authorized_operations
+        if allowed is None:  # a broker that does not say: the commit will tell
+            return
+        if not {AclOperation.READ, AclOperation.ALL} & set(allowed):
+            may = ", ".join(sorted(op.name for op in allowed)) or "nothing"
+            raise KafkaRefusedError(
+                f"Kafka would refuse the commit of group {group_id!r}: the principal may {may} on the group but "
+                "not READ, which committing offsets needs; grant READ on the group (a retry fails the same way)"
+            )
 
     def topic_names(self) -> set[str]:
         """Every topic's name on the cluster (Kafka's own ones too), from a fresh metadata request;
