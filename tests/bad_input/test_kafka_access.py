@@ -151,3 +151,30 @@ def test_kafka_refusing_access_is_one_line_exit_2_and_changes_nothing(
     if took >= TIMEOUT:
         problems.append(f"expected the refusal once Kafka answered, not after --timeout {TIMEOUT}: took {took:.0f} s")
     verdict.judge(problems, before, access.snapshot(group))
+
+
+GROUP_CASES = [case for case in CASES if case.values[0].id in ("no-acl-on-the-group", "describe-only-on-the-group")]
+
+
+@pytest.mark.parametrize("case", GROUP_CASES)
+def test_a_table_per_topic_is_refused_once_for_its_group_before_any_table(case: Case, access: AccessScene, verdict):
+    group = f"access-{case.id}-tables-{uuid.uuid4().hex[:6]}"
+    grants = [(r, name.format(topic=access.topic, group=group), op) for r, name, op in case.grants]
+    user, password = access.secure.new_user(grants)
+    config_file = access.config_file(access.secure.client_config(user, password))
+    before = access.snapshot(group)
+
+    started = time.monotonic()
+    result = cli(
+        "run",
+        *("--kafka-config-file", config_file, "--topic", access.topic, "--group", group),
+        *("--output", str(access.root / f"tables-{case.id}") + "/{topic}", "--timeout", str(TIMEOUT)),
+    )
+    took = time.monotonic() - started
+
+    problems = cli_refusal_problems(result, case.expected.format(topic=access.topic))
+    if result.returncode != EXIT_TERMINAL:
+        problems.append(f"expected exit {EXIT_TERMINAL} (a configuration error, not retried), got {result.returncode}")
+    if took >= TIMEOUT:
+        problems.append(f"expected the refusal once Kafka answered, not after --timeout {TIMEOUT}: took {took:.0f} s")
+    verdict.judge(problems, before, access.snapshot(group))

@@ -231,11 +231,13 @@ class KafkaOffsets:
         return result
 
     def _refuse_hidden_topics(self, missing: Sequence[str]) -> None:
-        """Raise the refusal behind topics absent from the metadata, if they exist but are hidden.
+        """Raise the refusal behind topics absent from the metadata, if the principal may not see them.
 
         The metadata of all topics leaves out the ones the principal may not DESCRIBE; asked by
-        name (an admin request, which never creates a topic), the broker says which of them exist
-        (``TOPIC_AUTHORIZATION_FAILED``) and which do not.
+        name (an admin request, which never creates a topic), the broker answers
+        ``TOPIC_AUTHORIZATION_FAILED`` for those (whether or not they exist: Kafka does not say)
+        and ``UNKNOWN_TOPIC_OR_PARTITION`` for names that a principal allowed to see them would see
+        missing.
         """
         futures = self.admin.describe_topics(TopicCollection(list(missing)), request_timeout=min(self.timeout, 10.0))
         for topic, future in futures.items():
@@ -246,18 +248,22 @@ class KafkaOffsets:
                 if error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
                     raise KafkaRefusedError(
                         f"Kafka refused topic {topic!r} ({error.name()}): the principal needs DESCRIBE and READ on "
-                        "the topic (a retry fails the same way)"
+                        "the topic (Kafka does not say whether a topic it hides exists; a retry fails the same way)"
                     ) from None
 
-    def check_group_may_commit(self, group_id: str) -> None:
-        """Refuse a group this principal may not commit to, before anything is read or written.
+    def check_may_commit(self, group_id: str) -> None:
+        """Refuse a principal that may not commit ``group_id``, as soon as Kafka answers and before
+        anything is read or written.
 
-        Reading a group's offsets needs DESCRIBE on it, committing them READ: a principal with
-        DESCRIBE only (a common grant for monitoring) would plan, read and write the batch and be
-        refused at the commit. The broker says which operations the principal may do on the group
-        (DescribeGroups with its authorized operations, KIP-430), and refuses at once a principal
-        without DESCRIBE, where a consumer's coordinator lookup would wait out the timeout.
+        First the connection: the metadata request names a refused login or certificate at once.
+        Then the group: reading its offsets needs DESCRIBE on it, committing them READ, so a
+        principal with DESCRIBE only (a common grant for monitoring) would plan, read and write the
+        batch and be refused at the commit. The broker says which operations the principal may do
+        on the group (DescribeGroups with its authorized operations, KIP-430), and refuses at once
+        a principal without DESCRIBE, where a consumer's coordinator lookup would wait out the
+        timeout.
         """
+        self.topic_partitions([])
         futures = self.admin.describe_consumer_groups(
             [group_id], include_authorized_operations=True, request_timeout=min(self.timeout, 10.0)
         )
@@ -278,7 +284,7 @@ class KafkaOffsets:
         if allowed is None:  # a broker that does not say: the commit will tell
             return
         if not {AclOperation.READ, AclOperation.ALL} & set(allowed):
-            may = ", ".join(sorted(op.name for op in allowed)) or "nothing"
+            may = ", ".join(sorted(op.name for op in allowed))  # never empty: confluent-kafka gives None then
             raise KafkaRefusedError(
                 f"Kafka would refuse the commit of group {group_id!r}: the principal may {may} on the group but "
                 "not READ, which committing offsets needs; grant READ on the group (a retry fails the same way)"

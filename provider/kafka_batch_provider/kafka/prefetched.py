@@ -25,6 +25,9 @@ class PrefetchedOffsets:
     def __init__(self, kafka: KafkaOffsets, group_id: str, topics: Sequence[str]) -> None:
         self._kafka = kafka
         self._group_id = group_id
+        # Once for every table, and first: a refused group would otherwise wait out the offset
+        # request's timeout here, or (DESCRIBE only) be refused table by table.
+        kafka.check_may_commit(group_id)
         states = kafka.partition_offsets(group_id, topics) if topics else []
         self._states: dict[str, list[PartitionOffsets]] = {topic: [] for topic in topics}
         for state in states:
@@ -34,6 +37,10 @@ class PrefetchedOffsets:
 
     def __getattr__(self, name: str) -> Any:  # everything not prefetched: the client's own
         return getattr(self._kafka, name)
+
+    def check_may_commit(self, group_id: str) -> None:
+        if group_id != self._group_id:  # checked for the prefetched group already
+            self._kafka.check_may_commit(group_id)
 
     def partition_offsets(
         self, group_id: str | None, topics: Sequence[str], partitions: Iterable[int] | None = None

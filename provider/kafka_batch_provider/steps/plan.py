@@ -109,12 +109,12 @@ def plan_batch(
     pattern = compile_pattern(topic_pattern) if topic_pattern is not None else None
     if not group_id:
         raise ConfigError(f"a consumer group is required ({Setting('group_id')})", setting=Setting("group_id"))
+    checked: list[bool] = []  # decide() may run again (the log moved, a repair): Kafka is asked once
+
     def decide(tail: dict[str, Any] | None, pending: list[OffsetPlan]) -> Decided:
-        # Refusals first, each as soon as Kafka answers: a login or certificate (the metadata request,
-        # which detects them), then a group this principal may not commit to (one with DESCRIBE only
-        # would plan, read and write the batch and be refused at the commit).
-        kafka.topic_partitions([])
-        kafka.check_group_may_commit(group_id)
+        if not checked:  # a refused login, certificate or group first, before anything changes
+            kafka.check_may_commit(group_id)
+            checked.append(True)
         names, states, changes = chosen_topics(kafka, group_id, topics, pattern, tail, policy)
         topic_ids = kafka.topic_ids(names) if names else {}
         slot = LogSlot((tail["seq"] if tail else 0) + 1, tail["batch_id"] if tail else None, topic_ids)
