@@ -122,26 +122,24 @@ CASES = [
 TIMEOUT = 60
 
 
-@pytest.mark.parametrize("reader", ["python", "jvm"])
-@pytest.mark.parametrize("case", CASES)
-def test_kafka_refusing_access_is_one_line_exit_2_and_changes_nothing(
-    case: Case, reader: str, access: AccessScene, verdict
-):
-    group = f"access-{case.id}-{uuid.uuid4().hex[:6]}"
+def run_as_the_case(case: Case, access: AccessScene, verdict, label: str, output: str, *flags: str) -> None:
+    """``kafka-batch run`` as a new principal with the case's grants (and password, CA), judged: one
+    ``error:`` line saying what the case expects, exit 2 (not retried), as soon as Kafka answered
+    (not after ``--timeout``), and neither the group's offsets nor any file changed."""
+    group = f"access-{label}-{uuid.uuid4().hex[:6]}"
     grants = [(r, name.format(topic=access.topic, group=group), op) for r, name, op in case.grants]
     user, password = access.secure.new_user(grants)
     config = access.secure.client_config(
         user, "not-the-password" if case.wrong_password else password, access.secure.other_ca if case.other_ca else None
     )
     config_file = access.config_file(config)
-    out = access.root / f"lake-{case.id}-{reader}"
     before = access.snapshot(group)
 
     started = time.monotonic()
     result = cli(
         "run",
-        *("--kafka-config-file", config_file, "--topic", access.topic, "--group", group, "--output", str(out)),
-        *("--reader", reader, "--timeout", str(TIMEOUT)),
+        *("--kafka-config-file", config_file, "--topic", access.topic, "--group", group, "--output", output),
+        *("--timeout", str(TIMEOUT), *flags),
     )
     took = time.monotonic() - started
 
@@ -151,6 +149,15 @@ def test_kafka_refusing_access_is_one_line_exit_2_and_changes_nothing(
     if took >= TIMEOUT:
         problems.append(f"expected the refusal once Kafka answered, not after --timeout {TIMEOUT}: took {took:.0f} s")
     verdict.judge(problems, before, access.snapshot(group))
+
+
+@pytest.mark.parametrize("reader", ["python", "jvm"])
+@pytest.mark.parametrize("case", CASES)
+def test_kafka_refusing_access_is_one_line_exit_2_and_changes_nothing(
+    case: Case, reader: str, access: AccessScene, verdict
+):
+    output = str(access.root / f"lake-{case.id}-{reader}")
+    run_as_the_case(case, access, verdict, case.id, output, "--reader", reader)
 
 
 GROUP_CASES = [case for case in CASES if case.values[0].id in ("no-acl-on-the-group", "describe-only-on-the-group")]
@@ -158,23 +165,5 @@ GROUP_CASES = [case for case in CASES if case.values[0].id in ("no-acl-on-the-gr
 
 @pytest.mark.parametrize("case", GROUP_CASES)
 def test_a_table_per_topic_is_refused_once_for_its_group_before_any_table(case: Case, access: AccessScene, verdict):
-    group = f"access-{case.id}-tables-{uuid.uuid4().hex[:6]}"
-    grants = [(r, name.format(topic=access.topic, group=group), op) for r, name, op in case.grants]
-    user, password = access.secure.new_user(grants)
-    config_file = access.config_file(access.secure.client_config(user, password))
-    before = access.snapshot(group)
-
-    started = time.monotonic()
-    result = cli(
-        "run",
-        *("--kafka-config-file", config_file, "--topic", access.topic, "--group", group),
-        *("--output", str(access.root / f"tables-{case.id}") + "/{topic}", "--timeout", str(TIMEOUT)),
-    )
-    took = time.monotonic() - started
-
-    problems = cli_refusal_problems(result, case.expected.format(topic=access.topic))
-    if result.returncode != EXIT_TERMINAL:
-        problems.append(f"expected exit {EXIT_TERMINAL} (a configuration error, not retried), got {result.returncode}")
-    if took >= TIMEOUT:
-        problems.append(f"expected the refusal once Kafka answered, not after --timeout {TIMEOUT}: took {took:.0f} s")
-    verdict.judge(problems, before, access.snapshot(group))
+    output = str(access.root / f"tables-{case.id}") + "/{topic}"  # a table per topic
+    run_as_the_case(case, access, verdict, f"{case.id}-tables", output)

@@ -104,6 +104,14 @@ def refused_access(servers: str, error: KafkaError) -> KafkaRefusedError:
     )
 
 
+def refused_group(group_id: str, error: KafkaError) -> KafkaRefusedError:
+    """The broker's refusal of a group (``GROUP_AUTHORIZATION_FAILED``) in one line naming the remedy."""
+    return KafkaRefusedError(
+        f"Kafka refused group {group_id!r} ({error.name()}): {error.str()}; the principal needs "
+        "READ on the group (a retry fails the same way)"
+    )
+
+
 def broker_error(error: Any, message: str) -> KafkaBatchError:
     """A broker's error answer as ours: "not now" (an outage, a leader or coordinator moving) is
     transient, any other answer (authorization, authentication, ...) is refused for good."""
@@ -272,10 +280,7 @@ class KafkaOffsets:
         except KafkaException as exc:
             error = error_of(exc)
             if error is not None and is_refusal(error):
-                raise KafkaRefusedError(
-                    f"Kafka refused group {group_id!r} ({error.name()}): {error.str()}; the principal needs "
-                    "READ on the group (a retry fails the same way)"
-                ) from None
+                raise refused_group(group_id, error) from None
             # Not a refusal (a broker that does not implement the request, one not reachable now): the
             # offset requests that follow meet an outage, and the commit a refusal, as before.
             log.debug("describe_consumer_groups(%s) did not answer: %s", group_id, exc)
@@ -449,10 +454,7 @@ class KafkaOffsets:
         except KafkaException as exc:
             error = error_of(exc)
             if error is not None and is_refusal(error):
-                raise KafkaRefusedError(
-                    f"Kafka refused group {group_id!r} ({error.name()}): {error.str()}; the principal needs "
-                    "READ on the group (a retry fails the same way)"
-                ) from None
+                raise refused_group(group_id, error) from None
 
     def partition_offsets(
         self, group_id: str | None, topics: Sequence[str], partitions: Iterable[int] | None = None
