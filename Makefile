@@ -18,7 +18,7 @@ export KAFKA_BATCH_TOOLS_DIR ?= $(CURDIR)/.tools
 
 LINTED := provider dags spark_apps tests scripts bench
 
-.PHONY: venv setup setup-core jvm-tools-one-by-one test check lint bytecode kafka-archive spark-archive after-setup demo bench airflow docs dist prereqs debian-prereqs browser-prereqs postgres-prereqs azurite jvm-tools constraints clean
+.PHONY: venv setup setup-core jvm-tools-one-by-one test check lint bytecode kafka-archive spark-archive after-setup demo bench airflow docs dist prereqs debian-prereqs postgres-prereqs azurite jvm-tools constraints clean
 
 prereqs:
 	@scripts/check-prereqs.sh "$(PYTHON)"
@@ -30,9 +30,6 @@ DEBIAN_PACKAGES := chromium postgresql mariadb-server
 
 debian-prereqs:
 	@scripts/debian-packages.sh $(DEBIAN_PACKAGES)
-
-browser-prereqs:
-	@scripts/debian-packages.sh chromium
 
 postgres-prereqs:
 	@scripts/debian-packages.sh postgresql

@@ -30,8 +30,6 @@ from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
 from tests.support import cli_runner
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """``kafka-batch ARGS`` as a user runs it, from this checkout's code (tests/support/cli_runner.py)."""

@@ -367,7 +367,8 @@ def returncode(exited: os.waitid_result) -> int:
 
 def zombie_cpu_seconds(pid: int) -> float:
     """The CPU of an exited child not reaped yet and of the children it waited for (what
-    ``wait4`` would give): its ``/proc`` stat's utime, stime, cutime and cstime."""
+    ``wait4`` would give): its ``/proc`` stat's utime, stime, cutime and cstime. (Not
+    ``dev.local_servers.proc_stat``: the forkserver imports nothing of this package.)"""
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()
     return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")

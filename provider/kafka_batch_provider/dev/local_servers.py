@@ -70,6 +70,16 @@ def port_open(port: int, host: str = HOST, timeout: float = 0.5) -> bool:
         return False
 
 
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command's name (the state first; the name, in
+    parentheses, may hold spaces); ``None`` once the process is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :].split()
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -77,11 +87,8 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # a zombie child is not alive
-        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
-        return state != "Z"
-    except (OSError, IndexError):
-        return True
+    fields = proc_stat(pid)
+    return fields is None or fields[0] != "Z"  # a zombie child is not alive
 
 
 def runs(pid: int, marker: str) -> bool:

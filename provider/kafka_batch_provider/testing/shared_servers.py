@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kafka_batch_provider.dev.local_servers import LocalServer, pid_alive, stop_pid
+from kafka_batch_provider.dev.local_servers import LocalServer, pid_alive, proc_stat, stop_pid
 
 #: The session's folder of shared servers, set by the session's owner for its workers.
 ENV = "KAFKA_BATCH_TEST_SHARED_DIR"
@@ -131,11 +131,8 @@ class SharedServers:
 
 def start_time(pid: int) -> int | None:
     """When process ``pid`` started (clock ticks after boot): with its pid, who it is; ``None`` if gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2 :].split()[19])
+    fields = proc_stat(pid)
+    return None if fields is None else int(fields[19])
 
 
 def still_running(process: dict[str, Any]) -> bool:
