@@ -28,6 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from kafka_batch_provider.core.merge_schema import doubled_type
 from kafka_batch_provider.core.merging import (
     CHANGES,
     DELETE_OP,
@@ -85,14 +86,24 @@ class Changes:
                 self.row_fields[f.name] = f.with_nullable(True)
 
     def infer_untyped(self, where: str) -> None:
-        """The types of schemaless rows, from all of them at once (``10`` then ``10.5`` is a double)."""
+        """The types of schemaless rows, from all of them at once; their numbers are doubles
+        (:mod:`kafka_batch_provider.core.merge_schema`)."""
         if not self.untyped:
             return
         try:
-            inferred = pa.array(self.untyped).type
+            inferred = pa.array(self.untyped)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise SchemaError(f"{where}: the JSON values' types disagree across the batch: {exc}") from None
-        self.add_fields([f for f in inferred if not pa.types.is_null(f.type)])
+        doubles = doubled_type(inferred.type)
+        try:
+            inferred.cast(doubles)
+        except pa.ArrowInvalid as exc:  # an integer beyond 2**53
+            raise SchemaError(
+                f"{where}: a JSON number without a schema is held as a double, and a double cannot hold it "
+                f"exactly ({str(exc).splitlines()[0]}): give the values a schema (Connect JSON with "
+                "schemas.enable=true, or a registry format)"
+            ) from None
+        self.add_fields([f for f in doubles if not pa.types.is_null(f.type)])
 
     def set_key_columns(self, names: tuple[str, ...], where: str) -> None:
         if not self.key_columns:

@@ -8,7 +8,8 @@ into what a table holds. The mapping:
 Connect schema (``type`` / ``name``)                Arrow
 ==================================================  ==========================================
 int8 / int16 / int32 / int64                        int8 / int16 / int32 / int64
-float32 / float64 / boolean / string / bytes        float32 / float64 / bool / string / binary
+float (float32) / double (float64) / boolean        float32 / float64 / bool
+string / bytes                                      string / binary
 struct / array / map                                struct / list / map
 ``org.apache.kafka.connect.data.Decimal``           decimal128(precision, scale) (decimal256 above
                                                     38 digits): the payload is
@@ -47,7 +48,9 @@ PRIMITIVES: dict[str, pa.DataType] = {
     "int16": pa.int16(),
     "int32": pa.int32(),
     "int64": pa.int64(),
-    "float32": pa.float32(),
+    "float": pa.float32(),  # what JsonConverter writes (JsonSchema.FLOAT_TYPE_NAME)
+    "double": pa.float64(),
+    "float32": pa.float32(),  # Connect's Schema.Type names, as some producers write them
     "float64": pa.float64(),
     "boolean": pa.bool_(),
     "string": pa.string(),

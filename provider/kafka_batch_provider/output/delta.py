@@ -35,10 +35,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from kafka_batch_provider.core.merge_schema import conform, union_schema
 from kafka_batch_provider.core.merging import DELETE_OP, OP_COLUMN, ORDER_COLUMN, UPSERT_OP, MergeSpec
 from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
 from kafka_batch_provider.output.location import Location
-from kafka_batch_provider.output.merge_source import MergeSource, conform, merge_batch
+from kafka_batch_provider.output.merge_source import MergeSource, merge_batch
 from kafka_batch_provider.output.sink import DELTA
 from kafka_batch_provider.output.tables import (
     CONTROL,
@@ -423,6 +424,7 @@ class DeltaSink(TableFiles):
             )
             raise_commit_retry()
         target = pa.schema(table.schema().to_arrow())
+        self.follow_schema(target, merged.row_schema)
         if not merged.source.num_rows and merged.truncated_at is None:
             table.create_write_transaction([], "append", schema=target, commit_properties=properties)
             return
@@ -433,7 +435,6 @@ class DeltaSink(TableFiles):
             " AND ".join(f"t.{quoted(k)} = s.{quoted(k)}" for k in merged.key_columns) or "false",
             source_alias="s",
             target_alias="t",
-            merge_schema=bool(set(merged.row_columns) - set(target.names)),  # only when the batch brings a column
             commit_properties=properties,
         )
         newer = f"s.{ORDER_COLUMN} > t.{ORDER_COLUMN}"
@@ -453,6 +454,19 @@ class DeltaSink(TableFiles):
         if merged.truncated_at is not None:
             merger = merger.when_not_matched_by_source_delete(predicate=f"t.{ORDER_COLUMN} < '{merged.truncated_at}'")
         merger.execute()
+
+    def follow_schema(self, target: pa.Schema, batch: pa.Schema) -> None:
+        """Before a merge: the columns and nested fields the batch brings added to the table, and
+        the columns it holds as nullable made so, each in a commit without files (then the batch is
+        merged on the new state). Numbers are not widened: merged tables hold them wide from the
+        start (:mod:`kafka_batch_provider.core.merge_schema`), and delta-rs cannot widen a column."""
+        change = schema_change(target, batch, f"Delta table {self.name}", promotions=True)
+        if change.added:
+            self.evolve_schema(union_schema(target, batch))
+            raise_commit_retry()
+        if change.relaxed:
+            self.relax_schema(relaxed_schema(target, batch))
+            raise_commit_retry()
 
     def evolve_schema(self, schema: pa.Schema) -> None:
         """Merge ``schema`` (new columns, nested ones too) into the table's, in a commit without files."""

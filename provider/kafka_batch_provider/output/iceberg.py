@@ -31,10 +31,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from kafka_batch_provider.core.merge_schema import conform
 from kafka_batch_provider.core.merging import MergeSpec
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError, ManifestError, StorageError
 from kafka_batch_provider.output.location import Location
-from kafka_batch_provider.output.merge_source import MergeSource, conform, merge_batch
+from kafka_batch_provider.output.merge_source import MergeSource, merge_batch
 from kafka_batch_provider.output.sink import ICEBERG
 from kafka_batch_provider.output.tables import (
     CONTROL,

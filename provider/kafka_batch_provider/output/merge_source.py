@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from kafka_batch_provider.core.arrow_upserts import ArrowUpserts, arrow_upserts
 from kafka_batch_provider.core.change_events import changes_of
+from kafka_batch_provider.core.merge_schema import wide_type, widened
 from kafka_batch_provider.core.merging import (
     DELETE_OP,
     OP_COLUMN,
@@ -116,7 +117,7 @@ def merge_source(data: Location, manifest: Mapping[str, Any], spec: MergeSpec, d
     keep = {column: KEEP_PREFIX + column for column in sorted(unavailable)}
     schema = pa.schema(
         [
-            *found.row_fields.values(),
+            *(f.with_type(wide_type(f.type)) for f in found.row_fields.values()),
             pa.field(ORDER_COLUMN, pa.string()),
             pa.field(OP_COLUMN, pa.string()),
             *(pa.field(flag, pa.bool_()) for flag in keep.values()),
@@ -171,20 +172,4 @@ def typed_merge_source(typed: ArrowUpserts, deleted: DeletedKeys, current: tuple
         "older_than_a_delete": guarded,
         "skipped": 0,
     }
-    return MergeSource(source=rows, key_columns=keys, counts=counts)
-
-
-def conform(source: pa.Table, target: pa.Schema, label: str) -> pa.Table:
-    """The source with each column the table already has cast to the table's type (a JSON number
-    inferred as a long for a double column); one line when a value does not fit."""
-    for name in source.column_names:
-        if name in target.names and source.schema.field(name).type != target.field(name).type:
-            try:
-                cast = source.column(name).cast(target.field(name).type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-                raise SchemaError(
-                    f"{label}: column {name} is {target.field(name).type}, the batch has "
-                    f"{source.schema.field(name).type} values that do not fit: {str(exc).splitlines()[0]}"
-                ) from None
-            source = source.set_column(source.column_names.index(name), name, cast)
-    return source
+    return MergeSource(source=widened(rows), key_columns=keys, counts=counts)

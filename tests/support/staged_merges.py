@@ -1,0 +1,118 @@
+"""Merged batches through a table sink without Spark or Kafka: the records staged as the Spark
+tasks stage them (one Parquet file of Kafka columns in ``data/<batch>/<attempt>/``), then the
+log entry the write step appends, so the sink's own merge (its schema rules, ordering, deletes
+and key changes) commits them.
+
+The subject of these tests is the merge, not the read: the Spark side of a merged batch is the
+appended batch's (tests/integration/test_merged_tables.py runs whole batches through Spark).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kafka_batch_provider.core.merging import ORDER_COLUMN
+from kafka_batch_provider.output.tables import KAFKA_SCHEMA
+
+
+@dataclass
+class Staged:
+    """A Kafka record as the Spark tasks stage it (``value`` ``None``: a tombstone)."""
+
+    key: Any
+    value: Any
+    partition: int = 0
+
+    def as_bytes(self, part: Any) -> bytes | None:
+        if part is None or isinstance(part, bytes):
+            return part
+        return json.dumps(part).encode()
+
+
+@dataclass
+class StagedTopic:
+    """A topic's batches committed one after another into ``output`` (a ``TableOutput``)."""
+
+    output: Any
+    topic: str = "t"
+    topic_id: str = "AAAAAAAAAAAAAAAAAAAAAQ"
+    value_format: str = "bytes"
+    ends: dict[int, int] = field(default_factory=dict)
+    batches: list[dict[str, Any]] = field(default_factory=list)
+
+    def commit(self, records: Sequence[Staged]) -> dict[str, Any]:
+        """Stage ``records`` as the next batch and append its entry (the sink merges it)."""
+        store = self.output.store()
+        seq = len(self.batches) + 1
+        batch_id = f"b-{seq}"
+        folder = f"data/{batch_id}/a{seq}"
+        partitions = sorted({r.partition for r in records} | set(self.ends))
+        starts = {p: self.ends.get(p, 0) for p in partitions}
+        offsets, next_offset = [], dict(starts)
+        for record in records:
+            offsets.append(next_offset[record.partition])
+            next_offset[record.partition] += 1
+        columns = {f.name: pa.nulls(len(records), f.type) for f in KAFKA_SCHEMA}
+        columns["key"] = pa.array([r.as_bytes(r.key) for r in records], pa.binary())
+        columns["value"] = pa.array([r.as_bytes(r.value) for r in records], pa.binary())
+        columns["topic"] = pa.array([self.topic] * len(records))
+        columns["partition"] = pa.array([r.partition for r in records], pa.int32())
+        columns["offset"] = pa.array(offsets, pa.int64())
+        with store.data.write_stream(f"{folder}/part-0.parquet") as f:
+            pq.write_table(pa.table(columns, schema=KAFKA_SCHEMA), f)
+        size = store.data.file_sizes(folder)["part-0.parquet"]
+        previous = self.batches[-1] if self.batches else None
+        manifest = {
+            "format_version": 1,
+            "seq": seq,
+            "batch_id": batch_id,
+            "previous": None if previous is None else {"seq": previous["seq"], "batch_id": previous["batch_id"]},
+            "mode": "incremental",
+            "group_id": "g",
+            "topic_ids": {self.topic: self.topic_id},
+            "offsets": {f"{self.topic}:{p}": next_offset[p] for p in partitions},
+            "ranges": [
+                {
+                    "topic": self.topic,
+                    "partition": p,
+                    "start": starts[p],
+                    "end": next_offset[p],
+                    "rows": next_offset[p] - starts[p],
+                }
+                for p in partitions
+            ],  # fmt: skip
+            "rows": len(records),
+            "location": folder,
+            "staging": folder,
+            "files": [{"name": "part-0.parquet", "bytes": size, "rows": len(records)}],
+            "options": {"value_format": self.value_format, "merge": self.output.merge.describe()},
+        }
+        assert store.log.append(manifest) is True, f"batch {seq} was not committed"
+        self.ends = next_offset
+        self.batches.append(manifest)
+        return manifest
+
+    def rows(self, key: str = "id") -> dict[Any, dict[str, Any]]:
+        """The table's rows by ``key``, without the ordering column; a key twice fails."""
+        found = self.output.read()
+        assert found is not None, "the table does not exist"
+        rows = found.drop_columns([ORDER_COLUMN]).to_pylist()
+        by_key = {row[key]: row for row in rows}
+        assert len(by_key) == len(rows), f"a key is in the table more than once: {sorted(r[key] for r in rows)}"
+        return by_key
+
+    def schema(self) -> pa.Schema:
+        found = self.output.read()
+        assert found is not None, "the table does not exist"
+        return found.schema
+
+
+def connect_json(schema: Mapping[str, Any] | None, payload: Any) -> dict[str, Any]:
+    """A value as Kafka Connect's JsonConverter writes it with ``schemas.enable=true``."""
+    return {"schema": schema, "payload": payload}
