@@ -32,6 +32,25 @@ CASES: dict[str, tuple[list[Record], list[str], str]] = {
         ["--mode", "upsert", "--merge-key", "customer_id"],
         "@0: key column 'customer_id' is not in the value's columns (id, name)",
     ),
+    "changes-table-without-a-primary-key": (  # Debezium sends a null key for such a table
+        [
+            Record(
+                0,
+                json.dumps(
+                    {
+                        "before": None,
+                        "after": {"id": 1, "name": "a"},
+                        "op": "c",
+                        "source": {"connector": "postgresql", "lsn": 5},
+                    }
+                ).encode(),
+                None,
+            )
+        ],
+        ["--mode", "changes", "--change-format", "debezium"],
+        "@0: the record has no key (a null key or key column): it cannot name a row; for a source table without "
+        "a primary key, name the value columns that identify a row with --merge-key",
+    ),  # fmt: skip
     "changes-value-not-a-debezium-event": (
         [Record(0, b'{"id": 1, "name": "a"}', b'{"id": 1}')],
         ["--mode", "changes", "--change-format", "debezium"],

@@ -14,8 +14,7 @@ import pytest
 
 from kafka_batch_provider.core.merging import MergeSpec
 from kafka_batch_provider.errors import KafkaBatchError
-from tests.integration.helpers import TableOutput
-from tests.support.staged_merges import Staged, StagedTopic, connect_json
+from tests.support.staged_merges import Staged, StagedTopic, connect_json, staged_topic
 
 pytestmark = pytest.mark.check  # in make check's tier: no Spark, no Kafka
 
@@ -24,10 +23,7 @@ UPSERT = MergeSpec(mode="upsert")
 
 @pytest.fixture(params=["delta", "iceberg"])
 def topic(request, tmp_path) -> StagedTopic:
-    if request.param == "delta":
-        return StagedTopic(TableOutput(str(tmp_path / "table"), merge=UPSERT))
-    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}
-    return StagedTopic(TableOutput("", format="iceberg", table="lake.t", catalog=catalog, merge=UPSERT))
+    return staged_topic(request.param, tmp_path, UPSERT)
 
 
 def field_type(schema: pa.Schema, path: str) -> pa.DataType:

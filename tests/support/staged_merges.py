@@ -17,8 +17,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kafka_batch_provider.core.merging import ORDER_COLUMN
+from kafka_batch_provider.core.merging import ORDER_COLUMN, MergeSpec
 from kafka_batch_provider.output.tables import KAFKA_SCHEMA
+from tests.integration.helpers import TableOutput
 
 
 @dataclass
@@ -107,6 +108,10 @@ class StagedTopic:
         assert len(by_key) == len(rows), f"a key is in the table more than once: {sorted(r[key] for r in rows)}"
         return by_key
 
+    def recreate(self, topic_id: str = "AAAAAAAAAAAAAAAAAAAAAg") -> None:
+        """The topic deleted and created again: another id, offsets from 0."""
+        self.topic_id, self.ends = topic_id, {}
+
     def schema(self) -> pa.Schema:
         found = self.output.read()
         assert found is not None, "the table does not exist"
@@ -116,3 +121,18 @@ class StagedTopic:
 def connect_json(schema: Mapping[str, Any] | None, payload: Any) -> dict[str, Any]:
     """A value as Kafka Connect's JsonConverter writes it with ``schemas.enable=true``."""
     return {"schema": schema, "payload": payload}
+
+
+def staged_topic(fmt: str, tmp_path: Any, merge: MergeSpec) -> StagedTopic:
+    """A topic merged into a new local Delta table or Iceberg table (SQL catalog) under ``tmp_path``."""
+    if fmt == "delta":
+        return StagedTopic(TableOutput(str(tmp_path / "table"), merge=merge))
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}
+    return StagedTopic(TableOutput("", format="iceberg", table="lake.t", catalog=catalog, merge=merge))
+
+
+def debezium(
+    op: str, after: Mapping[str, Any] | None = None, before: Mapping[str, Any] | None = None, **source: Any
+) -> dict[str, Any]:
+    """A schemaless Debezium change event (``source``: connector, lsn, sequence, ...)."""
+    return {"before": before, "after": after, "op": op, "source": {"connector": "postgresql", **source}}

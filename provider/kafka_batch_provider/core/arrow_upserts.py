@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kafka_batch_provider.core.change_events import KAFKA_COLUMNS, where_of
+from kafka_batch_provider.core.change_events import KAFKA_COLUMNS, no_key, where_of
 from kafka_batch_provider.core.merging import (
     DELETE_OP,
     MERGE_KEY,
@@ -57,9 +57,7 @@ def arrow_upserts(batch: pa.Table, spec: MergeSpec, value_format: str) -> ArrowU
     for column in keys.values():
         if column.null_count:
             at = pc.index(pc.is_null(column), True).as_py()
-            raise ConfigError(
-                f"{where_of(row_at(batch, at))}: the record has no key (a null key or key column): it cannot name a row"
-            )
+            raise no_key(where_of(row_at(batch, at)))
     if not spec.order_by:
         refuse_two_partitions(batch, keys)
     orders = order_values(batch, spec, tombstone)

@@ -40,6 +40,7 @@ from kafka_batch_provider.core.merging import (
     Change,
     MergeSpec,
     debezium_order,
+    ordered_by_offset,
     upsert_order,
 )
 from kafka_batch_provider.core.settings import Setting
@@ -60,6 +61,17 @@ KAFKA_COLUMNS = (
     "headers",
 )
 JSON_FORMATS = ("bytes", "string")
+
+
+def no_key(where: str) -> ConfigError:
+    """A record without a key (Debezium sends a null Kafka key for a table without a primary key)."""
+    return ConfigError(
+        f"{where}: the record has no key (a null key or key column): it cannot name a row; for a source "
+        f"table without a primary key, name the value columns that identify a row with {MERGE_KEY}",
+        setting=MERGE_KEY,
+    )
+
+
 DEBEZIUM_OPS = {"c": UPSERT_OP, "r": UPSERT_OP, "u": UPSERT_OP, "d": DELETE_OP, "t": TRUNCATE_OP}
 
 
@@ -77,6 +89,9 @@ class Changes:
     untyped: list[Mapping[str, Any]] = field(default_factory=list)
     #: the partition each key was seen in (a key in two partitions cannot be ordered by offsets)
     partitions: dict[tuple[Any, ...], tuple[int, str]] = field(default_factory=dict)
+    #: the topics some of whose changes are ordered by their Kafka offsets (not a source position
+    #: or an ``--order-by`` column)
+    by_offset: set[str] = field(default_factory=set)
 
     def add_fields(self, fields: list[pa.Field]) -> None:
         """Columns with their types; a column known only as all-null takes the first real type."""
@@ -114,16 +129,22 @@ class Changes:
             )
 
     def note_partition(self, key: tuple[Any, ...], partition: int, where: str, spec: MergeSpec) -> None:
-        """Offsets order a key's records only within one partition."""
-        if spec.order_by or spec.mode == CHANGES:
-            return
+        """Offsets order a key's records only within one partition: a key ordered by offsets (an
+        upsert without ``--order-by``, an event of a Debezium connector ordered by offsets) in two
+        partitions of one batch is refused."""
         seen = self.partitions.setdefault(key, (partition, where))
-        if seen[0] != partition:
+        if seen[0] == partition:
+            return
+        clash = (
+            f"{where}: key {list(key)} is also in partition {seen[0]} ({seen[1]}): "
+            "offsets cannot order records of two partitions"
+        )
+        if spec.mode == CHANGES:
             raise ConfigError(
-                f"{where}: key {list(key)} is also in partition {seen[0]} ({seen[1]}): offsets cannot order "
-                f"records of two partitions; name a timestamp column with {ORDER_BY}",
-                setting=ORDER_BY,
+                f"{clash}; this connector's events are ordered by their offsets, so a key must stay in one "
+                "partition (Kafka's default partitioner keeps it there: was the topic's partition count raised?)"
             )
+        raise ConfigError(f"{clash}; name a timestamp column with {ORDER_BY}", setting=ORDER_BY)
 
     def check_key(self) -> None:
         missing = [k for k in self.key_columns if k not in self.row_fields]
@@ -199,6 +220,9 @@ def debezium_change(
         raise SchemaError(f"{where}: a Debezium {envelope.get('op')!r} event without an after row")
     names, values = key_of(key, after if op == UPSERT_OP else before, spec, where)
     found.set_key_columns(names, where)
+    if ordered_by_offset(envelope.get("source")):
+        found.note_partition(values, int(record.get("partition") or 0), where, spec)
+        found.by_offset.add(str(record.get("topic")))
     found.changes.append(Change(values, op, order, dict(after) if op == UPSERT_OP else None, where))
 
 
@@ -263,7 +287,9 @@ def upsert_change(
         key = typed_key(record, schema, found, with_key_columns=not spec.merge_key)
     names, values = key_of(key, row, spec, where)
     found.set_key_columns(names, where)
-    found.note_partition(values, int(record.get("partition") or 0), where, spec)
+    if not spec.order_by:
+        found.note_partition(values, int(record.get("partition") or 0), where, spec)
+        found.by_offset.add(str(record.get("topic")))
     order = upsert_order(row, spec.order_by, int(record["offset"]), where, record.get("timestamp"))
     if row is None:
         found.changes.append(Change(values, DELETE_OP, order, None, where))
@@ -332,5 +358,5 @@ def key_of(
     else:
         names, values = ("key",), (key,)
     if not names or any(v is None for v in values):
-        raise ConfigError(f"{where}: the record has no key (a null key or key column): it cannot name a row")
+        raise no_key(where)
     return tuple(names), values

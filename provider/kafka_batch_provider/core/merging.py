@@ -238,6 +238,11 @@ def debezium_order(source: Mapping[str, Any] | None, op: str, offset: int) -> st
     return order_text(offset)
 
 
+def ordered_by_offset(source: Mapping[str, Any] | None) -> bool:
+    """Whether :func:`debezium_order` orders this connector's events by their Kafka offset alone."""
+    return str((source or {}).get("connector") or "") not in ("postgresql", "mysql")
+
+
 def order_by_component(value: Any, column: str) -> int:
     """An ``--order-by`` column's value (a timestamp) as microseconds since the epoch."""
     if isinstance(value, datetime):

@@ -69,7 +69,8 @@ class OffsetPlan:
         (``start == end``) so that their committed offsets are refreshed and never expire.
     :param gaps: offsets skipped on purpose (data-loss policy ``earliest``, or a group ahead
         of the output accepted with ``--on-group-mismatch=group``); empty otherwise.
-    :param truncated: ``True`` when ``max_records`` bounds left data for a later batch.
+    :param bounded: ``True`` when ``max_records`` bounds left data for a later batch (plans of
+        1.0.0 said ``truncated``, a word a merged table uses for a source's TRUNCATE).
     """
 
     batch_id: str
@@ -82,7 +83,7 @@ class OffsetPlan:
     previous: str | None = None
     topic_ids: dict[str, str] = field(default_factory=dict)
     gaps: tuple[OffsetGap, ...] = ()
-    truncated: bool = False
+    bounded: bool = False
     created_at: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -121,7 +122,7 @@ class OffsetPlan:
                 {"topic": r.topic, "partition": r.partition, "start": r.start, "end": r.end} for r in self.ranges
             ],
             "gaps": [g.to_dict() for g in self.gaps],
-            "truncated": self.truncated,
+            "bounded": self.bounded,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -137,7 +138,7 @@ class OffsetPlan:
             "topic_ids": dict(self.topic_ids),
             "ranges": [r.to_dict() for r in self.ranges],
             "gaps": [g.to_dict() for g in self.gaps],
-            "truncated": self.truncated,
+            "bounded": self.bounded,
             "created_at": self.created_at,
             "extra": self.extra,
         }
@@ -159,7 +160,7 @@ class OffsetPlan:
             previous=data.get("previous"),
             topic_ids={str(k): str(v) for k, v in (data.get("topic_ids") or {}).items()},
             gaps=tuple(OffsetGap.from_dict(g) for g in data.get("gaps", [])),
-            truncated=bool(data.get("truncated", False)),
+            bounded=bool(data.get("bounded", data.get("truncated", False))),
             created_at=str(data.get("created_at", "")),
             extra=dict(data.get("extra") or {}),
         )

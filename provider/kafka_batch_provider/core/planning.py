@@ -214,7 +214,7 @@ def plan_incremental(
         if gap is not None:
             gaps.append(gap)
     bounded = tuple(apply_bounds(candidates, policy))
-    truncated = sum(r.size for r in bounded) < sum(r.size for r in candidates)
+    more_remains = sum(r.size for r in bounded) < sum(r.size for r in candidates)
     topic_ids = {t: slot.topic_ids[t] for t in topics if t in slot.topic_ids}
     plan = OffsetPlan(
         batch_id="",
@@ -227,7 +227,7 @@ def plan_incremental(
         previous=slot.previous,
         topic_ids=topic_ids,
         gaps=tuple(gaps),
-        truncated=truncated,
+        bounded=more_remains,
         created_at=created_at,
         extra={"snapshot": snapshot(states), "partitions": sorted(partitions) if partitions is not None else None},
     )

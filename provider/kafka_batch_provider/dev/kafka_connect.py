@@ -167,6 +167,8 @@ class ConnectWorker(LocalServer):
             "value.converter": "org.apache.kafka.connect.json.JsonConverter",
             "key.converter.schemas.enable": "true",
             "value.converter.schemas.enable": "true",
+            # an explicit NULL stays NULL (the converter's default writes the column's DEFAULT instead)
+            "value.converter.replace.null.with.default": "false",
             "offset.storage.file.filename": str(self.folder / "offsets.dat"),
             "offset.flush.interval.ms": "1000",
             "task.shutdown.graceful.timeout.ms": "5000",

@@ -181,8 +181,8 @@ def add_merge_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGrou
         "--mode",
         choices=MODES,
         help="append (every record a row; the default of a new table), upsert (the newest record per key wins, "
-        "a null value deletes) or changes (apply change events, --change-format); delta tables; an existing "
-        "table keeps its mode",
+        "a null value deletes) or changes (apply change events, --change-format); delta and iceberg tables; "
+        "an existing table keeps its mode",
     )
     parser.add_argument(
         "--merge-key",

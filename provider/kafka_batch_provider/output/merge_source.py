@@ -16,7 +16,7 @@ files back on the driver and hands the Delta and Iceberg sinks one source table:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,12 +30,13 @@ from kafka_batch_provider.core.merging import (
     DELETE_OP,
     OP_COLUMN,
     ORDER_COLUMN,
+    TRUNCATE_OP,
     UPSERT_OP,
     MergeSpec,
     is_unavailable,
     reduce_changes,
 )
-from kafka_batch_provider.errors import SchemaError
+from kafka_batch_provider.errors import ConfigError, SchemaError
 from kafka_batch_provider.output.deleted_keys import DeletedKeys
 from kafka_batch_provider.output.location import Location
 
@@ -68,10 +69,33 @@ class MergeSource:
 def merge_batch(sink: Any, manifest: dict[str, Any]) -> MergeSource:
     """A table sink's merge source of the batch ``manifest`` (its deletes recorded first, its counts
     put into the manifest); deleted keys of the sink's committed batches count."""
-    merged = merge_source(sink.data, manifest, sink.merge, DeletedKeys(sink.data, sink))
+    seq = int(manifest["seq"])
+    previous = sink.look_up(seq - 1) if seq > 1 else None
+    recreated = recreated_topics(previous, manifest)
+    merged = merge_source(sink.data, manifest, sink.merge, DeletedKeys(sink.data, sink), recreated)
     sink.check_columns(merged.row_schema)
     manifest["merged"] = merged.counts
     return merged
+
+
+def recreated_topics(previous: Mapping[str, Any] | None, manifest: Mapping[str, Any]) -> set[str]:
+    """The batch's topics that were deleted and recreated since the table's previous batch (another
+    topic id): their offsets started again at 0."""
+    before, now = (previous or {}).get("topic_ids") or {}, manifest.get("topic_ids") or {}
+    read = {r["topic"] for r in manifest.get("ranges") or () if int(r.get("end", 0)) > int(r.get("start", 0))}
+    return {t for t in read if before.get(t) and now.get(t) and before[t] != now[t]}
+
+
+def refuse_offsets_of_a_recreated_topic(recreated: Collection[str], by_offset: Collection[str], label: str) -> None:
+    """A recreated topic's offsets start again at 0: a table ordering changes by offsets would find
+    every change older than the row it changes and ignore it. Refused before anything is written."""
+    both = sorted(set(recreated) & set(by_offset))
+    if both:
+        raise ConfigError(
+            f"{label}: topic {both[0]!r} was deleted and recreated since the table's previous batch (a new topic "
+            "id), and this table orders its changes by Kafka offsets, which started again at 0: its changes would "
+            "look older than the rows they change. Ingest the recreated topic into a new table (nothing was written)"
+        )
 
 
 def read_batch(data: Location, manifest: Mapping[str, Any]) -> pa.Table:
@@ -83,15 +107,26 @@ def read_batch(data: Location, manifest: Mapping[str, Any]) -> pa.Table:
     return pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
 
 
-def merge_source(data: Location, manifest: Mapping[str, Any], spec: MergeSpec, deleted: DeletedKeys) -> MergeSource:
-    """The batch's merge source (see the module's docstring); records its deletes in ``deleted`` first."""
+def merge_source(
+    data: Location,
+    manifest: Mapping[str, Any],
+    spec: MergeSpec,
+    deleted: DeletedKeys,
+    recreated: Collection[str] = (),
+) -> MergeSource:
+    """The batch's merge source (see the module's docstring); records its deletes in ``deleted``
+    first. ``recreated``: the batch's topics recreated since the previous batch (refused where
+    offsets order the changes)."""
     batch = read_batch(data, manifest)
     value_format = str((manifest.get("options") or {}).get("value_format") or "bytes")
     current = (int(manifest["seq"]), str(manifest["batch_id"]))
+    label = f"batch {manifest['batch_id']}"
     typed = arrow_upserts(batch, spec, value_format)
     if typed is not None:
+        refuse_offsets_of_a_recreated_topic(recreated, set() if spec.order_by else recreated, label)
         return typed_merge_source(typed, deleted, current)
     found = changes_of(batch, spec, value_format)
+    refuse_offsets_of_a_recreated_topic(recreated, found.by_offset, label)
     reduced = reduce_changes(found.changes)
     key_fields = [found.row_fields[k] for k in found.key_columns if k in found.row_fields]
     deleted.record(*current, key_fields, found.changes)
@@ -137,6 +172,8 @@ def merge_source(data: Location, manifest: Mapping[str, Any], spec: MergeSpec, d
             "changes": len(found.changes),
             "upserts": sum(1 for c in kept if c.op == UPSERT_OP),
             "deletes": sum(1 for c in kept if c.op == DELETE_OP),
+            # truncate events applied (the table emptied of rows older than the newest)
+            "truncates": sum(1 for c in found.changes if c.op == TRUNCATE_OP),
             "superseded": reduced.superseded,
             "older_than_a_delete": guarded,
             "skipped": found.skipped,
@@ -169,6 +206,7 @@ def typed_merge_source(typed: ArrowUpserts, deleted: DeletedKeys, current: tuple
         **typed.counts,
         "upserts": upserts,
         "deletes": rows.num_rows - upserts,
+        "truncates": 0,
         "older_than_a_delete": guarded,
         "skipped": 0,
     }

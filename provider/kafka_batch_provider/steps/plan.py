@@ -192,7 +192,7 @@ def plan_batch(
     progress(
         f"batch {fresh.batch_id}: planned {len(fresh.readable_ranges)} partition(s) with data, "
         f"up to {fresh.planned_offsets} offsets, as output log entry {fresh.seq}"
-        + (" (bounded; more remains)" if fresh.truncated else "")
+        + (" (bounded; more remains)" if fresh.bounded else "")
     )
     return PlanOutcome(fresh, repaired=repaired, plan_path=path, notes=notes, repaired_entries=repaired_entries)
 

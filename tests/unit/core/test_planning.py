@@ -173,9 +173,9 @@ def test_bounds_move_ends_down_never_starts():
     assert [(r.start, r.end) for r in bounded] == [(10, 25), (0, 15)]
 
 
-def test_bounded_plan_is_marked_truncated_and_the_next_plan_continues():
+def test_bounded_plan_is_marked_bounded_and_the_next_plan_continues():
     first = plan([state(0, 0, 100)], PlanPolicy(max_records=40))
-    assert first.truncated and first.ranges[0].end == 40
+    assert first.bounded and first.summary()["bounded"] and first.ranges[0].end == 40
     second = plan([state(40, 0, 100)], PlanPolicy(max_records=40))
     assert second.ranges[0].start == 40 and second.ranges[0].end == 80
 
