@@ -29,6 +29,7 @@ class Staged:
     key: Any
     value: Any
     partition: int = 0
+    headers: list[tuple[str, Any]] | None = None
 
     def as_bytes(self, part: Any) -> bytes | None:
         if part is None or isinstance(part, bytes):
@@ -65,6 +66,13 @@ class StagedTopic:
         columns["topic"] = pa.array([self.topic] * len(records))
         columns["partition"] = pa.array([r.partition for r in records], pa.int32())
         columns["offset"] = pa.array(offsets, pa.int64())
+        columns["headers"] = pa.array(
+            [
+                None if r.headers is None else [{"key": k, "value": r.as_bytes(v)} for k, v in r.headers]
+                for r in records
+            ],
+            KAFKA_SCHEMA.field("headers").type,
+        )
         with store.data.write_stream(f"{folder}/part-0.parquet") as f:
             pq.write_table(pa.table(columns, schema=KAFKA_SCHEMA), f)
         size = store.data.file_sizes(folder)["part-0.parquet"]

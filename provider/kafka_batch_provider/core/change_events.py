@@ -36,6 +36,7 @@ from kafka_batch_provider.core.merging import (
     ON_TRUNCATE_SETTING,
     ORDER_BY,
     TRUNCATE_OP,
+    UNKNOWN_ORIGIN,
     UPSERT_OP,
     Change,
     MergeSpec,
@@ -223,7 +224,32 @@ def debezium_change(
     if ordered_by_offset(envelope.get("source")):
         found.note_partition(values, int(record.get("partition") or 0), where, spec)
         found.by_offset.add(str(record.get("topic")))
-    found.changes.append(Change(values, op, order, dict(after) if op == UPSERT_OP else None, where))
+    moved_from = old_key(record.get("headers"), names) if op == UPSERT_OP else None
+    if moved_from is None and envelope.get("op") == "c":
+        # a create holds placeholders only after a key change: never the new key's values for them
+        moved_from = UNKNOWN_ORIGIN
+    found.changes.append(Change(values, op, order, dict(after) if op == UPSERT_OP else None, where, moved_from))
+
+
+#: The header Debezium puts on a primary-key change's create event: the row's key before the change.
+OLD_KEY_HEADER = "__debezium.oldkey"
+
+
+def old_key(headers: Any, names: tuple[str, ...]) -> tuple[Any, ...] | None:
+    """The key a moved row had (``names``' values), from its create event's ``__debezium.oldkey``
+    header when the key converter wrote JSON (Connect JSON or a plain object); else ``None``."""
+    raw = next((h.get("value") for h in headers or () if h.get("key") == OLD_KEY_HEADER), None)
+    if raw is None:
+        return None
+    try:
+        document = json.loads(raw)
+    except (UnicodeDecodeError, ValueError):
+        return None  # a registry format's bytes (not read here): the old key is unknown
+    if connect_json.is_enveloped(document):
+        document = connect_json.value_of(document["payload"], document["schema"])
+    if isinstance(document, Mapping) and all(n in document for n in names):
+        return tuple(document[n] for n in names)
+    return None
 
 
 def typed_envelope(

@@ -26,17 +26,18 @@ def wide_type(kind: pa.DataType) -> pa.DataType:
         return pa.int64()
     if pa.types.is_floating(kind):
         return pa.float64()
-    return _map_children(kind, wide_type)
+    return map_children(kind, wide_type)
 
 
 def doubled_type(kind: pa.DataType) -> pa.DataType:
     """``kind`` with every integer as double (schemaless JSON's numbers)."""
     if pa.types.is_integer(kind) or pa.types.is_floating(kind):
         return pa.float64()
-    return _map_children(kind, doubled_type)
+    return map_children(kind, doubled_type)
 
 
-def _map_children(kind: pa.DataType, change) -> pa.DataType:
+def map_children(kind: pa.DataType, change) -> pa.DataType:
+    """``kind`` with ``change`` applied to each child type of a struct, list or map (else ``kind``)."""
     if pa.types.is_struct(kind):
         return pa.struct([f.with_type(change(f.type)) for f in kind])
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):

@@ -50,6 +50,9 @@ OP_COLUMN = "_kafka_op"
 UPSERT_OP, DELETE_OP, TRUNCATE_OP = "u", "d", "t"
 #: What Debezium sends for a TOASTed column an update left unchanged (REPLICA IDENTITY DEFAULT).
 UNAVAILABLE = "__debezium_unavailable_value"
+#: The origin of a placeholder whose row is unknown (a key change whose old key the merge cannot
+#: read): no key is empty, so the value is null, counted as ``unresolved`` in the batch's counts.
+UNKNOWN_ORIGIN: tuple[Any, ...] = ()
 #: Each component of an ordering value: 17 hex digits of the value plus 2**64 (so negatives sort first).
 WIDTH, BIAS = 17, 1 << 64
 MODE, MERGE_KEY, ORDER_BY = Setting("mode"), Setting("merge_key"), Setting("order_by")
@@ -280,6 +283,11 @@ class Change:
     order: str
     row: dict[str, Any] | None = None
     where: str = ""
+    #: a primary-key change's create: the key the row had before (Debezium's ``__debezium.oldkey``)
+    moved_from: tuple[Any, ...] | None = None
+    #: ``{column: key}``: a column still holding the placeholder takes the value of the table's row at
+    #: ``key`` as the batch found it (a moved row's unchanged TOASTed column is its old key's)
+    origins: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -296,8 +304,10 @@ class Reduced:
 
 
 def reduce_changes(changes: Iterable[Change]) -> Reduced:
-    """Each key's newest change; a placeholder column takes the value an older change of the key
-    in the same batch gave it (an insert then an update that left a TOASTed column alone)."""
+    """Each key's newest change. A placeholder column takes the value the row had before the change:
+    the one an older change of the key in the same batch gave it (an insert then an update that left
+    a TOASTed column alone), or for a moved row (a primary-key change) the one its old key's row had,
+    in the batch or else in the table (:attr:`Change.origins`), never the one at its new key."""
     ordered = sorted(changes, key=lambda c: c.order)
     truncates = [c for c in ordered if c.op == TRUNCATE_OP]
     result = Reduced(truncated_at=truncates[-1].order if truncates else None)
@@ -305,14 +315,18 @@ def reduce_changes(changes: Iterable[Change]) -> Reduced:
         result.superseded = sum(1 for c in ordered if c.order < result.truncated_at and c.op != TRUNCATE_OP)
         ordered = [c for c in ordered if c.order > result.truncated_at]
     newest: dict[tuple[Any, ...], Change] = {}
+    #: each key's newest upsert so far, kept past its delete (a moved row's state before the move)
+    upserted: dict[tuple[Any, ...], Change] = {}
     for change in ordered:
         older = newest.get(change.key)
         if older is not None:
             result.superseded += 1
-            if change.op == UPSERT_OP and older.op == UPSERT_OP and change.row is not None and older.row:
-                for column, value in change.row.items():
-                    if is_unavailable(value) and not is_unavailable(older.row.get(column, UNAVAILABLE)):
-                        change.row[column] = older.row.get(column)
+        if change.op == UPSERT_OP and change.row is not None:
+            if change.moved_from is not None:
+                fill_placeholders(change, upserted.get(change.moved_from), change.moved_from)
+            elif older is not None and older.op == UPSERT_OP:
+                fill_placeholders(change, older, change.key)
+            upserted[change.key] = change
         newest[change.key] = change
     result.changes = list(newest.values())
     result.unavailable = {
@@ -323,6 +337,22 @@ def reduce_changes(changes: Iterable[Change]) -> Reduced:
         if is_unavailable(value)
     }
     return result
+
+
+def fill_placeholders(change: Change, before: Change | None, key: tuple[Any, ...]) -> None:
+    """``change``'s placeholder columns from ``before``, the row ``key`` held before it (``None``: the
+    table's row at ``key``): its value where it had one, else the same origin as its placeholder."""
+    for column, value in (change.row or {}).items():
+        if not is_unavailable(value):
+            continue
+        earlier = UNAVAILABLE if before is None or before.row is None else before.row.get(column, UNAVAILABLE)
+        if not is_unavailable(earlier):
+            change.row[column] = earlier  # type: ignore[index]
+            change.origins.pop(column, None)
+            continue
+        origin = before.origins.get(column, key) if before is not None else key
+        if origin != change.key:
+            change.origins[column] = origin
 
 
 def is_unavailable(value: Any) -> bool:

@@ -94,7 +94,7 @@ class DeletedKeys:
         return batch is None or batch == current or self.committed(*batch)
 
     def load(
-        self, wanted: tuple[str, pa.Array] | None = None, current: tuple[int, str] | None = None
+        self, wanted: tuple[str, Sequence[Any]] | None = None, current: tuple[int, str] | None = None
     ) -> pa.Table | None:
         """The rows of the files that count (``wanted``: only truncates and the rows whose
         ``column`` takes one of ``values``).
@@ -113,7 +113,8 @@ class DeletedKeys:
             if wanted is not None:
                 column, values = wanted
                 tables = [
-                    t.filter(pc.field(TRUNCATE) | pc.field(column).isin(values))
+                    # (the values typed as the file's column: an empty list would be of type null)
+                    t.filter(pc.field(TRUNCATE) | pc.field(column).isin(pa.array(values, t.schema.field(column).type)))
                     if column in t.column_names
                     else t.filter(pc.field(TRUNCATE))  # a batch of truncates alone has no key columns
                     for t in tables
@@ -130,7 +131,7 @@ class DeletedKeys:
         committed batches and the ``current`` one."""
         wanted = None
         if keys is not None and key_columns:
-            wanted = (key_columns[0], pa.array(sorted({key[0] for key in keys}, key=repr)))
+            wanted = (key_columns[0], sorted({key[0] for key in keys}, key=repr))
         found = self.load(wanted, current)
         if found is None:
             return {}, None

@@ -29,17 +29,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
 import pyarrow as pa
 
-from kafka_batch_provider.core.merge_schema import conform, union_schema
+from kafka_batch_provider.core.merge_schema import conform, map_children, union_schema
 from kafka_batch_provider.core.merging import DELETE_OP, OP_COLUMN, ORDER_COLUMN, UPSERT_OP, MergeSpec
 from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
 from kafka_batch_provider.output.location import Location
-from kafka_batch_provider.output.merge_source import MergeSource, merge_batch
+from kafka_batch_provider.output.merge_source import MergeSource, merge_batch, rows_by_key
 from kafka_batch_provider.output.sink import DELTA
 from kafka_batch_provider.output.tables import (
     CONTROL,
@@ -341,7 +341,7 @@ class DeltaSink(TableFiles):
         if int(manifest["seq"]) == 1:
             self.refuse_unconditional_store()
         try:
-            merged = merge_batch(self, manifest) if self.merging else None
+            merged = merge_batch(self, manifest, table) if self.merging else None
             self.save_manifest(manifest)
             self._commit(table, manifest, merged)
             return True
@@ -455,6 +455,28 @@ class DeltaSink(TableFiles):
             merger = merger.when_not_matched_by_source_delete(predicate=f"t.{ORDER_COLUMN} < '{merged.truncated_at}'")
         merger.execute()
 
+    def rows_at(self, table: Any, key_columns: Sequence[str], keys: Collection[tuple], columns: Sequence[str]) -> dict:
+        """The rows of ``table`` (this version) at ``keys``: their key and ``columns`` (those it has).
+        File by file, the key columns first, then the columns of the files holding a wanted key. Read
+        without a filter and cast to plain types: delta-rs's merge writes strings as views, which
+        pyarrow's filter and ``is_in`` do not take."""
+        import pyarrow.compute as pc
+
+        found = {}
+        for fragment in table.to_pyarrow_dataset().get_fragments():
+            names = fragment.physical_schema.names
+            key_table = plain(fragment.to_table(columns=list(key_columns)))
+            match = None
+            for i, k in enumerate(key_columns):
+                one = pc.field(k).isin(pa.array(list({key[i] for key in keys}), key_table.schema.field(k).type))
+                match = one if match is None else match & one
+            if not key_table.filter(match).num_rows:
+                continue
+            wanted = [c for c in columns if c in names and c not in key_columns]
+            rows = plain(fragment.to_table(columns=[*key_columns, *wanted])).filter(match)
+            found.update(rows_by_key(rows, key_columns, keys))
+        return found
+
     def follow_schema(self, target: pa.Schema, batch: pa.Schema) -> None:
         """Before a merge: the columns and nested fields the batch brings added to the table, and
         the columns it holds as nullable made so, each in a commit without files (then the batch is
@@ -565,6 +587,17 @@ def restored_away(info: Mapping[str, Any], kind: str, target: int) -> bool:
     if kind == "time":
         return int(info.get("timestamp") or 0) > target
     return True
+
+
+def plain(table: pa.Table) -> pa.Table:
+    """``table`` with string and binary views as plain strings and binaries (at any depth)."""
+
+    def unviewed(kind: pa.DataType) -> pa.DataType:
+        views = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
+        return views.get(kind) or map_children(kind, unviewed)
+
+    schema = pa.schema([f.with_type(unviewed(f.type)) for f in table.schema])
+    return table if schema == table.schema else table.cast(schema)
 
 
 def quoted(column: str) -> str:

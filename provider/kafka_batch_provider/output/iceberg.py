@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
@@ -35,7 +35,7 @@ from kafka_batch_provider.core.merge_schema import conform
 from kafka_batch_provider.core.merging import MergeSpec
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError, ManifestError, StorageError
 from kafka_batch_provider.output.location import Location
-from kafka_batch_provider.output.merge_source import MergeSource, merge_batch
+from kafka_batch_provider.output.merge_source import MergeSource, merge_batch, rows_by_key
 from kafka_batch_provider.output.sink import ICEBERG
 from kafka_batch_provider.output.tables import (
     CONTROL,
@@ -288,7 +288,7 @@ class IcebergSink(TableFiles):
         from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
         try:
-            merged = merge_batch(self, manifest) if self.merging else None
+            merged = merge_batch(self, manifest, table) if self.merging else None
             schema = merged.row_schema if merged is not None else files_schema(self.data, manifest)
             if self.evolve_schema(table, schema):
                 return False  # a schema-only commit first: the batch goes on the new state
@@ -350,6 +350,20 @@ class IcebergSink(TableFiles):
         names = {key: summary[key] for key in (SEQ_KEY, BATCH_ID_KEY, ATTEMPT_KEY)}
         number = transaction.table_metadata.next_sequence_number()
         transaction.set_properties({**names, SNAPSHOT_NUMBER_KEY: str(number)})
+
+    def rows_at(self, table: Any, key_columns: Sequence[str], keys: Collection[tuple], columns: Sequence[str]) -> dict:
+        """The rows of ``table`` (its current snapshot) at ``keys``: their key and ``columns`` (those it has)."""
+        from functools import reduce
+
+        from pyiceberg.expressions import And, In
+
+        if table.current_snapshot() is None:
+            return {}
+        names = table.schema().as_arrow().names
+        wanted = [c for c in columns if c in names and c not in key_columns]
+        match = reduce(And, [In(k, {key[i] for key in keys}) for i, k in enumerate(key_columns)])
+        found = table.scan(row_filter=match, selected_fields=(*key_columns, *wanted)).to_arrow()
+        return rows_by_key(found, key_columns, keys)
 
     def _merge(self, table: Any, manifest: dict[str, Any], merged: MergeSource) -> None:
         """The batch as one copy-on-write snapshot carrying its summary

@@ -16,7 +16,7 @@ files back on the driver and hands the Delta and Iceberg sinks one source table:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,7 @@ from kafka_batch_provider.core.merging import (
     OP_COLUMN,
     ORDER_COLUMN,
     TRUNCATE_OP,
+    UNKNOWN_ORIGIN,
     UPSERT_OP,
     MergeSpec,
     is_unavailable,
@@ -66,13 +67,23 @@ class MergeSource:
         return pa.schema([self.source.schema.field(n) for n in self.row_columns])
 
 
-def merge_batch(sink: Any, manifest: dict[str, Any]) -> MergeSource:
-    """A table sink's merge source of the batch ``manifest`` (its deletes recorded first, its counts
-    put into the manifest); deleted keys of the sink's committed batches count."""
+#: The table's rows at some keys, as the batch finds the table: ``(key columns, keys, columns)`` to
+#: ``{key: {column: value}}`` (a sink's ``rows_at`` on the table state it merges into).
+RowLookup = Callable[[Sequence[str], Collection[tuple[Any, ...]], Sequence[str]], dict[tuple[Any, ...], dict]]
+
+
+def merge_batch(sink: Any, manifest: dict[str, Any], table: Any) -> MergeSource:
+    """A table sink's merge source of the batch ``manifest`` for ``table`` (the state it merges into;
+    its deletes recorded first, its counts put into the manifest); deleted keys of the sink's
+    committed batches count."""
     seq = int(manifest["seq"])
     previous = sink.look_up(seq - 1) if seq > 1 else None
     recreated = recreated_topics(previous, manifest)
-    merged = merge_source(sink.data, manifest, sink.merge, DeletedKeys(sink.data, sink), recreated)
+
+    def lookup(keys: Sequence[str], wanted: Collection[tuple[Any, ...]], columns: Sequence[str]) -> dict:
+        return sink.rows_at(table, keys, wanted, columns) if table is not None else {}
+
+    merged = merge_source(sink.data, manifest, sink.merge, DeletedKeys(sink.data, sink), recreated, lookup)
     sink.check_columns(merged.row_schema)
     manifest["merged"] = merged.counts
     return merged
@@ -113,10 +124,11 @@ def merge_source(
     spec: MergeSpec,
     deleted: DeletedKeys,
     recreated: Collection[str] = (),
+    lookup: RowLookup | None = None,
 ) -> MergeSource:
     """The batch's merge source (see the module's docstring); records its deletes in ``deleted``
     first. ``recreated``: the batch's topics recreated since the previous batch (refused where
-    offsets order the changes)."""
+    offsets order the changes); ``lookup``: the table's rows at other keys (a moved row's old key)."""
     batch = read_batch(data, manifest)
     value_format = str((manifest.get("options") or {}).get("value_format") or "bytes")
     current = (int(manifest["seq"]), str(manifest["batch_id"]))
@@ -140,15 +152,21 @@ def merge_source(
             continue
         kept.append(change)
     rows, unavailable = [], set()
+    borrowed: list[tuple[dict[str, Any], str, tuple[Any, ...]]] = []  # (row, column, the key it takes it from)
     for change in kept:
         row = dict(change.row) if change.op == UPSERT_OP else dict(zip(found.key_columns, change.key))
         for column, value in list(row.items()):
-            if is_unavailable(value):  # never the placeholder: the table's value stays (a new row: null)
-                row[column] = None
+            if not is_unavailable(value):
+                continue
+            row[column] = None  # never the placeholder
+            if column in change.origins:  # a moved row: its old key's value, looked up below
+                borrowed.append((row, column, change.origins[column]))
+            else:  # the table's value stays (a new row: null)
                 row[KEEP_PREFIX + column] = True
                 unavailable.add(column)
         row[ORDER_COLUMN], row[OP_COLUMN] = change.order, change.op
         rows.append(row)
+    unresolved = borrow_values(borrowed, found.key_columns, lookup)
     keep = {column: KEEP_PREFIX + column for column in sorted(unavailable)}
     schema = pa.schema(
         [
@@ -177,8 +195,36 @@ def merge_source(
             "superseded": reduced.superseded,
             "older_than_a_delete": guarded,
             "skipped": found.skipped,
+            # a moved row's TOASTed values whose old key's row was not found (null in the table)
+            **({"unresolved": unresolved} if unresolved else {}),
         },
     )
+
+
+def borrow_values(
+    borrowed: list[tuple[dict[str, Any], str, tuple[Any, ...]]], key_columns: Sequence[str], lookup: RowLookup | None
+) -> int:
+    """Fill moved rows' placeholder columns with their old keys' values in the table; how many the
+    table did not have (they stay null)."""
+    if not borrowed:
+        return 0
+    wanted = {origin for _, _, origin in borrowed if origin != UNKNOWN_ORIGIN}
+    columns = sorted({column for _, column, _ in borrowed})
+    found = lookup(key_columns, wanted, columns) if lookup is not None and wanted else {}
+    missing = 0
+    for row, column, origin in borrowed:
+        if origin in found:
+            row[column] = found[origin].get(column)
+        else:
+            missing += 1
+    return missing
+
+
+def rows_by_key(table: pa.Table, key_columns: Sequence[str], wanted: Collection[tuple[Any, ...]]) -> dict:
+    """``{key: row}`` of ``table``'s rows whose key is one of ``wanted`` (the sinks' ``rows_at``)."""
+    wanted = set(wanted)
+    keys = zip(*(table.column(k).to_pylist() for k in key_columns))
+    return {key: row for key, row in zip(keys, table.to_pylist()) if key in wanted}
 
 
 def typed_merge_source(typed: ArrowUpserts, deleted: DeletedKeys, current: tuple[int, str]) -> MergeSource:

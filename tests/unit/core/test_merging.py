@@ -103,6 +103,34 @@ def test_a_toast_placeholder_takes_the_value_an_older_change_of_the_batch_gave()
     assert alone.unavailable == {"bio"}, "a placeholder with no older value must keep the table's value"
 
 
+def moved(old: int, new: int, order: int, **row) -> list[Change]:
+    """A key change as Debezium sends it: the old key's delete, then the new key's create."""
+    create = change(new, UPSERT_OP, order + 1, **row)
+    create.moved_from = (old,)
+    return [change(old, DELETE_OP, order), create]
+
+
+def test_a_moved_rows_placeholder_comes_from_its_old_key_in_the_batch_or_in_the_table():
+    # 1 -> 9, 2 -> 1, 9 -> 2 in one transaction; 3 updated (its bio given) then moved to 4
+    changes = [
+        *moved(1, 9, 10, bio=UNAVAILABLE),
+        *moved(2, 1, 20, bio=UNAVAILABLE),
+        *moved(9, 2, 30, bio=UNAVAILABLE),
+        change(3, UPSERT_OP, 40, bio="given"),
+        *moved(3, 4, 50, bio=UNAVAILABLE),
+    ]
+    reduced = {c.key: c for c in reduce_changes(changes).changes}
+    found = {key[0]: (c.op, (c.row or {}).get("bio"), c.origins) for key, c in reduced.items()}
+    expected = {
+        1: (UPSERT_OP, UNAVAILABLE, {"bio": (2,)}),  # the table's row at 2
+        2: (UPSERT_OP, UNAVAILABLE, {"bio": (1,)}),  # through 9: the table's row at 1
+        9: (DELETE_OP, None, {}),
+        3: (DELETE_OP, None, {}),
+        4: (UPSERT_OP, "given", {}),  # the value 3's update gave, in the batch
+    }
+    assert found == expected, f"expected {expected}, found {found}"
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
