@@ -34,7 +34,7 @@ class Staged:
     def as_bytes(self, part: Any) -> bytes | None:
         if part is None or isinstance(part, bytes):
             return part
-        return json.dumps(part).encode()
+        return json.dumps(part, separators=(",", ":")).encode()  # compact, as Kafka Connect writes JSON
 
 
 @dataclass

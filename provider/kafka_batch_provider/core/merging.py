@@ -43,6 +43,10 @@ CHANGE_FORMATS = (DEBEZIUM,)
 ON_TRUNCATE = ("refuse", "apply")
 #: Where a plan records how its batch becomes rows (the plan's ``extra``).
 MERGE_PLAN_KEY = "merge"
+#: At most this many records in one merged batch unless ``--max-records`` says otherwise: a batch
+#: is read back and reduced in the driver's memory, so its size bounds that memory (measured in
+#: docs/performance.md: the driver's peak RSS for batches of this size, bench/merge_snapshot.py).
+MERGED_BATCH_RECORDS = 500_000
 #: The table's column holding each row's ordering value.
 ORDER_COLUMN = "_kafka_order"
 #: The merge source's column saying what a change does (never a table column).

@@ -62,17 +62,7 @@ class DeletedKeys:
 
     def record(self, seq: int, batch_id: str, key_fields: Sequence[pa.Field], changes: Iterable[Change]) -> int:
         """Save the batch's deletes and truncate (before its commit); how many were saved."""
-        kept = [c for c in changes if c.op in (DELETE_OP, TRUNCATE_OP)]
-        schema = pa.schema([*key_fields, pa.field(ORDER_COLUMN, pa.string()), pa.field(TRUNCATE, pa.bool_())])
-        rows = [
-            {
-                **{f.name: (c.key[i] if c.op == DELETE_OP else None) for i, f in enumerate(key_fields)},
-                ORDER_COLUMN: c.order,
-                TRUNCATE: c.op == TRUNCATE_OP,
-            }
-            for c in kept
-        ]
-        return self.record_table(seq, batch_id, pa.Table.from_pylist(rows, schema=schema))
+        return self.record_table(seq, batch_id, deletes_table(key_fields, changes))
 
     def record_table(self, seq: int, batch_id: str, deletes: pa.Table) -> int:
         """Save ``deletes`` (key columns, ordering value, and ``truncate`` when any is one)."""
@@ -94,7 +84,7 @@ class DeletedKeys:
         return batch is None or batch == current or self.committed(*batch)
 
     def load(
-        self, wanted: tuple[str, Sequence[Any]] | None = None, current: tuple[int, str] | None = None
+        self, wanted: tuple[str, Sequence[Any] | pa.Array] | None = None, current: tuple[int, str] | None = None
     ) -> pa.Table | None:
         """The rows of the files that count (``wanted``: only truncates and the rows whose
         ``column`` takes one of ``values``).
@@ -114,12 +104,36 @@ class DeletedKeys:
                 column, values = wanted
                 tables = [
                     # (the values typed as the file's column: an empty list would be of type null)
-                    t.filter(pc.field(TRUNCATE) | pc.field(column).isin(pa.array(values, t.schema.field(column).type)))
+                    t.filter(
+                        pc.field(TRUNCATE) | pc.field(column).isin(typed_values(values, t.schema.field(column).type))
+                    )
                     if column in t.column_names
                     else t.filter(pc.field(TRUNCATE))  # a batch of truncates alone has no key columns
                     for t in tables
                 ]
             return pa.concat_tables(tables, promote_options="permissive") if tables else None
+
+    def newest_table(
+        self, key_columns: Sequence[str], keys: pa.Table, current: tuple[int, str] | None = None
+    ) -> tuple[pa.Table | None, str | None]:
+        """:meth:`guard` in columns: the newest delete of each of ``keys``' keys (their columns and
+        the ordering value, typed as ``keys``), and the newest truncate."""
+        if not keys.num_rows or not key_columns:
+            return None, self.guard([], None, current)[1]
+        found = self.load((key_columns[0], pc.unique(keys.column(key_columns[0]))), current)
+        if found is None:
+            return None, None
+        truncates = found.filter(pc.field(TRUNCATE)).column(ORDER_COLUMN)
+        truncated = pc.max(truncates).as_py() if len(truncates) else None
+        found = found.filter(~pc.field(TRUNCATE))
+        if not found.num_rows or any(k not in found.column_names for k in key_columns):
+            return None, truncated
+        typed = pa.table(
+            {k: found.column(k).cast(keys.schema.field(k).type, safe=False) for k in key_columns}
+            | {ORDER_COLUMN: found.column(ORDER_COLUMN)}
+        )
+        newest = typed.group_by(list(key_columns), use_threads=False).aggregate([(ORDER_COLUMN, "max")])
+        return newest.rename_columns([*key_columns, ORDER_COLUMN]), truncated
 
     def guard(
         self,
@@ -191,3 +205,28 @@ class DeletedKeys:
             self.data.put_atomic(f"{FOLDER}/{COMPACTED}{uuid.uuid4().hex[:12]}.parquet", sink.getvalue())
         self.data.delete(f"{FOLDER}/{name}" for name in names)
         return len(names), found.num_rows - recent.num_rows, folded.num_rows
+
+
+def deletes_table(key_fields: Sequence[pa.Field], changes: Iterable[Change]) -> pa.Table:
+    """The deletes and truncates among ``changes``: key columns, ordering value, truncate flag."""
+    kept = [c for c in changes if c.op in (DELETE_OP, TRUNCATE_OP)]
+    schema = pa.schema([*key_fields, pa.field(ORDER_COLUMN, pa.string()), pa.field(TRUNCATE, pa.bool_())])
+    rows = [
+        {
+            **{f.name: (c.key[i] if c.op == DELETE_OP else None) for i, f in enumerate(key_fields)},
+            ORDER_COLUMN: c.order,
+            TRUNCATE: c.op == TRUNCATE_OP,
+        }
+        for c in kept
+    ]
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def typed_values(values: Sequence[Any] | pa.Array, kind: pa.DataType) -> pa.Array:
+    """Key values as a column of ``kind`` (a value that cannot be one matches no row of it)."""
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        try:
+            return values.cast(kind)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return values.cast(kind, safe=False)
+    return pa.array(values, kind)

@@ -418,13 +418,18 @@ class DeltaSink(TableFiles):
         from deltalake import write_deltalake
 
         if table is None:
-            # The table's first commit holds only its schema; the batch merges into it next.
+            # The table's first commit holds only its schema; the batch merges into it next (on
+            # that version: a concurrent commit still fails ours, and the batch is planned again).
             write_deltalake(
                 self._table_uri, merged.row_schema.empty_table(), mode="append", storage_options=self._options
             )
-            raise_commit_retry()
+            table = self.table()
         target = pa.schema(table.schema().to_arrow())
-        self.follow_schema(target, merged.row_schema)
+        for _ in range(2):  # columns added, then made nullable
+            if not self.follow_schema(target, merged.row_schema):
+                break
+            table = self.table()
+            target = pa.schema(table.schema().to_arrow())
         if not merged.source.num_rows and merged.truncated_at is None:
             table.create_write_transaction([], "append", schema=target, commit_properties=properties)
             return
@@ -453,7 +458,10 @@ class DeltaSink(TableFiles):
         )
         if merged.truncated_at is not None:
             merger = merger.when_not_matched_by_source_delete(predicate=f"t.{ORDER_COLUMN} < '{merged.truncated_at}'")
+        version = table.version()
         merger.execute()
+        if table.version() == version:  # a merge that changed nothing commits nothing: record the batch
+            table.create_write_transaction([], "append", schema=target, commit_properties=properties)
 
     def rows_at(self, table: Any, key_columns: Sequence[str], keys: Collection[tuple], columns: Sequence[str]) -> dict:
         """The rows of ``table`` (this version) at ``keys``: their key and ``columns`` (those it has).
@@ -477,18 +485,17 @@ class DeltaSink(TableFiles):
             found.update(rows_by_key(rows, key_columns, keys))
         return found
 
-    def follow_schema(self, target: pa.Schema, batch: pa.Schema) -> None:
-        """Before a merge: the columns and nested fields the batch brings added to the table, and
-        the columns it holds as nullable made so, each in a commit without files (then the batch is
-        merged on the new state). Numbers are not widened: merged tables hold them wide from the
+    def follow_schema(self, target: pa.Schema, batch: pa.Schema) -> bool:
+        """Before a merge: the columns and nested fields the batch brings added to the table, or
+        the columns it holds as nullable made so, in a commit without files (``True``: then the
+        batch is merged on the new state). Numbers are not widened: merged tables hold them wide from the
         start (:mod:`kafka_batch_provider.core.merge_schema`), and delta-rs cannot widen a column."""
         change = schema_change(target, batch, f"Delta table {self.name}", promotions=True)
         if change.added:
             self.evolve_schema(union_schema(target, batch))
-            raise_commit_retry()
-        if change.relaxed:
+        elif change.relaxed:
             self.relax_schema(relaxed_schema(target, batch))
-            raise_commit_retry()
+        return bool(change.added or change.relaxed)
 
     def evolve_schema(self, schema: pa.Schema) -> None:
         """Merge ``schema`` (new columns, nested ones too) into the table's, in a commit without files."""

@@ -288,10 +288,16 @@ class IcebergSink(TableFiles):
         from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
         try:
-            merged = merge_batch(self, manifest, table) if self.merging else None
-            schema = merged.row_schema if merged is not None else files_schema(self.data, manifest)
-            if self.evolve_schema(table, schema):
-                return False  # a schema-only commit first: the batch goes on the new state
+            if self.merging:  # the schema-only commits first, then the batch on the new state
+                merged = merge_batch(self, manifest, table)
+                for _ in range(3):  # unused columns dropped, columns added or widened
+                    if not self.evolve_schema(table, merged.row_schema):
+                        break
+                    table = self.table()
+            else:
+                merged = None
+                if self.evolve_schema(table, files_schema(self.data, manifest)):
+                    return False  # a schema-only commit first: the batch goes on the new state
             self.save_manifest(manifest)
             if merged is not None:
                 self._merge(table, manifest, merged)

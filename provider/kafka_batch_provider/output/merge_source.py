@@ -20,25 +20,32 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from kafka_batch_provider.core.arrow_changes import Events, decode, reduce_events
 from kafka_batch_provider.core.arrow_upserts import ArrowUpserts, arrow_upserts
-from kafka_batch_provider.core.change_events import changes_of
+from kafka_batch_provider.core.change_events import Changes, changes_of
 from kafka_batch_provider.core.merge_schema import wide_type, widened
 from kafka_batch_provider.core.merging import (
+    CHANGES,
     DELETE_OP,
     OP_COLUMN,
     ORDER_COLUMN,
     TRUNCATE_OP,
     UNKNOWN_ORIGIN,
+    UPSERT,
     UPSERT_OP,
+    Change,
     MergeSpec,
+    Reduced,
     is_unavailable,
     reduce_changes,
 )
 from kafka_batch_provider.errors import ConfigError, SchemaError
-from kafka_batch_provider.output.deleted_keys import DeletedKeys
+from kafka_batch_provider.output.deleted_keys import DeletedKeys, deletes_table
 from kafka_batch_provider.output.location import Location
 
 #: The merge source's flag column saying a change left ``column`` unavailable (a TOASTed value
@@ -118,6 +125,44 @@ def read_batch(data: Location, manifest: Mapping[str, Any]) -> pa.Table:
     return pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
 
 
+#: Records read back and decoded at a time: one chunk's raw values are what the driver holds at
+#: once (the decoded events, far smaller, are kept for the whole batch).
+CHUNK_RECORDS = 50_000
+
+
+def decoded_batch(data: Location, manifest: Mapping[str, Any], spec: MergeSpec, value_format: str) -> Events | None:
+    """The batch's change events decoded chunk by chunk (:func:`~kafka_batch_provider.core.arrow_changes.decode`);
+    ``None`` when the record rule must read the batch."""
+    parts: list[Events] = []
+    first = 0
+    for f in manifest.get("files", []):
+        with data.open_input(f"{manifest['location']}/{f['name']}") as handle:
+            for chunk in pq.ParquetFile(handle).iter_batches(batch_size=CHUNK_RECORDS):
+                events = decode(pa.Table.from_batches([chunk]), spec, value_format, first)
+                if events is None or (parts and events.key_columns != parts[0].key_columns):
+                    return None
+                parts.append(events)
+                first += chunk.num_rows
+    if not parts:
+        return None
+    table = pa.concat_tables([p.table for p in parts], promote_options="permissive")
+    return Events(table, parts[0].key_columns, set().union(*(p.wanted for p in parts)))
+
+
+def read_rows(data: Location, manifest: Mapping[str, Any], positions: np.ndarray) -> pa.Table:
+    """The batch's staged records at ``positions`` (in the order :func:`read_batch` reads them)."""
+    tables, first = [], 0
+    for f in manifest.get("files", []):
+        rows = int(f.get("rows") or 0)
+        inside = positions[(positions >= first) & (positions < first + rows)] - first
+        if inside.size:
+            with data.open_input(f"{manifest['location']}/{f['name']}") as handle:
+                found = pq.read_table(handle)
+            tables.append(found.take(pa.array(inside)))
+        first += rows
+    return pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
+
+
 def merge_source(
     data: Location,
     manifest: Mapping[str, Any],
@@ -129,21 +174,70 @@ def merge_source(
     """The batch's merge source (see the module's docstring); records its deletes in ``deleted``
     first. ``recreated``: the batch's topics recreated since the previous batch (refused where
     offsets order the changes); ``lookup``: the table's rows at other keys (a moved row's old key)."""
-    batch = read_batch(data, manifest)
     value_format = str((manifest.get("options") or {}).get("value_format") or "bytes")
     current = (int(manifest["seq"]), str(manifest["batch_id"]))
     label = f"batch {manifest['batch_id']}"
-    typed = arrow_upserts(batch, spec, value_format)
+    batch = read_batch(data, manifest) if spec.mode == UPSERT else None  # (upserts are read whole)
+    typed = arrow_upserts(batch, spec, value_format) if batch is not None else None
     if typed is not None:
         refuse_offsets_of_a_recreated_topic(recreated, set() if spec.order_by else recreated, label)
         return typed_merge_source(typed, deleted, current)
-    found = changes_of(batch, spec, value_format)
-    refuse_offsets_of_a_recreated_topic(recreated, found.by_offset, label)
-    reduced = reduce_changes(found.changes)
+    events = decoded_batch(data, manifest, spec, value_format) if spec.mode == CHANGES else None
+    columnar = reduce_events(events, spec) if events is not None else None
+    # The records the columns did not decide (all of them without columns) take the record rule.
+    if columnar is not None:
+        record_batch = read_rows(data, manifest, columnar.record_rule)
+    else:
+        record_batch = batch if batch is not None else read_batch(data, manifest)
+    found = changes_of(record_batch, spec, value_format)
+    refuse_offsets_of_a_recreated_topic(recreated, found.by_offset | (columnar.by_offset if columnar else set()), label)
+    reduced = reduce_changes(without_stale(found.changes, found.key_columns, lookup))
     key_fields = [found.row_fields[k] for k in found.key_columns if k in found.row_fields]
-    deleted.record(*current, key_fields, found.changes)
+    recorded = deletes_table(key_fields, found.changes)
+    if columnar is not None:
+        recorded = pa.concat_tables([columnar.deletes, recorded], promote_options="permissive")
+    deleted.record_table(*current, recorded)
+    by_record = record_rows(found, reduced, deleted, current, lookup, label)
+    truncates = sum(1 for c in found.changes if c.op == TRUNCATE_OP)
+    counts = {
+        "records": record_batch.num_rows,
+        "changes": len(found.changes),
+        "superseded": reduced.superseded,
+        "truncates": truncates,
+        "skipped": found.skipped,
+        **by_record.counts,
+    }
+    if columnar is None:
+        return MergeSource(by_record.source, found.key_columns, reduced.truncated_at, by_record.keep, counts)
+    rows, guarded = guarded_rows(widened(columnar.rows), columnar.key_columns, deleted, current)
+    source = (
+        pa.concat_tables([rows, by_record.source], promote_options="permissive") if by_record.source.num_rows else rows
+    )
+    upserts = pc.sum(pc.equal(source.column(OP_COLUMN), UPSERT_OP)).as_py() or 0
+    counts.update(
+        changes=columnar.counts["changes"],  # (the record rule's truncates are the columns' too)
+        superseded=counts["superseded"] + columnar.counts["superseded"],
+        skipped=columnar.counts["skipped"],
+        older_than_a_delete=counts["older_than_a_delete"] + guarded,
+        records=columnar.counts["records"],
+        upserts=upserts,
+        deletes=source.num_rows - upserts,
+    )
+    truncated_at = max(filter(None, (columnar.truncated_at, reduced.truncated_at)), default=None)
+    return MergeSource(source, columnar.key_columns, truncated_at, by_record.keep, counts)
+
+
+def record_rows(
+    found: Changes,
+    reduced: Reduced,
+    deleted: DeletedKeys,
+    current: tuple[int, str],
+    lookup: RowLookup | None,
+    label: str,
+) -> MergeSource:
+    """The rows of changes reduced record by record (guarded, placeholders resolved) as a source."""
     upserts = [c.key for c in reduced.changes if c.op == UPSERT_OP]
-    newest_deletes, truncated = deleted.guard(found.key_columns, upserts, current)
+    newest_deletes, truncated = deleted.guard(found.key_columns, upserts, current) if reduced.changes else ({}, None)
     kept, guarded = [], 0
     for change in reduced.changes:
         floor = max(newest_deletes.get(change.key, ""), truncated or "")
@@ -179,26 +273,60 @@ def merge_source(
     try:
         source = pa.Table.from_pylist(rows, schema=schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
-        raise SchemaError(f"batch {manifest['batch_id']}: a value does not fit its column's type: {exc}") from None
-    return MergeSource(
-        source=source,
-        key_columns=found.key_columns,
-        truncated_at=reduced.truncated_at,
-        keep=keep,
-        counts={
-            "records": batch.num_rows,
-            "changes": len(found.changes),
-            "upserts": sum(1 for c in kept if c.op == UPSERT_OP),
-            "deletes": sum(1 for c in kept if c.op == DELETE_OP),
-            # truncate events applied (the table emptied of rows older than the newest)
-            "truncates": sum(1 for c in found.changes if c.op == TRUNCATE_OP),
-            "superseded": reduced.superseded,
-            "older_than_a_delete": guarded,
-            "skipped": found.skipped,
-            # a moved row's TOASTed values whose old key's row was not found (null in the table)
-            **({"unresolved": unresolved} if unresolved else {}),
-        },
-    )
+        raise SchemaError(f"{label}: a value does not fit its column's type: {exc}") from None
+    counts = {
+        "upserts": sum(1 for c in kept if c.op == UPSERT_OP),
+        "deletes": sum(1 for c in kept if c.op == DELETE_OP),
+        "older_than_a_delete": guarded,
+        # a moved row's TOASTed values whose old key's row was not found (null in the table)
+        **({"unresolved": unresolved} if unresolved else {}),
+    }
+    return MergeSource(source, found.key_columns, reduced.truncated_at, keep, counts)
+
+
+def guarded_rows(
+    rows: pa.Table, key_columns: Sequence[str], deleted: DeletedKeys, current: tuple[int, str]
+) -> tuple[pa.Table, int]:
+    """``rows`` without the upserts older than a delete or truncate the table has seen (they must not
+    bring the key back), in columns; how many were dropped."""
+    newest, truncated = deleted.newest_table(key_columns, rows.select(list(key_columns)), current)
+    if newest is None and truncated is None:
+        return rows, 0
+    at = np.full(rows.num_rows, "", dtype=object)
+    if newest is not None:
+        index = rows.select(list(key_columns)).append_column("__i", pa.array(np.arange(rows.num_rows)))
+        joined = index.join(newest, keys=list(key_columns), join_type="inner")
+        at[joined.column("__i").to_numpy()] = joined.column(ORDER_COLUMN).to_numpy(zero_copy_only=False)
+    floor = pa.array(at, pa.string())
+    if truncated is not None:
+        floor = pc.max_element_wise(floor, pa.scalar(truncated))
+    older = pc.and_(pc.equal(rows.column(OP_COLUMN), UPSERT_OP), pc.less_equal(rows.column(ORDER_COLUMN), floor))
+    dropped = pc.sum(older).as_py() or 0
+    return (rows.filter(pc.invert(older)) if dropped else rows), dropped
+
+
+def without_stale(changes: list[Change], key_columns: Sequence[str], lookup: RowLookup | None) -> list[Change]:
+    """``changes`` without those the table's row at their key is already as new as (a redelivery
+    after a connector restart, a replay): the merge would ignore them, and a placeholder must not
+    take its value through them. The same event sent again has a later offset, so the ordering
+    values are compared without their last component (the offset) where they have a source position."""
+    keyed = [c for c in changes if c.op != TRUNCATE_OP]
+    placeholders = any(c.row and any(is_unavailable(v) for v in c.row.values()) for c in keyed)
+    if not placeholders or lookup is None:  # (only a placeholder's chain can go wrong through them)
+        return changes
+    found = lookup(key_columns, {c.key for c in keyed}, [ORDER_COLUMN])
+    if not found:
+        return changes
+
+    def stale(change: Change) -> bool:
+        standing = (found.get(change.key) or {}).get(ORDER_COLUMN)
+        if not standing:
+            return False
+        if "." in change.order and "." in standing:  # (a source position, then the offset)
+            return change.order.rpartition(".")[0] <= standing.rpartition(".")[0]
+        return change.order <= standing
+
+    return [c for c in changes if c.op == TRUNCATE_OP or not stale(c)]
 
 
 def borrow_values(
@@ -229,24 +357,8 @@ def rows_by_key(table: pa.Table, key_columns: Sequence[str], wanted: Collection[
 
 def typed_merge_source(typed: ArrowUpserts, deleted: DeletedKeys, current: tuple[int, str]) -> MergeSource:
     """The merge source of upserts reduced with Arrow (:mod:`kafka_batch_provider.core.arrow_upserts`)."""
-    import pyarrow.compute as pc
-
     deleted.record_table(*current, typed.deletes)
-    rows, keys = typed.rows, typed.key_columns
-    upserting = pc.equal(rows.column(OP_COLUMN), UPSERT_OP)
-    key_values = list(zip(*(rows.column(k).to_pylist() for k in keys)))
-    newest_deletes, truncated = deleted.guard(
-        keys, [k for k, up in zip(key_values, upserting.to_pylist()) if up], current
-    )
-    guarded = 0
-    if newest_deletes or truncated:
-        orders = rows.column(ORDER_COLUMN).to_pylist()
-        keep = [
-            not (up and order <= max(newest_deletes.get(key, ""), truncated or ""))
-            for key, order, up in zip(key_values, orders, upserting.to_pylist())
-        ]
-        guarded = keep.count(False)
-        rows = rows.filter(pa.array(keep))
+    rows, guarded = guarded_rows(widened(typed.rows), typed.key_columns, deleted, current)
     upserts = pc.sum(pc.equal(rows.column(OP_COLUMN), UPSERT_OP)).as_py() or 0
     counts = {
         **typed.counts,
@@ -256,4 +368,4 @@ def typed_merge_source(typed: ArrowUpserts, deleted: DeletedKeys, current: tuple
         "older_than_a_delete": guarded,
         "skipped": 0,
     }
-    return MergeSource(source=widened(rows), key_columns=keys, counts=counts)
+    return MergeSource(source=rows, key_columns=typed.key_columns, counts=counts)

@@ -1,0 +1,151 @@
+"""Kafka Connect's ``JsonConverter`` records as Arrow columns, many records at once. Pure.
+
+The same mapping as :mod:`kafka_batch_provider.decoding.connect_json` (which reads one record at a
+time), vectorised: a Debezium snapshot of millions of rows is parsed by pyarrow's JSON reader, not
+one Python object per event.
+
+With ``schemas.enable=true`` every record is ``{"schema":<schema>,"payload":<payload>}``, written by
+Jackson in that order and without spaces, and the records of one table version share the schema's
+exact text. So the records are grouped by their first record's prefix (``{"schema":...,"payload":``:
+one ``starts_with`` per group, a memory compare), each group's payloads are cut out at that fixed
+length, joined one per line and read with the schema's *wire* types as pyarrow's explicit schema
+(:func:`wire_type`: base64 text for bytes and decimals, numbers for dates and timestamps), then
+turned into their column types (:func:`logical`).
+
+A record this cannot read exactly (a map, a number where base64 was expected with
+``decimal.format=NUMERIC``, text after the closing brace) raises :class:`NotColumnar`: its caller
+takes the record-by-record path for it, which reads everything the converter writes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kafka_batch_provider.decoding.connect_json import (
+    DATES,
+    DECIMAL,
+    PRIMITIVES,
+    TIMESTAMPS,
+    ZONED_TIMESTAMP,
+    arrow_type,
+    value_of,
+)
+
+SCHEMA_START = b'{"schema":'
+PAYLOAD_START = b',"payload":'
+
+
+class NotColumnar(Exception):
+    """Records the columnar reader cannot read exactly: the record-by-record path reads them."""
+
+
+@dataclass
+class Group:
+    """Records sharing one embedded schema: their positions in the input and their payloads."""
+
+    positions: np.ndarray
+    schema: Mapping[str, Any] | None
+    payloads: pa.Table  # one row per record, the schema's top-level fields as columns (logical types)
+
+
+def schema_groups(values: pa.Array) -> Iterator[tuple[np.ndarray, bytes]]:
+    """The positions of the non-null records sharing each embedded schema, and that schema's
+    prefix text (``{"schema":...,"payload":``); records without an embedded schema raise."""
+    values = values.cast(pa.binary()) if not pa.types.is_binary(values.type) else values
+    remaining = np.flatnonzero(values.is_valid().to_numpy(zero_copy_only=False))
+    while remaining.size:
+        rest = values if remaining.size == len(values) else values.take(pa.array(remaining))  # (no copy: all)
+        first = rest[0].as_py()
+        end = first.find(PAYLOAD_START) if first.startswith(SCHEMA_START) else -1
+        if end < 0:
+            raise NotColumnar("a record without an embedded schema")
+        prefix = first[: end + len(PAYLOAD_START)]
+        same = pc.starts_with(rest, pattern=prefix).to_numpy(zero_copy_only=False)
+        yield remaining[same], prefix
+        remaining = remaining[~same]
+
+
+def read_groups(values: pa.Array) -> list[Group]:
+    """Every non-null record of ``values`` (Connect JSON with an embedded schema), by schema."""
+    found = []
+    for positions, prefix in schema_groups(values):
+        schema = json.loads(prefix[len(SCHEMA_START) : -len(PAYLOAD_START)])
+        records = values if positions.size == len(values) else values.take(pa.array(positions))
+        if not pc.all(pc.ends_with(records.cast(pa.binary()), pattern=b"}")).as_py():
+            raise NotColumnar("text after a record's closing brace")
+        payloads = pc.binary_slice(records.cast(pa.binary()), len(prefix), -1)
+        found.append(Group(positions, schema, read_payloads(payloads, schema)))
+    return found
+
+
+def read_payloads(payloads: pa.Array, schema: Mapping[str, Any] | None) -> pa.Table:
+    """Payload texts (JSON objects) of one struct schema as a table of its fields' columns."""
+    if schema is None or schema.get("type") != "struct":
+        raise NotColumnar("a payload that is not a struct")
+    wire = wire_type(schema)
+    lines = pc.binary_join_element_wise(payloads, pa.scalar(b"\n"), b"")
+    data = lines.buffers()[2]
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)[lines.offset : lines.offset + len(lines) + 1]
+    text = data[int(offsets[0]) : int(offsets[-1])] if len(lines) else pa.py_buffer(b"")
+    from pyarrow import json as pa_json
+
+    try:
+        table = pa_json.read_json(
+            io.BytesIO(text),
+            read_options=pa_json.ReadOptions(block_size=max(1 << 20, min(len(text) + 1, 1 << 26))),
+            parse_options=pa_json.ParseOptions(
+                explicit_schema=pa.schema(list(wire)), unexpected_field_behavior="error"
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise NotColumnar(str(exc).splitlines()[0]) from None
+    if table.num_rows != len(payloads):
+        raise NotColumnar("a payload spanning lines")
+    fields = {f["field"]: f for f in schema.get("fields", [])}
+    columns = [logical(table.column(name).combine_chunks(), fields[name]) for name in table.column_names]
+    return pa.table(columns, names=table.column_names)
+
+
+def wire_type(schema: Mapping[str, Any]) -> pa.DataType:
+    """The type pyarrow's JSON reader reads a Connect payload as (before :func:`logical`)."""
+    kind, name = schema.get("type"), schema.get("name")
+    if name == DECIMAL or name == ZONED_TIMESTAMP or kind == "bytes":
+        return pa.string()  # base64, ISO 8601
+    if name in DATES:
+        return pa.int32()
+    if name in TIMESTAMPS:
+        return pa.int64()
+    if kind == "struct":
+        return pa.struct([pa.field(f["field"], wire_type(f)) for f in schema.get("fields", [])])
+    if kind == "array":
+        return pa.list_(wire_type(schema["items"]))
+    if kind in PRIMITIVES:
+        return PRIMITIVES[kind]
+    raise NotColumnar(f"Connect schema type {kind!r} is read record by record")
+
+
+def logical(array: pa.Array, schema: Mapping[str, Any]) -> pa.Array:
+    """A column read with :func:`wire_type` in its column type (:func:`connect_json.arrow_type`)."""
+    kind, name = schema.get("type"), schema.get("name")
+    target = arrow_type(schema)
+    if name in DATES or name in TIMESTAMPS:
+        return array.cast(target)
+    if name == DECIMAL or name == ZONED_TIMESTAMP or kind == "bytes":
+        # (few columns; a Python value each, as the record path makes them)
+        return pa.array([value_of(v, schema) for v in array.to_pylist()], target)
+    if kind == "struct":
+        fields = schema.get("fields", [])
+        children = [logical(array.field(i), f) for i, f in enumerate(fields)]
+        return pa.StructArray.from_arrays(children, fields=list(target), mask=array.is_null())
+    if kind == "array":
+        values = logical(array.values, schema["items"])
+        return pa.ListArray.from_arrays(array.offsets, values, type=target, mask=array.is_null())
+    return array if array.type == target else array.cast(target)
