@@ -157,3 +157,31 @@ def test_debezium_events_in_avro_through_the_registry_merge_by_their_avro_key(
         {"id": 2, "name": "Bo B.", "balance": Decimal("-0.01")},
         {"id": 3, "name": "Cy", "balance": Decimal("9999999999.99")},
     ], f"expected the source table after the events, found {found}"
+
+
+def test_a_merged_batch_is_bounded_and_a_pending_plan_too_large_is_planned_again(
+    kafka_config, new_topic, group_id, tmp_path, monkeypatch
+):
+    # Merged batches are reduced in the driver's memory: at most MERGED_BATCH_RECORDS each unless
+    # max_records says otherwise (here 5 for the test), and a pending plan beyond it (planned before the
+    # bound, or one whose write ran out of memory) is never replayed into the same end.
+    from kafka_batch_provider.core.planning import PlanPolicy
+    from kafka_batch_provider.kafka.client import KafkaOffsets
+    from kafka_batch_provider.steps import plan as plan_step
+
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, [keyed(0, k, {"id": k}) for k in range(12)])
+    output = TableOutput(str(tmp_path / "bounded"), merge=UPSERT)
+    kafka = KafkaOffsets(kafka_config, timeout=10)
+    monkeypatch.setattr(plan_step, "MERGED_BATCH_RECORDS", 100)
+    unbounded = plan_step.plan_batch(kafka, output.store(), group_id, [topic], PlanPolicy()).plan
+    assert unbounded.planned_offsets == 12 and not unbounded.bounded, unbounded.summary()
+    monkeypatch.setattr(plan_step, "MERGED_BATCH_RECORDS", 5)
+    again = plan_step.plan_batch(kafka, output.store(), group_id, [topic], PlanPolicy())
+    assert not again.reused and again.plan.planned_offsets == 5 and again.plan.bounded, again.plan.summary()
+    other = TableOutput(str(tmp_path / "said"), merge=UPSERT)
+    said = plan_step.plan_batch(kafka, other.store(), f"{group_id}-s", [topic], PlanPolicy(max_records=7))
+    assert said.plan.planned_offsets == 7, f"an explicit max_records holds: {said.plan.summary()}"
+    appended = TableOutput(str(tmp_path / "appended"))
+    plain = plan_step.plan_batch(kafka, appended.store(), f"{group_id}-a", [topic], PlanPolicy()).plan
+    assert plain.planned_offsets == 12, f"an appended batch has no such bound: {plain.summary()}"

@@ -100,7 +100,8 @@ def read_payloads(payloads: pa.Array, schema: Mapping[str, Any] | None) -> pa.Ta
     try:
         table = pa_json.read_json(
             io.BytesIO(text),
-            read_options=pa_json.ReadOptions(block_size=max(1 << 20, min(len(text) + 1, 1 << 26))),
+            # (blocks of 1 MB are parsed in parallel; a payload longer than that reads record by record)
+            read_options=pa_json.ReadOptions(block_size=1 << 20),
             parse_options=pa_json.ParseOptions(
                 explicit_schema=pa.schema(list(wire)), unexpected_field_behavior="error"
             ),

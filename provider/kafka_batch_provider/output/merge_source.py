@@ -16,7 +16,8 @@ files back on the driver and hands the Delta and Iceberg sinks one source table:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,7 +128,7 @@ def read_batch(data: Location, manifest: Mapping[str, Any]) -> pa.Table:
 
 #: Records read back and decoded at a time: one chunk's raw values are what the driver holds at
 #: once (the decoded events, far smaller, are kept for the whole batch).
-CHUNK_RECORDS = 50_000
+CHUNK_RECORDS = 10_000
 
 
 def decoded_batch(data: Location, manifest: Mapping[str, Any], spec: MergeSpec, value_format: str) -> Events | None:
@@ -135,18 +136,35 @@ def decoded_batch(data: Location, manifest: Mapping[str, Any], spec: MergeSpec, 
     ``None`` when the record rule must read the batch."""
     parts: list[Events] = []
     first = 0
-    for f in manifest.get("files", []):
-        with data.open_input(f"{manifest['location']}/{f['name']}") as handle:
-            for chunk in pq.ParquetFile(handle).iter_batches(batch_size=CHUNK_RECORDS):
-                events = decode(pa.Table.from_batches([chunk]), spec, value_format, first)
-                if events is None or (parts and events.key_columns != parts[0].key_columns):
-                    return None
-                parts.append(events)
-                first += chunk.num_rows
+    for chunk in prefetched(staged_chunks(data, manifest)):
+        events = decode(pa.Table.from_batches([chunk]), spec, value_format, first)
+        if events is None or (parts and events.key_columns != parts[0].key_columns):
+            return None
+        parts.append(events)
+        first += chunk.num_rows
+        del chunk
+        pa.default_memory_pool().release_unused()  # (the raw chunk's memory back to the system)
     if not parts:
         return None
     table = pa.concat_tables([p.table for p in parts], promote_options="permissive")
     return Events(table, parts[0].key_columns, set().union(*(p.wanted for p in parts)))
+
+
+def staged_chunks(data: Location, manifest: Mapping[str, Any]) -> Iterator[pa.RecordBatch]:
+    """The batch's staged records, :data:`CHUNK_RECORDS` at a time, in :func:`read_batch`'s order."""
+    for f in manifest.get("files", []):
+        with data.open_input(f"{manifest['location']}/{f['name']}") as handle:
+            yield from pq.ParquetFile(handle).iter_batches(batch_size=CHUNK_RECORDS)
+
+
+def prefetched(items: Iterator[Any]) -> Iterator[Any]:
+    """``items``, the next one read by a thread while the caller works on this one (pyarrow reads
+    and decompresses without the GIL: the read and the decoding overlap on two cores)."""
+    with ThreadPoolExecutor(1) as pool:
+        ahead = pool.submit(next, items, None)
+        while (item := ahead.result()) is not None:
+            ahead = pool.submit(next, items, None)
+            yield item
 
 
 def read_rows(data: Location, manifest: Mapping[str, Any], positions: np.ndarray) -> pa.Table:

@@ -34,6 +34,7 @@ from kafka_batch_provider.core.group_owner import adopted_group, another_output
 from kafka_batch_provider.core.listing import listed
 from kafka_batch_provider.core.manifest import log_position, plan_of_entry
 from kafka_batch_provider.core.merging import MERGE_PLAN_KEY as MERGE_KEY
+from kafka_batch_provider.core.merging import MERGED_BATCH_RECORDS
 from kafka_batch_provider.core.offsets import PartitionOffsets
 from kafka_batch_provider.core.plan import INCREMENTAL, OffsetPlan
 from kafka_batch_provider.core.planning import LogSlot, PlanPolicy, plan_incremental, select_partitions
@@ -106,6 +107,7 @@ def plan_batch(
     :param recorded: facts the plan and its log entry record (a table per topic: what the pattern found).
     """
     topics_or_pattern(list(topics) or None, topic_pattern)
+    policy = merged_bound(policy, store)
     pattern = compile_pattern(topic_pattern) if topic_pattern is not None else None
     if not group_id:
         raise ConfigError(f"a consumer group is required ({Setting('group_id')})", setting=Setting("group_id"))
@@ -144,7 +146,7 @@ def plan_batch(
         if changes is not None:
             fresh = replace(fresh, extra={**fresh.extra, PATTERN_PLAN_KEY: changes.to_dict()})
             decision = replace(decision, notes=(*decision.notes, *changes.lines()))
-        starting_alike = [p for p in pending if same_start(p, fresh, partitions)]
+        starting_alike = [p for p in pending if same_start(p, fresh, partitions) and fits(p, policy, store)]
         refuse_another_format(starting_alike, reader_schema)
         reusable = next(iter(starting_alike), None)
         if reusable is not None:
@@ -365,6 +367,20 @@ def plan_for_entry(store: BatchStore, entry: dict[str, Any]) -> OffsetPlan:
         return store.load_plan(int(entry["seq"]), str(entry["batch_id"]))
     except (ManifestError, ConfigError):  # gone or damaged: the entry says all a commit needs
         return plan_of_entry(entry)
+
+
+def merged_bound(policy: PlanPolicy, store: BatchStore) -> PlanPolicy:
+    """A merged batch is read back and reduced in the driver's memory: without ``max_records`` it
+    holds at most :data:`~kafka_batch_provider.core.merging.MERGED_BATCH_RECORDS` records."""
+    if store.merge is None or policy.max_records is not None:
+        return policy
+    return replace(policy, max_records=MERGED_BATCH_RECORDS)
+
+
+def fits(pending: OffsetPlan, policy: PlanPolicy, store: BatchStore) -> bool:
+    """A pending plan of a merged output larger than a batch may be (one planned before the bound,
+    one whose write ran out of memory) is planned again, bounded, never replayed into the same end."""
+    return store.merge is None or policy.max_records is None or pending.planned_offsets <= policy.max_records
 
 
 def same_start(pending: OffsetPlan, fresh: OffsetPlan, partitions: Sequence[int] | None) -> bool:
