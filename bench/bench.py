@@ -51,6 +51,11 @@ meaningful on a shared, noisy machine:
   ``merge`` (``merge_delta_*_over_bare``, goal <= 1.2) and pyiceberg's ``upsert``
   (``merge_iceberg_*_over_upsert``, goal <= 0.5), for changes spread over the table and confined
   to its newest keys, and the merges' peak RSS;
+* ``merge_snapshot_*``: a Debezium snapshot at a real database's scale (``bench/merge_snapshot.py``,
+  ``--merge-snapshot-rows`` 2,000,000 events as Kafka Connect's JsonConverter writes them, then 3
+  batches of 100,000 changes), merged into Delta and Iceberg in batches of the product's bound:
+  ``merge_snapshot_eps`` (goal >= 150,000), ``merge_snapshot_driver_rss_mb`` (goal < 1,000), per
+  format ``merge_snapshot_<format>_eps``, ``merge_changes_<format>_eps`` and the driver's peak RSS;
 * ``many_topics_*``: a platform's worth of topics (``bench/many_topics.py``, ``--many-topics`` 500
   topics of 3 partitions x 200 records): one ``--topic-pattern`` batch into a Delta table per
   topic (``many_topics_seconds``, its ``many_topics_plan_seconds``, goal <= 3 s, and
@@ -63,7 +68,7 @@ The broker is Apache Kafka (``KafkaBroker``, the jars of ``make jvm-tools``), or
     python bench/bench.py [--records 1000000] [--value-size 200] [--partitions 4]
         [--formats parquet,delta,iceberg] [--no-s3] [--no-writers]
         [--large-records 5000000] [--rss-gb 2] [--no-connect] [--no-airflow-kafka] [--soak-batches 1000]
-        [--merge-rows 1000000] [--merge-changes 10000]
+        [--merge-rows 1000000] [--merge-changes 10000] [--merge-snapshot-rows 2000000]
 """
 
 from __future__ import annotations
@@ -627,6 +632,18 @@ def merge_measures(rows: int, changes: int) -> dict:
     return json.loads(found.stdout.strip().splitlines()[-1])
 
 
+def merge_snapshot_measures(rows: int) -> dict:
+    """``merge_snapshot_*``: bench/merge_snapshot.py (a Debezium snapshot, then changes; each format's
+    commits in a process of their own, whose peak RSS is the driver's)."""
+    say(f"merge snapshot: {rows:,} Debezium snapshot events, then 3 x 100,000 changes, Delta and Iceberg ...")
+    script = Path(__file__).resolve().parent / "merge_snapshot.py"
+    found = subprocess.run(
+        [sys.executable, str(script), "--rows", str(rows), "--changes", "100000", "--batches", "3"],
+        stdout=subprocess.PIPE, text=True, check=True,
+    )  # fmt: skip
+    return json.loads(found.stdout.strip().splitlines()[-1])
+
+
 def many_topics_measures(topics: int, bootstrap: str) -> dict:
     """``many_topics_*``: bench/many_topics.py in a process of its own, on the same broker."""
     say(f"many topics: {topics} topics of 3 partitions, one pattern batch against a run per topic ...")
@@ -663,6 +680,7 @@ def main() -> int:
     )
     parser.add_argument("--merge-rows", type=int, default=1_000_000, help="the merged table's rows (0: skip)")
     parser.add_argument("--merge-changes", type=int, default=10_000, help="changes per merged batch")
+    parser.add_argument("--merge-snapshot-rows", type=int, default=2_000_000, help="Debezium snapshot events (0: skip)")
     parser.add_argument("--many-topics", type=int, default=500, help="topics of the many-topics run (0: skip)")
     args = parser.parse_args()
     output = result_stream()
@@ -801,6 +819,8 @@ def main() -> int:
         summary["year"] = year_measures(config, topic, work, args.soak_batches)
         if args.merge_rows:
             summary.update(merge_measures(args.merge_rows, args.merge_changes))
+        if args.merge_snapshot_rows:
+            summary.update(merge_snapshot_measures(args.merge_snapshot_rows))
         if args.many_topics:
             summary.update(many_topics_measures(args.many_topics, bootstrap))
         print(json.dumps(summary), file=output, flush=True)

@@ -166,9 +166,8 @@ def commit(spec_json: str, manifests_path: str) -> None:
         started = time.perf_counter()
         assert store.log.append(entry), f"batch {entry['seq']} lost its entry"
         seconds.append(time.perf_counter() - started)
-        say(
-            f"  batch {entry['seq']}: {entry['rows']:,} records in {seconds[-1]:.1f} s (peak RSS so far {peak_rss_mb()} MB)"
-        )
+        peak = peak_rss_mb()
+        say(f"  batch {entry['seq']}: {entry['rows']:,} records in {seconds[-1]:.1f} s (peak RSS so far {peak} MB)")
     print(json.dumps({"seconds": seconds, "peak_rss_mb": peak_rss_mb()}))
 
 

@@ -440,6 +440,9 @@ class DeltaSink(TableFiles):
             " AND ".join(f"t.{quoted(k)} = s.{quoted(k)}" for k in merged.key_columns) or "false",
             source_alias="s",
             target_alias="t",
+            # (the source is in memory already; not streamed, delta-rs prunes the table's files by the
+            # source keys' range, so a snapshot's new keys scan none: the join's memory grew with the table)
+            streamed_exec=False,
             commit_properties=properties,
         )
         newer = f"s.{ORDER_COLUMN} > t.{ORDER_COLUMN}"
