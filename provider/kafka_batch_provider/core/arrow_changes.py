@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kafka_batch_provider.core.arrow_upserts import key_in_two_partitions
 from kafka_batch_provider.core.change_events import (
     JSON_FORMATS,
     no_key,
@@ -384,11 +385,8 @@ def refuse_two_partitions(events: pa.Table, keys: tuple[str, ...], rows: np.ndar
     """Offsets order a key's events only within one partition (change_events.Changes.note_partition)."""
     if not rows.any():
         return
-    table = events.select([*keys, "partition"]).filter(pa.array(rows))
-    spread = table.group_by(list(keys), use_threads=False).aggregate([("partition", "count_distinct")])
-    several = spread.filter(pc.greater(spread.column("partition_count_distinct"), 1))
-    if several.num_rows:
-        key = [several.column(n)[0].as_py() for n in keys]
+    key = key_in_two_partitions(events.select([*keys, "partition"]).filter(pa.array(rows)), keys)
+    if key is not None:
         raise ConfigError(
             f"key {key} is in several partitions of one batch: offsets cannot order records of two partitions; "
             "this connector's events are ordered by their offsets, so a key must stay in one partition (Kafka's "
