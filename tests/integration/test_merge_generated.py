@@ -6,8 +6,8 @@ placeholder), deletes with their tombstones, primary-key changes (a moved row's 
 truncates, an added column and redeliveries of events already sent, cut into batches at random.
 The events are Debezium PostgreSQL events as Kafka Connect's JsonConverter writes them with
 ``schemas.enable=true`` (the columnar reader's input, core/arrow_changes.py; records with a
-placeholder and their keys take the record rule), staged and committed through each sink's own
-merge (tests/support/staged_merges.py).
+placeholder and their keys take the record rule), or as the Spark tasks stage a registry format's
+decoded columns, staged and committed through each sink's own merge (tests/support/staged_merges.py).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -129,11 +130,13 @@ STEPS = st.sampled_from(["upsert"] * 6 + ["move"] * 2 + ["delete"] * 2 + ["batch
                         + ["truncate", "add_column"]).flatmap(KINDS.__getitem__)  # fmt: skip
 
 
+@pytest.mark.parametrize("value_format", ["bytes", "avro"])  # Connect JSON, or typed columns (a registry format)
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
-@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(STEPS, min_size=20, max_size=80))
-def test_generated_change_streams_leave_each_table_equal_to_the_source(fmt, steps, tmp_path_factory):
-    topic = staged_topic(fmt, tmp_path_factory.mktemp(fmt), CHANGES)
+def test_generated_change_streams_leave_each_table_equal_to_the_source(fmt, value_format, steps, tmp_path_factory):
+    key_type = pa.struct([("id", pa.int32())])
+    topic = staged_topic(fmt, tmp_path_factory.mktemp(fmt), CHANGES, value_format, key_type)
     source = Source()
     for step in [*steps, ("batch",)]:
         if step[0] != "batch":

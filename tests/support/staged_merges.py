@@ -15,9 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from kafka_batch_provider.core.arrow_upserts import TYPED_FORMATS
 from kafka_batch_provider.core.merging import ORDER_COLUMN, MergeSpec
+from kafka_batch_provider.decoding.connect_json import arrow_type, is_enveloped
 from kafka_batch_provider.output.tables import KAFKA_SCHEMA
 from tests.integration.helpers import TableOutput
 
@@ -45,6 +48,8 @@ class StagedTopic:
     topic: str = "t"
     topic_id: str = "AAAAAAAAAAAAAAAAAAAAAQ"
     value_format: str = "bytes"
+    #: (typed staging) the key's struct type, as the registry's key schema gives it to the Spark tasks
+    key_type: pa.DataType | None = None
     ends: dict[int, int] = field(default_factory=dict)
     batches: list[dict[str, Any]] = field(default_factory=list)
 
@@ -73,8 +78,11 @@ class StagedTopic:
             ],
             KAFKA_SCHEMA.field("headers").type,
         )
+        staged = pa.table(columns, schema=KAFKA_SCHEMA)
+        if self.value_format in TYPED_FORMATS:  # as the Spark tasks decode a registry format: typed columns
+            staged = typed_columns(staged.drop_columns(["key", "value"]), records, self.key_type)
         with store.data.write_stream(f"{folder}/part-0.parquet") as f:
-            pq.write_table(pa.table(columns, schema=KAFKA_SCHEMA), f)
+            pq.write_table(staged, f)
         size = store.data.file_sizes(folder)["part-0.parquet"]
         previous = self.batches[-1] if self.batches else None
         manifest = {
@@ -131,12 +139,39 @@ def connect_json(schema: Mapping[str, Any] | None, payload: Any) -> dict[str, An
     return {"schema": schema, "payload": payload}
 
 
-def staged_topic(fmt: str, tmp_path: Any, merge: MergeSpec) -> StagedTopic:
-    """A topic merged into a new local Delta table or Iceberg table (SQL catalog) under ``tmp_path``."""
+def staged_topic(
+    fmt: str, tmp_path: Any, merge: MergeSpec, value_format: str = "bytes", key_type: pa.DataType | None = None
+) -> StagedTopic:
+    """A topic merged into a new local Delta table or Iceberg table (SQL catalog) under ``tmp_path``;
+    ``value_format`` avro: the records staged as typed columns (keys and values given as Connect
+    JSON are staged as their payloads)."""
     if fmt == "delta":
-        return StagedTopic(TableOutput(str(tmp_path / "table"), merge=merge))
-    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}
-    return StagedTopic(TableOutput("", format="iceberg", table="lake.t", catalog=catalog, merge=merge))
+        output = TableOutput(str(tmp_path / "table"), merge=merge)
+    else:
+        catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}
+        output = TableOutput("", format="iceberg", table="lake.t", catalog=catalog, merge=merge)
+    return StagedTopic(output, value_format=value_format, key_type=key_type)
+
+
+def typed_columns(kafka: pa.Table, records: Sequence[Staged], key_type: pa.DataType | None = None) -> pa.Table:
+    """The Kafka columns with the records' key as a struct and their value's fields as columns (a
+    tombstone: every field null), as the Spark tasks stage a registry format."""
+
+    def payload(part: Any) -> Any:
+        return part.get("payload") if is_enveloped(part) else part
+
+    def widest(parts: list[Any]) -> pa.DataType | None:
+        """The reader's type: the Arrow type of the records' widest Connect schema (a field some lack: null)."""
+        schemas = [p["schema"] for p in parts if is_enveloped(p)]
+        return arrow_type(max(schemas, key=lambda x: len(json.dumps(x)))) if schemas else None
+
+    values = pa.array([payload(r.value) for r in records], widest([r.value for r in records]))
+    keys = pa.array([payload(r.key) for r in records], widest([r.key for r in records]) or key_type)
+    columns = {"key": keys}
+    columns |= {f.name: pc.struct_field(values, [i]) for i, f in enumerate(values.type)}
+    for name, column in columns.items():
+        kafka = kafka.append_column(name, column)
+    return kafka
 
 
 def debezium(
