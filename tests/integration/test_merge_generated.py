@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafka_batch_provider.core.merging import UNAVAILABLE, MergeSpec
+from kafka_batch_provider.output import merge_source
 from tests.support.staged_merges import Staged, staged_topic
 
 CHANGES = MergeSpec(mode="changes", change_format="debezium", on_truncate="apply")
@@ -134,7 +135,10 @@ STEPS = st.sampled_from(["upsert"] * 6 + ["move"] * 2 + ["delete"] * 2 + ["batch
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 @settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(STEPS, min_size=20, max_size=80))
-def test_generated_change_streams_leave_each_table_equal_to_the_source(fmt, value_format, steps, tmp_path_factory):
+def test_generated_change_streams_leave_each_table_equal_to_the_source(
+    fmt, value_format, steps, tmp_path_factory, monkeypatch
+):
+    monkeypatch.setattr(merge_source, "CHUNK_RECORDS", 3)  # several chunks a batch: unions, the read-ahead
     key_type = pa.struct([("id", pa.int32())])
     topic = staged_topic(fmt, tmp_path_factory.mktemp(fmt), CHANGES, value_format, key_type)
     source = Source()

@@ -72,3 +72,18 @@ def test_changes_ordered_by_source_position_may_move_a_key_between_partitions(fm
     topic.commit([Staged(pg("u", {"id": 1, "v": "newer"}, 20).key, pg("u", {"id": 1, "v": "newer"}, 20).value, 1),
                   pg("c", {"id": 1, "v": "new"}, 10)])  # fmt: skip
     assert topic.rows() == {1: {"id": 1, "v": "newer"}}, topic.rows()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_recreated_topic_is_refused_even_after_a_batch_that_read_nothing_of_it(fmt, tmp_path):
+    # (the batch that only moved the offsets recorded the new topic id: the check looks back to the
+    # last batch that read the topic)
+    topic = staged_topic(fmt, tmp_path, UPSERT)
+    topic.commit([Staged({"id": k}, {"id": k, "v": f"old-{k}"}) for k in range(1, 5)])
+    before = topic.rows()
+    topic.recreate()
+    topic.commit([])
+    with pytest.raises(ConfigError) as refused:
+        topic.commit([Staged({"id": 1}, {"id": 1, "v": "new-1"}), Staged({"id": 2}, None)])
+    assert "topic 't' was deleted and recreated" in str(refused.value), refused.value
+    assert topic.rows() == before, f"a refused batch changes nothing: {topic.rows()}"

@@ -86,3 +86,30 @@ def test_a_schemaless_integer_a_double_cannot_hold_is_refused_in_one_line_and_no
     assert "\n" not in message and "9007199254740993" in message and "schema" in message, message
     assert topic.output.read().num_rows == topic_before, "a refused batch changes nothing"
     assert topic.output.store().log.tail()["seq"] == 1, "the refused batch is not in the table's log"
+
+
+def test_a_batch_another_writer_commits_during_our_schema_change_is_not_merged_twice(topic, monkeypatch):
+    # Our batch 2 brings a column: a schema-only commit first. Another writer commits its own batch 2
+    # right then. Ours must see it and lose the entry, not merge onto the new state as a second batch 2.
+    from kafka_batch_provider.output.delta import DeltaSink
+    from kafka_batch_provider.output.iceberg import IcebergSink
+    from tests.support.staged_merges import StagedTopic
+
+    topic.commit([Staged({"id": 1}, {"id": 1, "name": "a"})])
+    other = StagedTopic(topic.output, ends=dict(topic.ends), batches=list(topic.batches))
+    sink = DeltaSink if topic.output.format == "delta" else IcebergSink
+    evolve, raced = sink.evolve_schema, []
+
+    def evolve_and_race(self, *args):
+        changed = evolve(self, *args)
+        if not raced:
+            raced.append(True)  # (the other writer's own commit comes through here too)
+            other.commit([Staged({"id": 2}, {"id": 2, "name": "theirs"})])
+        return changed
+
+    monkeypatch.setattr(sink, "evolve_schema", evolve_and_race)
+    with pytest.raises(AssertionError, match="batch 2 was not committed"):
+        topic.commit([Staged({"id": 3}, {"id": 3, "name": "ours", "extra": 7})])
+    entries = sorted((e["seq"], e["batch_id"]) for e in topic.output.store().sink.entries())
+    assert entries == [(1, "b-1"), (2, "b-2")], f"one batch 2 only, found {entries}"
+    assert sorted(r["id"] for r in topic.output.read().to_pylist()) == [1, 2], "ours was not merged"

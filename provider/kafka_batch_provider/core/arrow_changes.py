@@ -53,6 +53,8 @@ TRUNCATE = "truncate"
 OPS = {"c": UPSERT_OP, "r": UPSERT_OP, "u": UPSERT_OP, "d": DELETE_OP, "t": TRUNCATE_OP}
 #: The decoded events' helper columns (never a row's).
 AFTER, LIVE, BY_OFFSET, POSITION = "__after", "__live", "__by_offset", "__position"
+#: The events' Kafka topic and partition (never named like a key column, which may be ``topic``).
+TOPIC, PARTITION = "__kafka_topic", "__kafka_partition"
 #: Debezium's ``source.sequence`` (PostgreSQL): ``["<last commit LSN>","<event LSN>"]``, either null.
 SEQUENCE = r'^\[(?:null|"(?P<last>\d*)"),(?:null|"(?P<lsn>\d*)")\]$'
 
@@ -106,8 +108,8 @@ def decode(chunk: pa.Table, spec: MergeSpec, value_format: str, first: int = 0) 
         if envelopes is None:
             return None
         keys = key_columns(chunk, spec, value_format, envelopes)
-    except NotColumnar:
-        return None
+    except (NotColumnar, pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None  # (the record rule reads it, and names what is wrong in one line)
     live = envelopes.live
 
     def where(i: int) -> str:
@@ -132,6 +134,8 @@ def decode(chunk: pa.Table, spec: MergeSpec, value_format: str, first: int = 0) 
             setting=ON_TRUNCATE_SETTING,
         )
     keyed = live & ~truncate
+    if not keys and keyed.any():
+        raise no_key(where(int(np.flatnonzero(keyed)[0])))
     for column in keys.values():
         missing = keyed & ~column.is_valid().to_numpy(zero_copy_only=False)
         if missing.any():
@@ -148,8 +152,8 @@ def decode(chunk: pa.Table, spec: MergeSpec, value_format: str, first: int = 0) 
             LIVE: pa.array(live),
             BY_OFFSET: pa.array(offset_ordered),
             POSITION: pa.array(np.arange(first, first + chunk.num_rows)),
-            "topic": chunk.column("topic"),
-            "partition": chunk.column("partition"),
+            TOPIC: chunk.column("topic"),
+            PARTITION: chunk.column("partition"),
         }
     )
     return Events(table, tuple(keys), wanted)
@@ -176,7 +180,7 @@ def reduce_events(events: Events, spec: MergeSpec) -> ArrowChanges:
         superseded += int(older.sum())
         columnar &= ~older
     by_offset_rows = keyed & table.column(BY_OFFSET).to_numpy(zero_copy_only=False)
-    by_offset = set(pc.unique(table.column("topic").filter(pa.array(by_offset_rows))).to_pylist())
+    by_offset = set(pc.unique(table.column(TOPIC).filter(pa.array(by_offset_rows))).to_pylist())
     refuse_two_partitions(table, names, columnar & by_offset_rows)
     kept = table.filter(pa.array(columnar))
     ordered = kept.sort_by([(ORDER_COLUMN, "ascending")])
@@ -234,10 +238,16 @@ def envelope_columns(batch: pa.Table, value_format: str) -> Envelopes | None:
     if value_format in JSON_FORMATS:
         values = batch.column("value").combine_chunks()
         groups = read_groups(values)
-        if not groups or any(not {"op", "source", "after", "before"} <= set(g.payloads.column_names) for g in groups):
+        if not groups:  # tombstones only: nothing to apply (their null columns join the others' types)
+            empty = pa.nulls(n, pa.struct([]))
+            return Envelopes(pa.nulls(n, pa.string()), empty, empty, empty, np.zeros(n, dtype=bool))
+        if any(not {"op", "source", "after", "before"} <= set(g.payloads.column_names) for g in groups):
             return None  # (the record rule names what is wrong)
         live = values.is_valid().to_numpy(zero_copy_only=False)
-        return Envelopes(**{name: scatter(groups, name, n) for name in ("op", "after", "before", "source")}, live=live)
+        found = Envelopes(**{name: scatter(groups, name, n) for name in ("op", "after", "before", "source")}, live=live)
+        if not all(pa.types.is_struct(c.type) for c in (found.after, found.before, found.source)):
+            return None  # (a MongoDB document as JSON text: the record rule refuses it in one line)
+        return found
     if value_format == "json":
         if "value_json" not in batch.column_names:
             return None
@@ -301,7 +311,7 @@ def key_columns(batch: pa.Table, spec: MergeSpec, value_format: str, envelopes: 
     if value_format in JSON_FORMATS:
         groups = read_groups(key)
         if not groups:
-            raise NotColumnar("no key")
+            return {}  # (no record has a key: truncates only, or a refusal in decode)
         fields = groups[0].payloads.column_names
         if any(g.payloads.column_names != fields for g in groups):
             raise NotColumnar("keys of several schemas")
@@ -385,7 +395,7 @@ def refuse_two_partitions(events: pa.Table, keys: tuple[str, ...], rows: np.ndar
     """Offsets order a key's events only within one partition (change_events.Changes.note_partition)."""
     if not rows.any():
         return
-    key = key_in_two_partitions(events.select([*keys, "partition"]).filter(pa.array(rows)), keys)
+    key = key_in_two_partitions(events.select([*keys, PARTITION]).filter(pa.array(rows)), keys, PARTITION)
     if key is not None:
         raise ConfigError(
             f"key {key} is in several partitions of one batch: offsets cannot order records of two partitions; "

@@ -109,16 +109,17 @@ def key_columns(batch: pa.Table, spec: MergeSpec, values: list[str], tombstone: 
     return {"key": key}
 
 
-def key_in_two_partitions(table: pa.Table, keys: Sequence[str]) -> list[Any] | None:
-    """A key of ``table`` (key columns and ``partition``) found in more than one partition, if any."""
-    spread = table.group_by(list(keys), use_threads=False).aggregate([("partition", "count_distinct")])
-    several = spread.filter(pc.greater(spread.column("partition_count_distinct"), 1))
+def key_in_two_partitions(table: pa.Table, keys: Sequence[str], partition: str) -> list[Any] | None:
+    """A key of ``table`` (key columns and the ``partition`` column) in more than one partition, if any."""
+    spread = table.group_by(list(keys), use_threads=False).aggregate([(partition, "count_distinct")])
+    several = spread.filter(pc.greater(spread.column(f"{partition}_count_distinct"), 1))
     return [several.column(n)[0].as_py() for n in keys] if several.num_rows else None
 
 
 def refuse_two_partitions(batch: pa.Table, keys: dict[str, Any]) -> None:
     """Offsets order a key's records only within one partition (see change_events.Changes.note_partition)."""
-    key = key_in_two_partitions(pa.table({**keys, "partition": batch.column("partition")}), list(keys))
+    partition = "__kafka_partition"  # (a key column may be named partition)
+    key = key_in_two_partitions(pa.table({**keys, partition: batch.column("partition")}), list(keys), partition)
     if key is not None:
         raise ConfigError(
             f"key {key} is in several partitions of one batch: offsets cannot order records of two partitions; "

@@ -192,7 +192,13 @@ def debezium_change(
         after = connect_json.value_of(envelope.get("after"), after_schema)
         before = connect_json.value_of(envelope.get("before"), before_schema)
         if after_schema is not None:
-            found.add_fields(list(connect_json.arrow_type(after_schema, where)))
+            after_type = connect_json.arrow_type(after_schema, where)
+            if not pa.types.is_struct(after_type):
+                raise SchemaError(
+                    f"{where}: the Debezium event's after is {after_type}, not a row (the MongoDB connector sends "
+                    "the document as JSON text): unwrap it first (Debezium's ExtractNewDocumentState transform)"
+                )
+            found.add_fields(list(after_type))
         elif isinstance(envelope.get("after"), Mapping):
             found.untyped.append(envelope["after"])
         key = json_key(record.get("key"), found, where)

@@ -129,7 +129,9 @@ def wire_type(schema: Mapping[str, Any]) -> pa.DataType:
     if kind == "array":
         return pa.list_(wire_type(schema["items"]))
     if kind in PRIMITIVES:
-        return PRIMITIVES[kind]
+        # (a 32-bit float read as a double, as the record path reads the JSON number: merged
+        # tables hold doubles, and 0.1 must stay 0.1, not float32's 0.10000000149)
+        return pa.float64() if pa.types.is_floating(PRIMITIVES[kind]) else PRIMITIVES[kind]
     raise NotColumnar(f"Connect schema type {kind!r} is read record by record")
 
 
@@ -145,8 +147,11 @@ def logical(array: pa.Array, schema: Mapping[str, Any]) -> pa.Array:
     if kind == "struct":
         fields = schema.get("fields", [])
         children = [logical(array.field(i), f) for i, f in enumerate(fields)]
-        return pa.StructArray.from_arrays(children, fields=list(target), mask=array.is_null())
+        names = [pa.field(f["field"], child.type) for f, child in zip(fields, children)]
+        return pa.StructArray.from_arrays(children, fields=names, mask=array.is_null())
     if kind == "array":
         values = logical(array.values, schema["items"])
-        return pa.ListArray.from_arrays(array.offsets, values, type=target, mask=array.is_null())
+        return pa.ListArray.from_arrays(array.offsets, values, type=pa.list_(values.type), mask=array.is_null())
+    if pa.types.is_floating(target):
+        return array  # (kept a double: see wire_type)
     return array if array.type == target else array.cast(target)

@@ -119,7 +119,7 @@ class DeletedKeys:
         """:meth:`guard` in columns: the newest delete of each of ``keys``' keys (their columns and
         the ordering value, typed as ``keys``), and the newest truncate."""
         if not keys.num_rows or not key_columns:
-            return None, self.guard([], None, current)[1]
+            return None, None  # (nothing to guard)
         found = self.load((key_columns[0], pc.unique(keys.column(key_columns[0]))), current)
         if found is None:
             return None, None

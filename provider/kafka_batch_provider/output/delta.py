@@ -380,7 +380,7 @@ class DeltaSink(TableFiles):
             ],
         )
         if merged is not None:
-            self._merge(table, merged, properties)
+            self._merge(table, merged, properties, int(manifest["seq"]))
             return
         schema = self.table_schema(files_schema(self.data, manifest))
         actions = self.add_actions(manifest, now)
@@ -410,7 +410,7 @@ class DeltaSink(TableFiles):
             actions, "append", schema=current, partition_by=partition_by, commit_properties=properties
         )
 
-    def _merge(self, table: Any, merged: MergeSource, properties: Any) -> None:
+    def _merge(self, table: Any, merged: MergeSource, properties: Any, seq: int) -> None:
         """The batch as one MERGE commit carrying its offsets (the ``txn`` actions and manifest of
         ``properties``): each key's newest change, applied only where newer than the row. An
         upsert replaces the whole row (a column the change does not carry becomes null), except a
@@ -430,6 +430,8 @@ class DeltaSink(TableFiles):
                 break
             table = self.table()
             target = pa.schema(table.schema().to_arrow())
+        if int((self.newest(table) or {}).get("seq", 0)) != seq - 1:
+            raise_commit_retry()  # another writer committed a batch since: look again (this entry may be taken)
         if not merged.source.num_rows and merged.truncated_at is None:
             table.create_write_transaction([], "append", schema=target, commit_properties=properties)
             return

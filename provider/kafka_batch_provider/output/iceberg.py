@@ -294,6 +294,8 @@ class IcebergSink(TableFiles):
                     if not self.evolve_schema(table, merged.row_schema):
                         break
                     table = self.table()
+                if int((self.newest(table) or {}).get("seq", 0)) != int(manifest["seq"]) - 1:
+                    return False  # another writer committed a batch since: look again (this entry may be taken)
             else:
                 merged = None
                 if self.evolve_schema(table, files_schema(self.data, manifest)):

@@ -84,9 +84,7 @@ def merge_batch(sink: Any, manifest: dict[str, Any], table: Any) -> MergeSource:
     """A table sink's merge source of the batch ``manifest`` for ``table`` (the state it merges into;
     its deletes recorded first, its counts put into the manifest); deleted keys of the sink's
     committed batches count."""
-    seq = int(manifest["seq"])
-    previous = sink.look_up(seq - 1) if seq > 1 else None
-    recreated = recreated_topics(previous, manifest)
+    recreated = recreated_topics(sink, manifest)
 
     def lookup(keys: Sequence[str], wanted: Collection[tuple[Any, ...]], columns: Sequence[str]) -> dict:
         return sink.rows_at(table, keys, wanted, columns) if table is not None else {}
@@ -97,12 +95,39 @@ def merge_batch(sink: Any, manifest: dict[str, Any], table: Any) -> MergeSource:
     return merged
 
 
-def recreated_topics(previous: Mapping[str, Any] | None, manifest: Mapping[str, Any]) -> set[str]:
-    """The batch's topics that were deleted and recreated since the table's previous batch (another
-    topic id): their offsets started again at 0."""
-    before, now = (previous or {}).get("topic_ids") or {}, manifest.get("topic_ids") or {}
-    read = {r["topic"] for r in manifest.get("ranges") or () if int(r.get("end", 0)) > int(r.get("start", 0))}
-    return {t for t in read if before.get(t) and now.get(t) and before[t] != now[t]}
+#: How far back a batch looks for the last batch that read each of its topics (entries).
+RECREATED_LOOKBACK = 200
+
+
+def recreated_topics(sink: Any, manifest: Mapping[str, Any]) -> set[str]:
+    """The batch's topics that were deleted and recreated since the table last read records of them
+    (another topic id): their offsets started again at 0. The log is walked back to that batch (an
+    offsets-only batch in between recorded the new id already), at most RECREATED_LOOKBACK entries."""
+    now = manifest.get("topic_ids") or {}
+    wanted = {r["topic"] for r in manifest.get("ranges") or () if read_any(r) and now.get(r["topic"])}
+    found: set[str] = set()
+    seq = int(manifest["seq"]) - 1
+    while wanted and seq >= 1 and int(manifest["seq"]) - seq <= RECREATED_LOOKBACK:
+        entry = sink.look_up(seq)
+        if entry is None:
+            break
+        then = entry.get("topic_ids") or {}
+        for topic in [t for t in wanted if t not in then]:
+            wanted.discard(topic)  # not known then: never read before
+        for r in entry.get("ranges") or ():
+            if r["topic"] in wanted and read_any(r):
+                if then.get(r["topic"]) != now[r["topic"]]:
+                    found.add(r["topic"])
+                wanted.discard(r["topic"])
+        seq -= 1
+    return found
+
+
+def read_any(entry_range: Mapping[str, Any]) -> bool:
+    """Whether a log entry's range read records (not only moved the offsets)."""
+    if "rows" in entry_range and entry_range["rows"] is not None:
+        return int(entry_range["rows"]) > 0
+    return int(entry_range.get("end", 0)) > int(entry_range.get("start", 0))
 
 
 def refuse_offsets_of_a_recreated_topic(recreated: Collection[str], by_offset: Collection[str], label: str) -> None:
@@ -138,7 +163,8 @@ def decoded_batch(data: Location, manifest: Mapping[str, Any], spec: MergeSpec, 
     first = 0
     for chunk in prefetched(staged_chunks(data, manifest)):
         events = decode(pa.Table.from_batches([chunk]), spec, value_format, first)
-        if events is None or (parts and events.key_columns != parts[0].key_columns):
+        known = next((p.key_columns for p in parts if p.key_columns), ())
+        if events is None or (known and events.key_columns and events.key_columns != known):
             return None
         parts.append(events)
         first += chunk.num_rows
@@ -146,8 +172,14 @@ def decoded_batch(data: Location, manifest: Mapping[str, Any], spec: MergeSpec, 
         pa.default_memory_pool().release_unused()  # (the raw chunk's memory back to the system)
     if not parts:
         return None
-    table = pa.concat_tables([p.table for p in parts], promote_options="permissive")
-    return Events(table, parts[0].key_columns, set().union(*(p.wanted for p in parts)))
+    try:
+        table = pa.concat_tables([p.table for p in parts], promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None  # a column's type changes within the batch: the record rule names it in one line
+    keys = next((p.key_columns for p in parts if p.key_columns), ())
+    if not keys and table.num_rows:
+        return None
+    return Events(table, keys, set().union(*(p.wanted for p in parts)))
 
 
 def staged_chunks(data: Location, manifest: Mapping[str, Any]) -> Iterator[pa.RecordBatch]:
@@ -168,16 +200,15 @@ def prefetched(items: Iterator[Any]) -> Iterator[Any]:
 
 
 def read_rows(data: Location, manifest: Mapping[str, Any], positions: np.ndarray) -> pa.Table:
-    """The batch's staged records at ``positions`` (in the order :func:`read_batch` reads them)."""
+    """The batch's staged records at ``positions`` (in the order :func:`read_batch` reads them), a
+    chunk at a time: the raw values of the others are never all held."""
     tables, first = [], 0
-    for f in manifest.get("files", []):
-        rows = int(f.get("rows") or 0)
-        inside = positions[(positions >= first) & (positions < first + rows)] - first
-        if inside.size:
-            with data.open_input(f"{manifest['location']}/{f['name']}") as handle:
-                found = pq.read_table(handle)
-            tables.append(found.take(pa.array(inside)))
-        first += rows
+    if positions.size:
+        for chunk in staged_chunks(data, manifest):
+            inside = positions[(positions >= first) & (positions < first + chunk.num_rows)] - first
+            if inside.size:
+                tables.append(pa.Table.from_batches([chunk]).take(pa.array(inside)))
+            first += chunk.num_rows
     return pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
 
 
@@ -228,9 +259,14 @@ def merge_source(
     if columnar is None:
         return MergeSource(by_record.source, found.key_columns, reduced.truncated_at, by_record.keep, counts)
     rows, guarded = guarded_rows(widened(columnar.rows), columnar.key_columns, deleted, current)
-    source = (
-        pa.concat_tables([rows, by_record.source], promote_options="permissive") if by_record.source.num_rows else rows
-    )
+    source = rows
+    if by_record.source.num_rows:  # (the rows the record rule reduced: keys with placeholders, truncates)
+        try:
+            source = pa.concat_tables([rows, by_record.source], promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            raise SchemaError(
+                f"{label}: a column's type changes within the batch: {str(exc).splitlines()[0]}"
+            ) from None
     upserts = pc.sum(pc.equal(source.column(OP_COLUMN), UPSERT_OP)).as_py() or 0
     counts.update(
         changes=columnar.counts["changes"],  # (the record rule's truncates are the columns' too)
