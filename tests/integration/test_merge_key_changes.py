@@ -86,3 +86,17 @@ def test_a_moved_row_whose_old_key_is_unknown_gets_null_never_the_new_keys_value
     assert {k: (v["label"], v["doc"]) for k, v in rows.items()} == {2: ("l1", None)}, rows
     merged = topic.output.store().log.tail()["merged"]
     assert merged.get("unresolved") == 1, f"the batch's counts must say one value was unknown: {merged}"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_key_change_cut_between_two_batches_still_takes_the_old_keys_value(fmt, tmp_path):
+    # The delete of the old key and the create of the new one are in two partitions, each bounded on
+    # its own: the delete lands in one batch, the create (with the placeholder) in the next.
+    topic, source = staged_topic(fmt, tmp_path, CHANGES), Source()
+    topic.commit([source.event("r", key(i), {**key(i), "label": f"l{i}", "doc": f"doc-{i}"}) for i in (1, 2)])
+    deleted, tombstone, created = source.move(key(1), key(9), {"label": "l1", "doc": UNAVAILABLE})
+    topic.commit([deleted, tombstone])
+    topic.commit([created])
+    found = {k: (v["label"], v["doc"]) for k, v in topic.rows("id").items()}
+    assert found == {2: ("l2", "doc-2"), 9: ("l1", "doc-1")}, f"{fmt}: the moved row keeps doc-1, found {found}"
+    assert "unresolved" not in topic.output.store().log.tail()["merged"], topic.output.store().log.tail()["merged"]

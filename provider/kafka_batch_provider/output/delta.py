@@ -490,6 +490,19 @@ class DeltaSink(TableFiles):
             found.update(rows_by_key(rows, key_columns, keys))
         return found
 
+    def rows_before(
+        self, seq: int, key_columns: Sequence[str], keys: Collection[tuple], columns: Sequence[str]
+    ) -> dict:
+        """:meth:`rows_at` on the table as it was before batch ``seq``'s commit (``{}`` once vacuumed away)."""
+        entry = self.look_up(seq)
+        version = (entry or {}).get("table_version")
+        if version is None or int(version) < 1:
+            return {}
+        try:
+            return self.rows_at(self.table_at(int(version) - 1), key_columns, keys, columns)
+        except (StorageError, FileNotFoundError, OSError):
+            return {}  # (that version's files are gone: the value is unknown, counted as unresolved)
+
     def follow_schema(self, target: pa.Schema, batch: pa.Schema) -> bool:
         """Before a merge: the columns and nested fields the batch brings added to the table, or
         the columns it holds as nullable made so, in a commit without files (``True``: then the

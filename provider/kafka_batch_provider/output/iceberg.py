@@ -359,8 +359,16 @@ class IcebergSink(TableFiles):
         number = transaction.table_metadata.next_sequence_number()
         transaction.set_properties({**names, SNAPSHOT_NUMBER_KEY: str(number)})
 
-    def rows_at(self, table: Any, key_columns: Sequence[str], keys: Collection[tuple], columns: Sequence[str]) -> dict:
-        """The rows of ``table`` (its current snapshot) at ``keys``: their key and ``columns`` (those it has)."""
+    def rows_at(
+        self,
+        table: Any,
+        key_columns: Sequence[str],
+        keys: Collection[tuple],
+        columns: Sequence[str],
+        snapshot_id: int | None = None,
+    ) -> dict:
+        """The rows of ``table`` (its current snapshot, or ``snapshot_id``) at ``keys``: their key and
+        ``columns`` (those it has)."""
         from functools import reduce
 
         from pyiceberg.expressions import And, In
@@ -370,8 +378,19 @@ class IcebergSink(TableFiles):
         names = table.schema().as_arrow().names
         wanted = [c for c in columns if c in names and c not in key_columns]
         match = reduce(And, [In(k, {key[i] for key in keys}) for i, k in enumerate(key_columns)])
-        found = table.scan(row_filter=match, selected_fields=(*key_columns, *wanted)).to_arrow()
-        return rows_by_key(found, key_columns, keys)
+        scan = table.scan(row_filter=match, selected_fields=(*key_columns, *wanted), snapshot_id=snapshot_id)
+        return rows_by_key(scan.to_arrow(), key_columns, keys)
+
+    def rows_before(
+        self, seq: int, key_columns: Sequence[str], keys: Collection[tuple], columns: Sequence[str]
+    ) -> dict:
+        """:meth:`rows_at` on the table as it was before batch ``seq``'s snapshot (``{}`` once expired)."""
+        snapshot_id = (self.look_up(seq) or {}).get("snapshot_id")
+        table = self.table()
+        snapshot = table.snapshot_by_id(int(snapshot_id)) if snapshot_id is not None else None
+        if snapshot is None or snapshot.parent_snapshot_id is None:
+            return {}
+        return self.rows_at(table, key_columns, keys, columns, snapshot.parent_snapshot_id)
 
     def _merge(self, table: Any, manifest: dict[str, Any], merged: MergeSource) -> None:
         """The batch as one copy-on-write snapshot carrying its summary

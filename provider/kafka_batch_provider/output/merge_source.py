@@ -75,9 +75,13 @@ class MergeSource:
         return pa.schema([self.source.schema.field(n) for n in self.row_columns])
 
 
-#: The table's rows at some keys, as the batch finds the table: ``(key columns, keys, columns)`` to
-#: ``{key: {column: value}}`` (a sink's ``rows_at`` on the table state it merges into).
-RowLookup = Callable[[Sequence[str], Collection[tuple[Any, ...]], Sequence[str]], dict[tuple[Any, ...], dict]]
+#: The table's rows at some keys, as the batch finds the table: ``(key columns, keys, columns,
+#: earlier)`` to ``{key: {column: value}}`` (a sink's ``rows_at`` on the table state it merges into;
+#: with ``earlier``, a key the table no longer holds is looked for as the earlier batches found it).
+RowLookup = Callable[..., dict[tuple[Any, ...], dict]]
+#: How many earlier batches a moved row's old key is looked for in (a key change's delete and its
+#: create can land in two batches: they are in two partitions, each bounded on its own).
+EARLIER_BATCHES = 3
 
 
 def merge_batch(sink: Any, manifest: dict[str, Any], table: Any) -> MergeSource:
@@ -86,8 +90,18 @@ def merge_batch(sink: Any, manifest: dict[str, Any], table: Any) -> MergeSource:
     committed batches count."""
     recreated = recreated_topics(sink, manifest)
 
-    def lookup(keys: Sequence[str], wanted: Collection[tuple[Any, ...]], columns: Sequence[str]) -> dict:
-        return sink.rows_at(table, keys, wanted, columns) if table is not None else {}
+    seq = int(manifest["seq"])
+
+    def lookup(
+        keys: Sequence[str], wanted: Collection[tuple[Any, ...]], columns: Sequence[str], earlier: bool = False
+    ) -> dict:
+        found = sink.rows_at(table, keys, wanted, columns) if table is not None else {}
+        for before in range(seq - 1, max(seq - 1 - EARLIER_BATCHES, 0), -1) if earlier else ():
+            missing = set(wanted) - set(found)
+            if not missing:
+                break
+            found.update(sink.rows_before(before, keys, missing, columns))
+        return found
 
     merged = merge_source(sink.data, manifest, sink.merge, DeletedKeys(sink.data, sink), recreated, lookup)
     sink.check_columns(merged.row_schema)
@@ -392,7 +406,7 @@ def borrow_values(
         return 0
     wanted = {origin for _, _, origin in borrowed if origin != UNKNOWN_ORIGIN}
     columns = sorted({column for _, column, _ in borrowed})
-    found = lookup(key_columns, wanted, columns) if lookup is not None and wanted else {}
+    found = lookup(key_columns, wanted, columns, earlier=True) if lookup is not None and wanted else {}
     missing = 0
     for row, column, origin in borrowed:
         if origin in found:
