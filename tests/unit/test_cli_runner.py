@@ -75,7 +75,7 @@ def test_an_ended_run_keeps_its_pid_until_its_exit_is_read_so_a_late_kill_reache
     out, _ = run.communicate(timeout=30)
     assert (run.returncode, out.startswith("kafka-batch")) == (0, True), f"found {run.returncode}, {out!r}"
     deadline = time.monotonic() + 30
-    while psutil.pid_exists(run.pid) and psutil.Process(run.pid).status() == psutil.STATUS_ZOMBIE:
+    while status_of(run.pid) == psutil.STATUS_ZOMBIE:  # (reaped between two looks: gone, not a zombie)
         assert time.monotonic() < deadline, f"expected pid {run.pid} reaped once its exit was read"
         time.sleep(0.05)
 
@@ -115,3 +115,12 @@ def test_runs_forked_one_after_another_all_live_side_by_side(tmp_path):
             if run.poll() is None:
                 os.killpg(run.pid, signal.SIGKILL)
             run.communicate(timeout=30)
+
+
+def status_of(pid: int) -> str | None:
+    """A process's status, ``None`` once it is gone (reaped between asking whether it exists and asking
+    its status: the race a pid_exists check before psutil.Process left open)."""
+    try:
+        return psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return None

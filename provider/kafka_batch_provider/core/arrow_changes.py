@@ -12,7 +12,7 @@ Two things stay record by record, for the records they concern only (:attr:`Arro
 an event holding Debezium's TOAST placeholder (its value comes from an older change of the key,
 or a moved row's old key: a chain the record rule follows), with every event of the keys involved;
 and a whole batch this cannot read exactly (schemaless JSON, a map column, an odd converter
-setting): :func:`debezium_columns` then returns ``None``.
+setting, a column whose type changes within the batch): :func:`decode` then returns ``None``.
 """
 
 from __future__ import annotations
