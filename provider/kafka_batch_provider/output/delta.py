@@ -476,7 +476,10 @@ class DeltaSink(TableFiles):
         import pyarrow.compute as pc
 
         found = {}
+        candidates = files_holding(table, key_columns[0], [key[0] for key in keys]) if key_columns else None
         for fragment in table.to_pyarrow_dataset().get_fragments():
+            if candidates is not None and fragment.path in candidates[1] and fragment.path not in candidates[0]:
+                continue  # its first key column's range holds none of the keys
             names = fragment.physical_schema.names
             key_table = plain(fragment.to_table(columns=list(key_columns)))
             match = None
@@ -612,6 +615,24 @@ def restored_away(info: Mapping[str, Any], kind: str, target: int) -> bool:
     if kind == "time":
         return int(info.get("timestamp") or 0) > target
     return True
+
+
+def files_holding(table: Any, column: str, values: list[Any]) -> tuple[set[str], set[str]] | None:
+    """The table's files whose ``column`` statistics may hold one of ``values``, and all files with
+    statistics (``None``: no pruning). Integer keys only: a text column's statistics may be cut short."""
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return None
+    actions = pa.table(table.get_add_actions(flatten=True))  # (arro3 -> pyarrow)
+    if f"min.{column}" not in actions.column_names or f"max.{column}" not in actions.column_names:
+        return None
+    low, high = min(values), max(values)
+    paths = actions.column("path").to_pylist()
+    ranges = zip(paths, actions.column(f"min.{column}").to_pylist(), actions.column(f"max.{column}").to_pylist())
+    holding = {
+        path for path, least, most in ranges if not isinstance(least, int) or not isinstance(most, int)
+        or not (most < low or least > high)
+    }  # fmt: skip
+    return holding, set(paths)
 
 
 def plain(table: pa.Table) -> pa.Table:

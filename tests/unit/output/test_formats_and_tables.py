@@ -261,3 +261,19 @@ def test_a_table_per_topic_hands_the_application_every_plan_and_the_template():
     parsed = parse_args(args)
     assert (parsed.plan, parsed.output, parsed.format, parsed.max_tasks) == (paths, "s3://lake/{topic}", "delta", 4)
     assert not any("s3cr3t" in a for a in args)
+
+
+def test_a_delta_tables_files_are_pruned_by_an_integer_keys_range_and_never_by_text(tmp_path):
+    # (a moved row's old key is looked up file by file: only files whose statistics may hold it are read)
+    from deltalake import DeltaTable, write_deltalake
+
+    from kafka_batch_provider.output.delta import files_holding
+
+    where = str(tmp_path / "t")
+    write_deltalake(where, pa.table({"id": [1, 2], "name": ["a", "b"]}))
+    write_deltalake(where, pa.table({"id": [9, 12], "name": ["y", "z"]}), mode="append")
+    table = DeltaTable(where)
+    holding, every = files_holding(table, "id", [10, 11])
+    low = {f.path for f in table.to_pyarrow_dataset().get_fragments() if f.to_table().column("id")[0].as_py() == 1}
+    assert len(every) == 2 and holding == every - low, f"expected only the 9..12 file, found {holding} of {every}"
+    assert files_holding(table, "name", ["y"]) is None, "text statistics may be cut short: no pruning by them"
