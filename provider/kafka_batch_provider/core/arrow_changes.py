@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kafka_batch_provider.core.arrow_upserts import key_in_two_partitions
+from kafka_batch_provider.core.arrow_upserts import PARTITION, key_in_two_partitions
 from kafka_batch_provider.core.change_events import (
     JSON_FORMATS,
     no_key,
@@ -53,8 +53,8 @@ TRUNCATE = "truncate"
 OPS = {"c": UPSERT_OP, "r": UPSERT_OP, "u": UPSERT_OP, "d": DELETE_OP, "t": TRUNCATE_OP}
 #: The decoded events' helper columns (never a row's).
 AFTER, LIVE, BY_OFFSET, POSITION = "__after", "__live", "__by_offset", "__position"
-#: The events' Kafka topic and partition (never named like a key column, which may be ``topic``).
-TOPIC, PARTITION = "__kafka_topic", "__kafka_partition"
+#: The events' Kafka topic (never named like a key column, which may be ``topic``); PARTITION beside it.
+TOPIC = "__kafka_topic"
 #: Debezium's ``source.sequence`` (PostgreSQL): ``["<last commit LSN>","<event LSN>"]``, either null.
 SEQUENCE = r'^\[(?:null|"(?P<last>\d*)"),(?:null|"(?P<lsn>\d*)")\]$'
 

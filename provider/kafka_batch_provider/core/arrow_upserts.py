@@ -32,6 +32,8 @@ from kafka_batch_provider.core.merging import (
 )
 from kafka_batch_provider.errors import ConfigError
 
+#: The Kafka partition beside the key columns (never named like a key column, which may be ``partition``).
+PARTITION = "__kafka_partition"
 #: Value formats whose fields the Spark tasks decoded into typed columns.
 TYPED_FORMATS = ("avro", "protobuf", "json-schema")
 
@@ -118,8 +120,8 @@ def key_in_two_partitions(table: pa.Table, keys: Sequence[str], partition: str) 
 
 def refuse_two_partitions(batch: pa.Table, keys: dict[str, Any]) -> None:
     """Offsets order a key's records only within one partition (see change_events.Changes.note_partition)."""
-    partition = "__kafka_partition"  # (a key column may be named partition)
-    key = key_in_two_partitions(pa.table({**keys, partition: batch.column("partition")}), list(keys), partition)
+    table = pa.table({**keys, PARTITION: batch.column("partition")})
+    key = key_in_two_partitions(table, list(keys), PARTITION)
     if key is not None:
         raise ConfigError(
             f"key {key} is in several partitions of one batch: offsets cannot order records of two partitions; "

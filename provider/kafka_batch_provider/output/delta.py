@@ -287,10 +287,6 @@ class DeltaSink(TableFiles):
             return self._forgotten(table, seq)  # committed, then dropped from the history
         return None
 
-    def tail_seq(self) -> int:
-        newest = self.newest(self.table())
-        return int(newest["seq"]) if newest else 0
-
     def tail(self) -> dict[str, Any] | None:
         """The newest batch, its offsets checked against the table's ``txn`` actions.
 
@@ -430,7 +426,7 @@ class DeltaSink(TableFiles):
                 break
             table = self.table()
             target = pa.schema(table.schema().to_arrow())
-        if int((self.newest(table) or {}).get("seq", 0)) != seq - 1:
+        if self.newest_seq(table) != seq - 1:
             raise_commit_retry()  # another writer committed a batch since: look again (this entry may be taken)
         if not merged.source.num_rows and merged.truncated_at is None:
             table.create_write_transaction([], "append", schema=target, commit_properties=properties)

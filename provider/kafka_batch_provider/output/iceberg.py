@@ -273,10 +273,6 @@ class IcebergSink(TableFiles):
     def tail(self) -> dict[str, Any] | None:
         return self.newest(self.table())
 
-    def tail_seq(self) -> int:
-        newest = self.newest(self.table())
-        return int(newest["seq"]) if newest else 0
-
     def entries(self, last: int | None = None) -> Iterator[dict[str, Any]]:
         table = self.table()
         found = islice(self.batches(table), last)  # newest first: with ``last``, only as many as needed
@@ -294,7 +290,7 @@ class IcebergSink(TableFiles):
                     if not self.evolve_schema(table, merged.row_schema):
                         break
                     table = self.table()
-                if int((self.newest(table) or {}).get("seq", 0)) != int(manifest["seq"]) - 1:
+                if self.newest_seq(table) != int(manifest["seq"]) - 1:
                     return False  # another writer committed a batch since: look again (this entry may be taken)
             else:
                 merged = None

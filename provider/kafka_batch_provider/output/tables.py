@@ -89,6 +89,14 @@ class TableFiles:
         """The newest batch's manifest in ``table``."""
         raise NotImplementedError
 
+    def newest_seq(self, table: Any) -> int:
+        """The newest batch's entry number in ``table`` (0 before the first)."""
+        newest = self.newest(table)
+        return int(newest["seq"]) if newest else 0
+
+    def tail_seq(self) -> int:
+        return self.newest_seq(self.table())
+
     def keep_partitioning(self, found: list[str], by_date: list[str]) -> None:
         """Refuse a run that asks for other partitioning than the table has (``by_date``: the
         table's partition fields when partitioned by date)."""
@@ -146,8 +154,7 @@ class TableFiles:
         seq = int(manifest["seq"])
         for _ in range(COMMIT_ATTEMPTS):
             table = self.table()
-            newest = self.newest(table)
-            newest_seq = int(newest["seq"]) if newest else 0
+            newest_seq = self.newest_seq(table)
             if newest_seq >= seq:
                 return False
             if newest_seq != seq - 1:
