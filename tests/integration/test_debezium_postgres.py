@@ -288,3 +288,46 @@ def test_primary_key_changes_keep_their_toasted_columns_in_delta_and_iceberg(
     records += 3
     wait_for_records(kafka_config, topic, records)
     ingest_and_compare(4)
+
+
+def test_a_bounded_batch_holds_whole_source_transactions(cdc_source, spark, kafka_config, group_id, tmp_path):
+    # provide.transaction.metadata=true marks each event's transaction: a batch bounded by
+    # max_records ends where the transaction it would cut starts, so after every batch the table
+    # holds a state the source had (here: the money in the accounts always adds up).
+    from kafka_batch_provider.core.planning import PlanPolicy
+
+    db = cdc_source.new_database("tx")
+    with db.connect() as conn:
+        conn.execute("CREATE TABLE accounts (id int PRIMARY KEY, balance int NOT NULL)")
+    db.capture(["public.accounts"], provide_transaction_metadata="true")
+    states: list[dict[int, int]] = [{}]
+
+    def change(*statements: str) -> None:
+        with db.connect() as conn, conn.transaction():
+            for statement in statements:
+                conn.execute(statement)
+        states.append({row["id"]: row["balance"] for row in source_rows(db, "accounts")[1]})
+
+    change(*(f"INSERT INTO accounts VALUES ({i}, 100)" for i in range(1, 5)))  # 4 events
+    for i, (debit, credit) in enumerate([(1, 2), (2, 3), (3, 4), (4, 1), (1, 3)]):  # 2 events each
+        change(
+            f"UPDATE accounts SET balance = balance - {10 + i} WHERE id = {debit}",
+            f"UPDATE accounts SET balance = balance + {10 + i} WHERE id = {credit}",
+        )
+    change("UPDATE accounts SET balance = balance + 100 WHERE id = 1", "DELETE FROM accounts WHERE id = 4")  # 3
+    topic = db.topic("accounts")
+    wait_for_records(kafka_config, topic, 4 + 5 * 2 + 3)
+    output = TableOutput(str(tmp_path / "accounts"), merge=CHANGES)
+    batches = []
+    while True:
+        outcome, _ = run_batch(spark, kafka_config, output, group_id, [topic], PlanPolicy(max_records=5))
+        if not outcome.plan.ranges:
+            break
+        batches.append(outcome.plan.ranges[0].end)
+        held = {row["id"]: row["balance"] for row in output.read().to_pylist()}
+        assert held in states, (
+            f"after the batch ending at offset {batches[-1]} the table holds {held}, a state the source never "
+            f"had (it had {states})"
+        )
+    assert held == states[-1], f"expected the source's last state {states[-1]}, the table holds {held}"
+    assert batches == [4, 8, 12, 17], f"expected batches ending between transactions at 4, 8, 12, 17: {batches}"

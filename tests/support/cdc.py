@@ -46,12 +46,14 @@ class CdcDatabase:
     def topic(self, table: str, schema: str = "public") -> str:
         return f"{self.name}.{schema}.{table}"
 
-    def capture(self, tables: list[str]) -> None:
-        """Start Debezium on ``tables`` (``schema.table``): it snapshots them, then streams."""
+    def capture(self, tables: list[str], **settings: str) -> None:
+        """Start Debezium on ``tables`` (``schema.table``): it snapshots them, then streams.
+        ``settings``: more of the connector's configuration (dots as underscores)."""
         config = debezium_postgres_config(
             port=self.source.postgres.port, user=self.name, password=PASSWORD, dbname=self.name,
             topic_prefix=self.name, tables=tables, slot=self.name,
         )  # fmt: skip
+        config.update({name.replace("_", "."): value for name, value in settings.items()})
         self.source.connect.add_connector(self.name, config)
 
 

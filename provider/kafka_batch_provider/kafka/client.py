@@ -608,6 +608,36 @@ class KafkaOffsets:
             consumer.close()
         return found
 
+    def values_around(self, tp: TopicPartition, start: int, end: int) -> list[tuple[int, bytes | None]]:
+        """``(offset, value)`` of the records from ``start`` up to the first one with a value at or
+        after ``end`` (fewer when the log ends first): what the plan step reads around a bound.
+
+        An assign-only consumer with the readers' settings (isolation level included): it never
+        joins or commits.
+        """
+        conf = {**reader_consumer_config(self.kafka_config), "enable.partition.eof": True}
+        consumer = Consumer(conf)
+        found: list[tuple[int, bytes | None]] = []
+        try:
+            consumer.assign([KafkaTopicPartition(tp.topic, tp.partition, start)])
+            deadline = time.monotonic() + self.timeout
+            while time.monotonic() < deadline:
+                for m in consumer.consume(500, timeout=0.5):
+                    error = m.error()
+                    if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                        return found
+                    if error is not None:
+                        raise broker_error(error, f"could not read {tp.key} from offset {start}: {error.str()}")
+                    found.append((m.offset(), m.value()))
+                    if m.offset() >= end and m.value() is not None:
+                        return found
+            raise KafkaUnavailableError(
+                f"could not read {tp.key} from offset {start} to {end} within {self.timeout:g}s "
+                f"({len(found)} record(s) read)"
+            )
+        finally:
+            consumer.close()
+
     def lag(self, group_id: str, topics: Sequence[str]) -> dict[TopicPartition, int]:
         """Offsets between the group's position and the end, per partition (isolation-aware)."""
         return {s.tp: s.lag for s in self.partition_offsets(group_id, topics)}

@@ -33,8 +33,8 @@ from typing import Any, Protocol
 from kafka_batch_provider.core.group_owner import adopted_group, another_output
 from kafka_batch_provider.core.listing import listed
 from kafka_batch_provider.core.manifest import log_position, plan_of_entry
+from kafka_batch_provider.core.merging import DEBEZIUM, MERGED_BATCH_RECORDS
 from kafka_batch_provider.core.merging import MERGE_PLAN_KEY as MERGE_KEY
-from kafka_batch_provider.core.merging import MERGED_BATCH_RECORDS
 from kafka_batch_provider.core.offsets import PartitionOffsets
 from kafka_batch_provider.core.plan import INCREMENTAL, OffsetPlan
 from kafka_batch_provider.core.planning import LogSlot, PlanPolicy, plan_incremental, select_partitions
@@ -54,6 +54,7 @@ from kafka_batch_provider.fail_points import fail_point
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.output.store import BatchStore, utc_now
 from kafka_batch_provider.steps.commit import Progress, commit_batch
+from kafka_batch_provider.steps.transaction_edges import at_transaction_edges
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +190,9 @@ def plan_batch(
         found = ", ".join(fresh.topics) or f"no topic: {topic_pattern!r} matches none on {kafka.bootstrap_servers}"
         progress(f"group {group_id}: no new data on {found}")
         return PlanOutcome(fresh, repaired=repaired, notes=notes, repaired_entries=repaired_entries)
+    if fresh.bounded and (store.merge or {}).get("change_format") == DEBEZIUM:
+        fresh, edges = at_transaction_edges(kafka, fresh, formats_wanted(reader_schema).get("value"), progress)
+        notes.extend(edges)
     fresh = with_merge(fresh, store)
     path = store.save_plan(fresh)
     progress(
