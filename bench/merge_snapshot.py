@@ -3,14 +3,15 @@ driver's peak RSS, Delta and Iceberg.
 
 ``--rows`` snapshot events (``op=r``) of a PostgreSQL table, then ``--batches`` batches of
 ``--changes`` streamed changes each (80 % updates, 10 % inserts, 10 % deletes), as Kafka Connect's
-JsonConverter writes them with ``schemas.enable=true`` (~2.3 KB an event, the schema in every one):
+JsonConverter writes them with ``schemas.enable=true`` (~2.3 KB an event, the schema in every one;
+``--schemaless``: ``false``, ~0.5 KB):
 staged as the Spark tasks stage a merged batch (one Parquet file of Kafka columns per 100,000
 records), in batches of at most ``--batch-records`` (default: the product's bound for merged
 batches, ``MERGED_BATCH_RECORDS``), and committed by the product (``BatchStore.log.append``: read
 back, columns, reduced, guarded, one MERGE with the offsets) in a process of its own per format,
 whose peak RSS is the driver's. The table is checked against the source after the last batch.
 
-``python bench/merge_snapshot.py [--rows N] [--changes N] [--batches N] [--batch-records N]``
+``python bench/merge_snapshot.py [--rows N] [--changes N] [--batches N] [--batch-records N] [--schemaless]``
 prints one JSON line; bench.py runs it as its ``merge_snapshot_*`` keys. Goals (issue 47): at least
 150,000 events/s for the snapshot, a driver peak RSS under 1 GB whatever the batch size.
 """
@@ -84,14 +85,17 @@ def row_text(key: int, version: int) -> str:
     )
 
 
-def event(op: str, key: int, version: int, lsn: int) -> tuple[bytes, bytes | None]:
-    """A Debezium event's key and value (a delete's value has the before row, its key only)."""
+def debezium_event(op: str, key: int, version: int, lsn: int, schemas: bool = True) -> tuple[bytes, bytes | None]:
+    """A Debezium event's key and value (a delete's value has the before row, its key only);
+    ``schemas``: with Connect's embedded schema (``schemas.enable``), or without."""
     snapshot = "true" if op == "r" else "false"
     after = "null" if op == "d" else row_text(key, version)
     before = f'{{"id":{key},"name":null,"amount":null,"updated_at":null,"note":null}}' if op == "d" else "null"
     source = SOURCE_TEXT.format(snapshot=snapshot, last=lsn, lsn=lsn)
-    value = f'{VALUE_PREFIX}{{"before":{before},"after":{after},{source},"op":"{op}","ts_ms":1700000000001}}}}'
-    return (KEY_PREFIX + f"{key}}}}}").encode(), value.encode()
+    payload = f'{{"before":{before},"after":{after},{source},"op":"{op}","ts_ms":1700000000001}}'
+    if not schemas:
+        return f'{{"id":{key}}}'.encode(), payload.encode()
+    return (KEY_PREFIX + f"{key}}}}}").encode(), f"{VALUE_PREFIX}{payload}}}".encode()
 
 
 def stage(root: Path, batch_id: str, events: list[tuple[bytes, bytes | None]], first_offset: int) -> list[dict]:
@@ -124,10 +128,14 @@ def manifest(seq: int, files: list[dict], start: int, end: int) -> dict[str, Any
     }  # fmt: skip
 
 
-def workload(rows: int, changes: int, batches: int, bound: int, seed: int = 7):
+def workload(rows: int, changes: int, batches: int, bound: int, schemas: bool = True, seed: int = 7):
     """``(kind, events)`` batches: the snapshot cut at ``bound``, then the streamed changes; and the
     source table at the end (``{id: version}``)."""
     rng = random.Random(seed)
+
+    def event(*args: Any) -> tuple[bytes, bytes | None]:
+        return debezium_event(*args, schemas=schemas)
+
     state = {k: 0 for k in range(rows)}
     snapshot = [event("r", k, 0, 1000) for k in range(rows)]
     found = [("snapshot", snapshot[i : i + bound]) for i in range(0, rows, bound)]
@@ -179,11 +187,14 @@ def peak_rss_mb() -> int:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
-def measure(rows: int, changes: int, batches: int, bound: int) -> dict[str, Any]:
+def measure(rows: int, changes: int, batches: int, bound: int, schemas: bool = True) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="merge-snapshot-"))
     try:
-        say(f"merge snapshot: {rows:,} snapshot events, {batches} x {changes:,} changes, batches of {bound:,} ...")
-        plan, source = workload(rows, changes, batches, bound)
+        say(
+            f"merge snapshot: {rows:,} snapshot events, {batches} x {changes:,} changes, batches of {bound:,}, "
+            f"{'with' if schemas else 'without'} schemas ..."
+        )
+        plan, source = workload(rows, changes, batches, bound, schemas)
         staged_root = work / "staged"
         manifests, offset = [], 0
         for seq, (kind, events) in enumerate(plan, start=1):
@@ -248,12 +259,13 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=100_000)
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--batch-records", type=int, default=MERGED_BATCH_RECORDS)
+    parser.add_argument("--schemaless", action="store_true", help="Connect JSON with schemas.enable=false")
     parser.add_argument("--commit", nargs=2, metavar=("SPEC", "MANIFESTS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.commit:
         commit(*args.commit)
         return
-    print(json.dumps(measure(args.rows, args.changes, args.batches, args.batch_records)))
+    print(json.dumps(measure(args.rows, args.changes, args.batches, args.batch_records, not args.schemaless)))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ Hypothesis draws sequences of inserts, updates (some leaving a TOASTed column al
 placeholder), deletes with their tombstones, primary-key changes (a moved row's placeholder too),
 truncates, an added column and redeliveries of events already sent, cut into batches at random.
 The events are Debezium PostgreSQL events as Kafka Connect's JsonConverter writes them with
-``schemas.enable=true`` (the columnar reader's input, core/arrow_changes.py; records with a
+``schemas.enable=true`` or ``false`` (the columnar reader's input, core/arrow_changes.py; records with a
 placeholder and their keys take the record rule), or as the Spark tasks stage a registry format's
 decoded columns, staged and committed through each sink's own merge (tests/support/staged_merges.py).
 """
@@ -58,6 +58,8 @@ class Source:
 
     rows: dict[int, dict[str, Any]] = field(default_factory=dict)
     extra: bool = False
+    #: Connect JSON with schemas (schemas.enable=true), or without
+    schemas: bool = True
     lsn: int = 1000
     sent: list[Staged] = field(default_factory=list)
     pending: list[Staged] = field(default_factory=list)
@@ -69,16 +71,18 @@ class Source:
         before = {f: (key if f == "id" else None) for f in row_fields} if op == "d" else None
         source = {"connector": "postgresql", "snapshot": "false", "sequence": json.dumps([str(self.lsn)] * 2),
                   "lsn": self.lsn}  # fmt: skip
-        value = {"schema": envelope_schema(self.extra),
-                 "payload": {"before": before, "after": after, "source": source, "op": op}}  # fmt: skip
+        value = self.json(envelope_schema(self.extra), {"before": before, "after": after, "source": source, "op": op})
         headers = None
         if moved_from is not None:
-            headers = [("__debezium.oldkey", {"schema": KEY_SCHEMA, "payload": {"id": moved_from}})]
-        key_json = None if op == "t" else {"schema": KEY_SCHEMA, "payload": {"id": key}}  # (a truncate has no key)
+            headers = [("__debezium.oldkey", self.json(KEY_SCHEMA, {"id": moved_from}))]
+        key_json = None if op == "t" else self.json(KEY_SCHEMA, {"id": key})  # (a truncate has no key)
         staged = Staged(key_json, value, headers=headers)
         self.pending.append(staged)
         if op == "d":  # its tombstone
             self.pending.append(Staged(staged.key, None))
+
+    def json(self, schema: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+        return {"schema": schema, "payload": payload} if self.schemas else payload
 
     def apply(self, step: tuple) -> None:
         kind = step[0]
@@ -131,7 +135,8 @@ STEPS = st.sampled_from(["upsert"] * 6 + ["move"] * 2 + ["delete"] * 2 + ["batch
                         + ["truncate", "add_column"]).flatmap(KINDS.__getitem__)  # fmt: skip
 
 
-@pytest.mark.parametrize("value_format", ["bytes", "avro"])  # Connect JSON, or typed columns (a registry format)
+# Connect JSON with and without schemas, or typed columns (a registry format)
+@pytest.mark.parametrize("value_format", ["bytes", "schemaless", "avro"])
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 @settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(STEPS, min_size=20, max_size=80))
@@ -140,8 +145,9 @@ def test_generated_change_streams_leave_each_table_equal_to_the_source(
 ):
     monkeypatch.setattr(merge_source, "CHUNK_RECORDS", 3)  # several chunks a batch: unions, the read-ahead
     key_type = pa.struct([("id", pa.int32())])
-    topic = staged_topic(fmt, tmp_path_factory.mktemp(fmt), CHANGES, value_format, key_type)
-    source = Source()
+    staged_as = "bytes" if value_format == "schemaless" else value_format
+    topic = staged_topic(fmt, tmp_path_factory.mktemp(fmt), CHANGES, staged_as, key_type)
+    source = Source(schemas=value_format != "schemaless")
     for step in [*steps, ("batch",)]:
         if step[0] != "batch":
             source.apply(step)

@@ -11,7 +11,7 @@ by one sort and one group-by.
 Two things stay record by record, for the records they concern only (:attr:`ArrowChanges.record_rule`):
 an event holding Debezium's TOAST placeholder (its value comes from an older change of the key,
 or a moved row's old key: a chain the record rule follows), with every event of the keys involved;
-and a whole batch this cannot read exactly (schemaless JSON, a map column, an odd converter
+and a whole batch this cannot read exactly (a map column, an odd converter
 setting, a column whose type changes within the batch): :func:`decode` then returns ``None``.
 """
 
@@ -32,6 +32,7 @@ from kafka_batch_provider.core.change_events import (
     old_key,
     where_of,
 )
+from kafka_batch_provider.core.merge_schema import doubled_type
 from kafka_batch_provider.core.merging import (
     CHANGES,
     DELETE_OP,
@@ -45,7 +46,7 @@ from kafka_batch_provider.core.merging import (
     order_texts,
 )
 from kafka_batch_provider.core.settings import Setting
-from kafka_batch_provider.decoding.connect_json_columns import NotColumnar, read_groups
+from kafka_batch_provider.decoding.connect_json_columns import NotColumnar, is_schemaless, read_groups, read_schemaless
 from kafka_batch_provider.errors import ConfigError, SchemaError
 
 #: The deleted keys' flag for a truncate (output/deleted_keys.py).
@@ -85,6 +86,8 @@ class Envelopes:
     before: pa.Array  # struct
     source: pa.Array  # struct
     live: np.ndarray  # not a tombstone
+    #: the rows' types were inferred (schemaless JSON): a typed key's columns take the key's types
+    inferred: bool = False
 
 
 @dataclass
@@ -140,6 +143,8 @@ def decode(chunk: pa.Table, spec: MergeSpec, value_format: str, first: int = 0) 
         missing = keyed & ~column.is_valid().to_numpy(zero_copy_only=False)
         if missing.any():
             raise no_key(where(int(np.flatnonzero(missing)[0])))
+    if envelopes.inferred:
+        envelopes.after = with_types_of(envelopes.after, keys)
     orders, offset_ordered = order_values(chunk, envelopes)
     marked = upsert & placeholders(envelopes.after)
     wanted = moved_keys(chunk, keys, marked)
@@ -237,10 +242,12 @@ def envelope_columns(batch: pa.Table, value_format: str) -> Envelopes | None:
     n = batch.num_rows
     if value_format in JSON_FORMATS:
         values = batch.column("value").combine_chunks()
-        groups = read_groups(values)
-        if not groups:  # tombstones only: nothing to apply (their null columns join the others' types)
+        if not values.null_count < n:  # tombstones only: nothing to apply (their null columns join the others' types)
             empty = pa.nulls(n, pa.struct([]))
             return Envelopes(pa.nulls(n, pa.string()), empty, empty, empty, np.zeros(n, dtype=bool))
+        if is_schemaless(values):
+            return schemaless_envelopes(values)
+        groups = read_groups(values)
         if any(not {"op", "source", "after", "before"} <= set(g.payloads.column_names) for g in groups):
             return None  # (the record rule names what is wrong)
         live = values.is_valid().to_numpy(zero_copy_only=False)
@@ -270,6 +277,42 @@ def envelope_columns(batch: pa.Table, value_format: str) -> Envelopes | None:
     if not all(pa.types.is_struct(columns[c].type) for c in ("after", "before", "source")):
         return None
     return Envelopes(columns["op"], columns["after"], columns["before"], columns["source"], live)
+
+
+def schemaless_envelopes(values: pa.Array) -> Envelopes | None:
+    """Schemaless JSON events' envelope columns, their rows' numbers as doubles (the record rule's
+    types: :meth:`~kafka_batch_provider.core.change_events.Changes.infer_untyped`)."""
+    envelope = read_schemaless(values)
+    names = [f.name for f in envelope.type]
+    if not {"op", "source", "after", "before"} <= set(names):
+        return None  # (the record rule names what is wrong)
+    columns = {name: pc.struct_field(envelope, [names.index(name)]) for name in ("op", "after", "before", "source")}
+    for name in ("after", "before"):
+        kind = columns[name].type
+        if pa.types.is_null(kind):  # (inserts only have no before, deletes only no after)
+            columns[name] = pa.nulls(len(values), pa.struct([]))
+        elif not pa.types.is_struct(kind):
+            return None  # (a MongoDB document as JSON text: the record rule refuses it in one line)
+        else:  # (an integer beyond 2**53 raises ArrowInvalid: the record rule refuses it in one line)
+            typed = [i for i, f in enumerate(kind) if not pa.types.is_null(f.type)]  # (null only: no column yet)
+            struct = columns[name]
+            kept = pa.StructArray.from_arrays(
+                [struct.field(i) for i in typed], fields=[kind[i] for i in typed], mask=struct.is_null()
+            )
+            columns[name] = kept.cast(doubled_type(kept.type))
+    if not pa.types.is_struct(columns["source"].type) or not pa.types.is_string(columns["op"].type):
+        return None
+    return Envelopes(**columns, live=values.is_valid().to_numpy(zero_copy_only=False), inferred=True)
+
+
+def with_types_of(rows: pa.Array, keys: Mapping[str, pa.Array]) -> pa.Array:
+    """Inferred rows whose key columns take the key's types, as the record rule types them (a typed
+    key's fields are known before the rows' types are inferred)."""
+    kind = rows.type
+    if not any(f.name in keys and keys[f.name].type != f.type for f in kind):
+        return rows
+    fields = [f.with_type(keys[f.name].type) if f.name in keys else f for f in kind]
+    return rows.cast(pa.struct(fields))
 
 
 def scatter(groups: list[Any], name: str, length: int) -> pa.Array:
@@ -308,6 +351,10 @@ def key_columns(batch: pa.Table, spec: MergeSpec, value_format: str, envelopes: 
             found[name] = value
         return found
     key = batch.column("key").combine_chunks()
+    if value_format in JSON_FORMATS and is_schemaless(key):
+        struct = read_schemaless(key)
+        struct = struct.cast(doubled_type(struct.type))  # (the rows' numbers are doubles)
+        return {f.name: pc.struct_field(struct, [i]) for i, f in enumerate(struct.type)}
     if value_format in JSON_FORMATS:
         groups = read_groups(key)
         if not groups:

@@ -12,6 +12,12 @@ length, joined one per line and read with the schema's *wire* types as pyarrow's
 (:func:`wire_type`: base64 text for bytes and decimals, numbers for dates and timestamps), then
 turned into their column types (:func:`logical`).
 
+Without an embedded schema (``schemas.enable=false``) there are no types to read with: pyarrow's
+JSON reader would guess them (it takes ISO-8601 text for timestamps, where the record rule keeps
+text), so :func:`read_schemaless` parses each record with Python's ``json`` and lets Arrow infer
+the types as the record rule does (``pa.array`` of the parsed objects). Still one Python object per
+record, but only for the chunk being read: the objects are gone once the chunk is columns.
+
 A record this cannot read exactly (a map, a number where base64 was expected with
 ``decimal.format=NUMERIC``, text after the closing brace) raises :class:`NotColumnar`: its caller
 takes the record-by-record path for it, which reads everything the converter writes.
@@ -71,6 +77,29 @@ def schema_groups(values: pa.Array) -> Iterator[tuple[np.ndarray, bytes]]:
         same = pc.starts_with(rest, pattern=prefix).to_numpy(zero_copy_only=False)
         yield remaining[same], prefix
         remaining = remaining[~same]
+
+
+def is_schemaless(values: pa.Array) -> bool:
+    """Whether no record of ``values`` has an embedded schema (Connect JSON with
+    ``schemas.enable=false``, or plain JSON)."""
+    binary = values.cast(pa.binary()) if not pa.types.is_binary(values.type) else values
+    return not pc.any(pc.starts_with(binary, pattern=SCHEMA_START)).as_py()
+
+
+def read_schemaless(values: pa.Array) -> pa.Array:
+    """JSON objects without schemas as one struct column (null where a record is null), typed as
+    Arrow infers them from the parsed objects."""
+    parsed = []
+    for raw in values.to_pylist():
+        try:
+            document = None if raw is None else json.loads(raw)
+        except (UnicodeDecodeError, ValueError):
+            raise NotColumnar("a record that is not JSON") from None
+        if document is not None and (not isinstance(document, dict) or set(document) == {"schema", "payload"}):
+            raise NotColumnar("a record that is not a JSON object without a schema")
+        parsed.append(document)
+    found = pa.array(parsed)  # (types that disagree raise ArrowInvalid: the record rule names them)
+    return found if pa.types.is_struct(found.type) else pa.nulls(len(parsed), pa.struct([]))
 
 
 def read_groups(values: pa.Array) -> list[Group]:
