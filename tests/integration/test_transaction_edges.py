@@ -113,3 +113,21 @@ def test_registry_values_other_than_json_keep_their_bound_and_say_so():
     same, notes = at_transaction_edges(None, plan, "avro", said.append)  # type: ignore[arg-type]
     assert same == plan and notes == said == ["avro values: the bound stays where it is, not moved to a source "
                                                "transaction's edge"], notes  # fmt: skip
+
+
+def test_a_bulk_transaction_beyond_the_last_window_keeps_the_bound_and_says_so(
+    kafka_config, new_topic, group_id, tmp_path, monkeypatch
+):
+    # the plan reads marks, not values, and at most LAST_WINDOW records back from a bound
+    from kafka_batch_provider.steps import transaction_edges
+
+    monkeypatch.setattr(transaction_edges, "FIRST_WINDOW", 4)
+    monkeypatch.setattr(transaction_edges, "LAST_WINDOW", 16)
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, [*transaction(0, 40, 2), *transaction(0, 41, 60)])
+    notes: list[str] = []
+    ends = planned_ends(kafka_config, topic, tmp_path, group_id, 50, notes)
+    assert ends == {0: 50}, f"expected the bound kept at 50, found {ends}"
+    assert any("source transaction txId 41 holds more than 16 records before offset 50" in n for n in notes), notes
+    wider = planned_ends(kafka_config, topic, tmp_path, f"{group_id}-w", 12, [])
+    assert wider == {0: 2}, f"within the last window the bound moves to 41's start (2), found {wider}"

@@ -99,6 +99,9 @@ class Events:
     key_columns: tuple[str, ...]
     #: keys whose events the record rule reduces (placeholders, and the old keys of moved rows)
     wanted: set[tuple[Any, ...]] = field(default_factory=set)
+    #: the rows' types were inferred (schemaless JSON): null-only columns are left out once the
+    #: batch's chunks are together (:func:`reduce_events`), as the record rule leaves them out
+    inferred: bool = False
 
 
 def decode(chunk: pa.Table, spec: MergeSpec, value_format: str, first: int = 0) -> Events | None:
@@ -111,7 +114,9 @@ def decode(chunk: pa.Table, spec: MergeSpec, value_format: str, first: int = 0) 
         if envelopes is None:
             return None
         keys = key_columns(chunk, spec, value_format, envelopes)
-    except (NotColumnar, pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        if envelopes.inferred and not spec.merge_key:
+            envelopes.after = with_types_of(envelopes.after, keys, typed_key=not schemaless_key(chunk, value_format))
+    except (NotColumnar, pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
         return None  # (the record rule reads it, and names what is wrong in one line)
     live = envelopes.live
 
@@ -143,8 +148,6 @@ def decode(chunk: pa.Table, spec: MergeSpec, value_format: str, first: int = 0) 
         missing = keyed & ~column.is_valid().to_numpy(zero_copy_only=False)
         if missing.any():
             raise no_key(where(int(np.flatnonzero(missing)[0])))
-    if envelopes.inferred:
-        envelopes.after = with_types_of(envelopes.after, keys)
     orders, offset_ordered = order_values(chunk, envelopes)
     marked = upsert & placeholders(envelopes.after)
     wanted = moved_keys(chunk, keys, marked)
@@ -161,12 +164,14 @@ def decode(chunk: pa.Table, spec: MergeSpec, value_format: str, first: int = 0) 
             PARTITION: chunk.column("partition"),
         }
     )
-    return Events(table, tuple(keys), wanted)
+    return Events(table, tuple(keys), wanted, envelopes.inferred)
 
 
 def reduce_events(events: Events, spec: MergeSpec) -> ArrowChanges:
     """Each key's newest change of a batch's decoded events (:func:`decode`, chunks concatenated)."""
     table, names = events.table, events.key_columns
+    if events.inferred:
+        table = table.set_column(table.column_names.index(AFTER), AFTER, typed_fields(table.column(AFTER)))
     live = table.column(LIVE).to_numpy(zero_copy_only=False)
     ops = pc.fill_null(table.column(OP_COLUMN), "").to_numpy(zero_copy_only=False)
     truncate = live & (ops == TRUNCATE_OP)
@@ -294,25 +299,41 @@ def schemaless_envelopes(values: pa.Array) -> Envelopes | None:
         elif not pa.types.is_struct(kind):
             return None  # (a MongoDB document as JSON text: the record rule refuses it in one line)
         else:  # (an integer beyond 2**53 raises ArrowInvalid: the record rule refuses it in one line)
-            typed = [i for i, f in enumerate(kind) if not pa.types.is_null(f.type)]  # (null only: no column yet)
-            struct = columns[name]
-            kept = pa.StructArray.from_arrays(
-                [struct.field(i) for i in typed], fields=[kind[i] for i in typed], mask=struct.is_null()
-            )
-            columns[name] = kept.cast(doubled_type(kept.type))
+            columns[name] = columns[name].cast(doubled_type(kind))
     if not pa.types.is_struct(columns["source"].type) or not pa.types.is_string(columns["op"].type):
         return None
     return Envelopes(**columns, live=values.is_valid().to_numpy(zero_copy_only=False), inferred=True)
 
 
-def with_types_of(rows: pa.Array, keys: Mapping[str, pa.Array]) -> pa.Array:
-    """Inferred rows whose key columns take the key's types, as the record rule types them (a typed
-    key's fields are known before the rows' types are inferred)."""
-    kind = rows.type
-    if not any(f.name in keys and keys[f.name].type != f.type for f in kind):
+def schemaless_key(chunk: pa.Table, value_format: str) -> bool:
+    return value_format in JSON_FORMATS and is_schemaless(chunk.column("key").combine_chunks())
+
+
+def with_types_of(rows: pa.Array, keys: Mapping[str, pa.Array], typed_key: bool) -> pa.Array:
+    """Inferred rows typed as the record rule types them: a typed key's columns first and in the
+    key's types (they are known before the rows' types are inferred), then the rows' own."""
+    if not typed_key:
         return rows
-    fields = [f.with_type(keys[f.name].type) if f.name in keys else f for f in kind]
-    return rows.cast(pa.struct(fields))
+    kind = rows.type
+    fields = [kind.field(n).with_type(keys[n].type) for n in keys if kind.get_field_index(n) >= 0]
+    fields += [f for f in kind if f.name not in keys]
+    if fields == list(kind):
+        return rows
+    ordered = pa.StructArray.from_arrays(
+        [rows.field(f.name) for f in fields], fields=[kind.field(f.name) for f in fields], mask=rows.is_null()
+    )
+    return ordered.cast(pa.struct(fields))
+
+
+def typed_fields(rows: pa.ChunkedArray) -> pa.Array:
+    """Inferred rows without the fields that were null in every record of the batch (the record rule
+    makes no column of them: there is no type to give it)."""
+    struct = rows.combine_chunks()
+    kind = struct.type
+    kept = [f for f in kind if not pa.types.is_null(f.type)]
+    if len(kept) == len(kind) or not kept:
+        return struct if len(kept) == len(kind) else pa.nulls(len(struct), pa.struct([]))
+    return pa.StructArray.from_arrays([struct.field(f.name) for f in kept], fields=kept, mask=struct.is_null())
 
 
 def scatter(groups: list[Any], name: str, length: int) -> pa.Array:
@@ -354,7 +375,10 @@ def key_columns(batch: pa.Table, spec: MergeSpec, value_format: str, envelopes: 
     if value_format in JSON_FORMATS and is_schemaless(key):
         struct = read_schemaless(key)
         struct = struct.cast(doubled_type(struct.type))  # (the rows' numbers are doubles)
-        return {f.name: pc.struct_field(struct, [i]) for i, f in enumerate(struct.type)}
+        found = {f.name: pc.struct_field(struct, [i]) for i, f in enumerate(struct.type)}
+        if any(column.null_count > struct.null_count for column in found.values()):
+            raise NotColumnar("keys with different fields")  # (the record rule names them)
+        return found
     if value_format in JSON_FORMATS:
         groups = read_groups(key)
         if not groups:

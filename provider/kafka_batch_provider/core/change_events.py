@@ -110,15 +110,13 @@ class Changes:
             inferred = pa.array(self.untyped)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise SchemaError(f"{where}: the JSON values' types disagree across the batch: {exc}") from None
+        except OverflowError as exc:  # an integer beyond 64 bits
+            raise beyond_a_double(where, exc) from None
         doubles = doubled_type(inferred.type)
         try:
             inferred.cast(doubles)
         except pa.ArrowInvalid as exc:  # an integer beyond 2**53
-            raise SchemaError(
-                f"{where}: a JSON number without a schema is held as a double, and a double cannot hold it "
-                f"exactly ({str(exc).splitlines()[0]}): give the values a schema (Connect JSON with "
-                "schemas.enable=true, or a registry format)"
-            ) from None
+            raise beyond_a_double(where, exc) from None
         self.add_fields([f for f in doubles if not pa.types.is_null(f.type)])
 
     def set_key_columns(self, names: tuple[str, ...], where: str) -> None:
@@ -167,6 +165,14 @@ def changes_of(batch: pa.Table, spec: MergeSpec, value_format: str) -> Changes:
     found.infer_untyped(where_of(rows[-1]) if rows else "the batch")
     found.check_key()
     return found
+
+
+def beyond_a_double(where: str, exc: Exception) -> SchemaError:
+    return SchemaError(
+        f"{where}: a JSON number without a schema is held as a double, and a double cannot hold it "
+        f"exactly ({str(exc).splitlines()[0]}): give the values a schema (Connect JSON with "
+        "schemas.enable=true, or a registry format)"
+    )
 
 
 def where_of(record: Mapping[str, Any]) -> str:

@@ -95,10 +95,13 @@ def read_schemaless(values: pa.Array) -> pa.Array:
             document = None if raw is None else json.loads(raw)
         except (UnicodeDecodeError, ValueError):
             raise NotColumnar("a record that is not JSON") from None
-        if document is not None and (not isinstance(document, dict) or set(document) == {"schema", "payload"}):
+        if raw is not None and (not isinstance(document, dict) or set(document) == {"schema", "payload"}):
             raise NotColumnar("a record that is not a JSON object without a schema")
         parsed.append(document)
-    found = pa.array(parsed)  # (types that disagree raise ArrowInvalid: the record rule names them)
+    try:
+        found = pa.array(parsed)  # (types that disagree raise ArrowInvalid: the record rule names them)
+    except OverflowError:
+        raise NotColumnar("an integer beyond 64 bits") from None
     return found if pa.types.is_struct(found.type) else pa.nulls(len(parsed), pa.struct([]))
 
 

@@ -43,7 +43,14 @@ from kafka_batch_provider.kafka.config import (
     consumer_config,
     reader_consumer_config,
 )
-from kafka_batch_provider.kafka.errors import LEADERSHIP_MOVING, error_of, is_refusal, is_transient, is_unreachable
+from kafka_batch_provider.kafka.errors import (
+    LEADERSHIP_MOVING,
+    READER_GROUP_ERRORS,
+    error_of,
+    is_refusal,
+    is_transient,
+    is_unreachable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -608,16 +615,20 @@ class KafkaOffsets:
             consumer.close()
         return found
 
-    def values_around(self, tp: TopicPartition, start: int, end: int) -> list[tuple[int, bytes | None]]:
-        """``(offset, value)`` of the records from ``start`` up to the first one with a value at or
-        after ``end`` (fewer when the log ends first): what the plan step reads around a bound.
+    def marks_around(
+        self, tp: TopicPartition, start: int, end: int, mark: Callable[[bytes | None], T]
+    ) -> list[tuple[int, T]]:
+        """``(offset, mark(value))`` of the records from ``start`` up to the first one with a value at
+        or after ``end`` (fewer when the log ends first): what the plan step reads around a bound.
+        Only the marks are kept, never the values.
 
         An assign-only consumer with the readers' settings (isolation level included): it never
-        joins or commits.
+        joins or commits, and skips the group errors the readers skip. A transient error waits, up to
+        ``timeout`` seconds without a record; a refusal fails at once.
         """
         conf = {**reader_consumer_config(self.kafka_config), "enable.partition.eof": True}
         consumer = Consumer(conf)
-        found: list[tuple[int, bytes | None]] = []
+        found: list[tuple[int, T]] = []
         try:
             consumer.assign([KafkaTopicPartition(tp.topic, tp.partition, start)])
             deadline = time.monotonic() + self.timeout
@@ -627,12 +638,16 @@ class KafkaOffsets:
                     if error is not None and error.code() == KafkaError._PARTITION_EOF:
                         return found
                     if error is not None:
+                        if error.code() in READER_GROUP_ERRORS or is_transient(error):
+                            continue
                         raise broker_error(error, f"could not read {tp.key} from offset {start}: {error.str()}")
-                    found.append((m.offset(), m.value()))
-                    if m.offset() >= end and m.value() is not None:
+                    deadline = time.monotonic() + self.timeout
+                    value = m.value()
+                    found.append((m.offset(), mark(value)))
+                    if m.offset() >= end and value is not None:
                         return found
             raise KafkaUnavailableError(
-                f"could not read {tp.key} from offset {start} to {end} within {self.timeout:g}s "
+                f"could not read {tp.key} from offset {start} to {end}: no record for {self.timeout:g}s "
                 f"({len(found)} record(s) read)"
             )
         finally:

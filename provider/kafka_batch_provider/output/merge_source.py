@@ -180,6 +180,8 @@ def decoded_batch(data: Location, manifest: Mapping[str, Any], spec: MergeSpec, 
         known = next((p.key_columns for p in parts if p.key_columns), ())
         if events is None or (known and events.key_columns and events.key_columns != known):
             return None
+        if parts and events.inferred != parts[0].inferred:
+            return None  # (with schemas, then without: the record rule types the batch as one)
         parts.append(events)
         first += chunk.num_rows
         del chunk
@@ -193,7 +195,7 @@ def decoded_batch(data: Location, manifest: Mapping[str, Any], spec: MergeSpec, 
     keys = next((p.key_columns for p in parts if p.key_columns), ())
     if not keys and table.num_rows:
         return None
-    return Events(table, keys, set().union(*(p.wanted for p in parts)))
+    return Events(table, keys, set().union(*(p.wanted for p in parts)), parts[0].inferred)
 
 
 def staged_chunks(data: Location, manifest: Mapping[str, Any]) -> Iterator[pa.RecordBatch]:

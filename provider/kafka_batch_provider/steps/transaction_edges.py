@@ -3,9 +3,11 @@
 For every partition whose range the bound cuts short, the records just before the bound are
 read and its end moves back to where the transaction it would cut starts
 (:func:`~kafka_batch_provider.core.source_transactions.edge_before`), so the table only ever
-holds whole transactions. The window read grows (x4) until it reaches the transaction's start.
-A range that is one transaction from its start keeps its bound: the batch must move, and the
-plan says so.
+holds whole transactions. The record at the bound is read first (without transaction metadata
+nothing more is read); then the window read before it grows (x4) until it reaches the
+transaction's start, up to LAST_WINDOW records. Only each record's mark is kept, never its value.
+A range that is one transaction from its start, or a transaction longer than the last window,
+keeps its bound: the batch must move, and the plan says so.
 
 Values must be JSON (Connect's JSON converter, with or without schemas, or the registry's
 JSON Schema format); for Avro and Protobuf values the bound stays where it is, and the plan says
@@ -18,12 +20,15 @@ from dataclasses import replace
 
 from kafka_batch_provider.core.offsets import OffsetRange
 from kafka_batch_provider.core.plan import OffsetPlan, batch_id_for
-from kafka_batch_provider.core.source_transactions import edge_before, transaction_mark
+from kafka_batch_provider.core.source_transactions import TOMBSTONE, Mark, edge_before, transaction_mark
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.steps.commit import Progress
 
-#: Records read before a bound at first; the window grows x4 until it holds a transaction's start.
+#: Records read before a bound at first; the window grows x4 until it holds a transaction's start,
+#: up to LAST_WINDOW (beyond it the bound stays, and the plan says so: the plan step reads marks,
+#: not values, but a bulk UPDATE of millions of rows is one transaction).
 FIRST_WINDOW = 256
+LAST_WINDOW = 65_536
 #: Registry formats whose values are JSON after the 5-byte header.
 JSON_FORMATS = (None, "json-schema")
 HEADER = 5
@@ -53,17 +58,27 @@ def at_transaction_edges(
 
 def edge_of(kafka: KafkaOffsets, r: OffsetRange, value_format: str | None) -> tuple[int, str | None]:
     """Where ``r`` may end, and a line saying why when it moved (or could not)."""
+
+    def mark(value: bytes | None) -> Mark:
+        return transaction_mark(json_of(value, value_format))
+
+    probe = kafka.marks_around(r.tp, r.end, r.end, mark)
+    if next((m for _, m in probe if m is not TOMBSTONE), None) is None:
+        return r.end, None  # the next event is in no transaction (without metadata: one record read)
     window = FIRST_WINDOW
     while True:
         low = max(r.start, r.end - window)
-        marks = [(offset, transaction_mark(json_of(value, value_format))) for offset, value in
-                 kafka.values_around(r.tp, low, r.end)]  # fmt: skip
-        edge = edge_before(marks, r.end)
-        if edge.seen_whole and low > r.start:
-            window *= 4
-            continue
+        edge = edge_before(kafka.marks_around(r.tp, low, r.end, mark), r.end)
         if edge.transaction is None:
             return r.end, None
+        if edge.seen_whole and low > r.start and window < LAST_WINDOW:
+            window *= 4
+            continue
+        if edge.seen_whole and low > r.start:
+            return r.end, (
+                f"{r.tp.key}: source transaction {edge.transaction} holds more than {window} records before "
+                f"offset {r.end}: this batch ends inside it"
+            )
         if edge.end == r.start:
             return r.end, (
                 f"{r.tp.key}: source transaction {edge.transaction} holds more than this batch's "
