@@ -8,7 +8,8 @@ from kafka_batch_provider.core.assets import (
     batch_event_extra,
     check_iceberg_uri,
     emits_event,
-    output_uri,
+    iceberg_asset_uri,
+    location_asset_uri,
     ranges_by_topic,
     topic_uri,
 )
@@ -37,16 +38,16 @@ def test_outputs_are_named_by_their_canonical_location_or_their_table(output, ex
     from kafka_batch_provider.operators.assets import output_asset_uri
 
     assert output_asset_uri(output) == expected, "one location, however spelled, is one asset"
-    assert output_uri("iceberg", None, "a.b.orders", "prod") == "iceberg://prod/a.b/orders"
+    assert iceberg_asset_uri("a.b.orders", "prod") == "iceberg://prod/a.b/orders"
     if expected.startswith("iceberg://"):
         check_iceberg_uri(expected)
 
 
 def test_an_output_without_a_name_has_no_asset():
     with pytest.raises(ConfigError, match="needs its table as NAMESPACE.NAME"):
-        output_uri("iceberg", None, "orders")
+        iceberg_asset_uri("orders")
     with pytest.raises(ConfigError, match="a parquet output's asset needs its location"):
-        output_uri("parquet", None, None)
+        location_asset_uri("parquet", None)
     with pytest.raises(ValueError, match="iceberg://<catalog>/<namespace>/<table>"):
         check_iceberg_uri("iceberg://prod/orders")
 

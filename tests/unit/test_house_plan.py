@@ -94,3 +94,33 @@ def test_rooms_stack_in_at_most_ten_floors_with_no_import_back_up():
     assert top <= MAX_FLOORS, f"expected at most {MAX_FLOORS} floors, found {top}: " + ", ".join(
         f"{name} {n}" for name, n in sorted(floor.items(), key=lambda item: -item[1])[:5]
     )
+
+
+def test_no_module_outside_output_branches_on_an_output_format():
+    # What makes a format itself lives in its own module (output/kinds/): a `format == "delta"` test
+    # elsewhere is a second place to change when an output is added.
+    names = {"parquet", "delta", "iceberg"}
+
+    def a_format(node: ast.AST) -> bool:
+        text = ast.unparse(node)
+        return text in ("format", "output_format") or text.endswith((".format", ".output_format"))
+
+    def a_format_name(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in names
+        if isinstance(node, ast.Name):
+            return node.id.lower() in names
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(a_format_name(e) for e in node.elts)
+        return False
+
+    found = []
+    for name, path in sorted(MODULES.items()):
+        if name.startswith(f"{PACKAGE}.output."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                if any(a_format(o) for o in operands) and any(a_format_name(o) for o in operands):
+                    found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, "branches on an output format outside output/ (ask output.kinds.kind_of):\n" + "\n".join(found)

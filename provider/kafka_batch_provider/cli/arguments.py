@@ -461,8 +461,10 @@ def write_options(args: argparse.Namespace):
 def plan_output(args: argparse.Namespace) -> str | None:
     """The output holding ``--plan`` when ``--output`` does not say (a table's: above ``_kafka_batch/``)."""
     from kafka_batch_provider.output.formats import output_of_plan
+    from kafka_batch_provider.output.kinds import known_kind
 
-    if args.output or args.format == "iceberg":
+    kind = known_kind(args.format)
+    if args.output or (kind is not None and kind.by_table):
         return args.output
     return output_of_plan(args.format, args.plan)
 

@@ -37,15 +37,18 @@ def topic_uri(bootstrap_servers: str, topic: str) -> str:
     return f"kafka://{server}/{quote(topic, safe='')}"
 
 
-def output_uri(output_format: str, location_uri: str | None, table: str | None, catalog: str | None = None) -> str:
-    """The asset URI of an output: an Iceberg table's, or the canonical URI of a folder's or Delta
-    table's location (``Location.uri``: ``file:///abs/path``, ``s3://bucket/path``; the same
-    location spelled ``s3a://`` or with a trailing slash is the same asset)."""
-    if output_format == "iceberg":
-        if not table or "." not in table:
-            raise ConfigError(f"an Iceberg output's asset needs its table as NAMESPACE.NAME, got {table!r}")
-        namespace, name = table.rsplit(".", 1)
-        return f"{ICEBERG_SCHEME}://{quote(catalog or DEFAULT_CATALOG, safe='')}/{quote(namespace)}/{quote(name)}"
+def iceberg_asset_uri(table: str | None, catalog: str | None = None) -> str:
+    """``iceberg://<catalog>/<namespace>/<table>``: an Iceberg table's asset URI."""
+    if not table or "." not in table:
+        raise ConfigError(f"an Iceberg output's asset needs its table as NAMESPACE.NAME, got {table!r}")
+    namespace, name = table.rsplit(".", 1)
+    return f"{ICEBERG_SCHEME}://{quote(catalog or DEFAULT_CATALOG, safe='')}/{quote(namespace)}/{quote(name)}"
+
+
+def location_asset_uri(output_format: str, location_uri: str | None) -> str:
+    """The asset URI of an output named by its location: the location's canonical URI
+    (``Location.uri``: ``file:///abs/path``, ``s3://bucket/path``; the same location spelled
+    ``s3a://`` or with a trailing slash is the same asset)."""
     if not location_uri:
         raise ConfigError(f"a {output_format} output's asset needs its location")
     return location_uri.rstrip("/")

@@ -15,7 +15,7 @@ from typing import Any
 
 from airflow.sdk import Asset, AssetAlias
 
-from kafka_batch_provider.core.assets import batch_event_extra, emits_event, output_uri, topic_uris
+from kafka_batch_provider.core.assets import batch_event_extra, emits_event, iceberg_asset_uri, topic_uris
 
 
 def batch_alias(group_id: str) -> AssetAlias:
@@ -37,12 +37,13 @@ def topic_assets(bootstrap_servers: str | None, topics: Sequence[str] | str) -> 
 def output_asset_uri(output: Mapping[str, Any], catalog_properties: Mapping[str, Any] | None = None) -> str:
     """The asset URI of an output as the plan's XCom describes it (format, output, table): a
     location by its canonical URI (:class:`~kafka_batch_provider.output.location.Location`)."""
+    from kafka_batch_provider.output.kinds import kind_of
     from kafka_batch_provider.output.location import Location
 
-    output_format = str(output.get("format") or "parquet")
+    kind = kind_of(str(output.get("format") or "parquet"))
     catalog = (catalog_properties or {}).get("name")
-    location = Location(str(output["output"])).uri if output_format != "iceberg" and output.get("output") else None
-    return output_uri(output_format, location, output.get("table"), catalog)
+    location = Location(str(output["output"])).uri if not kind.by_table and output.get("output") else None
+    return kind.asset_uri(location, output.get("table"), catalog)
 
 
 def asset_of(uri: str) -> Any:
@@ -95,7 +96,7 @@ def sanitize_iceberg_uri(uri: Any) -> Any:
 
 def create_iceberg_asset(*, catalog: str, table: str, extra: dict | None = None) -> Asset:
     """The asset of the Iceberg table ``NAMESPACE.NAME`` in ``catalog``."""
-    return Asset(uri=output_uri("iceberg", None, table, catalog), extra=extra)
+    return Asset(uri=iceberg_asset_uri(table, catalog), extra=extra)
 
 
 def iceberg_asset_to_openlineage(asset: Asset, lineage_context: Any) -> Any:

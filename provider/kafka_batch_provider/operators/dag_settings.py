@@ -13,6 +13,7 @@ from datetime import timedelta
 from kafka_batch_provider.core.write_options import ON_BAD_RECORD, READERS
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.operators.output import BatchOutput
+from kafka_batch_provider.output.kinds import known_kind, named_by_path, named_by_table
 
 #: The words a boolean setting takes (any letter case); anything else is refused, never read as false.
 TRUE_WORDS = ("true", "1", "yes")
@@ -82,11 +83,12 @@ def required_output() -> tuple[str, str, str]:
     :returns: ``(format, path, table)``, the one not used empty.
     """
     output_format = os.environ.get("KAFKA_BATCH_FORMAT") or "parquet"
-    if output_format == "iceberg":
+    kind = known_kind(output_format)
+    if kind is not None and kind.by_table:
         table = os.environ.get("KAFKA_BATCH_TABLE", "").strip()
         if not table:
             raise ConfigError(
-                "KAFKA_BATCH_TABLE is not set: the shipped DAGs write the Iceberg table it names (NS.NAME)"
+                f"KAFKA_BATCH_TABLE is not set: the shipped DAGs write the {output_format} table it names (NS.NAME)"
             )
         return output_format, "", table
     path = os.environ.get("KAFKA_BATCH_OUTPUT", "").strip()
@@ -105,8 +107,8 @@ def ingest_output() -> BatchOutput:
     output_format, path, table = required_output()
     return BatchOutput(
         output_format=setting("kafka_batch_format", "KAFKA_BATCH_FORMAT", output_format),
-        output_path=setting("kafka_batch_output", "KAFKA_BATCH_OUTPUT", path, ("parquet", "delta")),
-        table=setting("kafka_batch_table", "KAFKA_BATCH_TABLE", table, ("iceberg",)),
+        output_path=setting("kafka_batch_output", "KAFKA_BATCH_OUTPUT", path, named_by_path()),
+        table=setting("kafka_batch_table", "KAFKA_BATCH_TABLE", table, named_by_table()),
         partition_by=setting("kafka_batch_partition_by", "KAFKA_BATCH_PARTITION_BY", ""),
         storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
         catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kafka_batch_provider.core.merging import merge_spec
-from kafka_batch_provider.errors import ConfigError, StorageError
+from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.output.formats import OutputSpec, open_store
-from kafka_batch_provider.output.sink import ICEBERG, PARQUET
+from kafka_batch_provider.output.kinds import kind_of, known_kind, named_by_table
+from kafka_batch_provider.output.sink import PARQUET
 from kafka_batch_provider.output.store import BatchStore
 
 REPLAY_SUFFIX = "_replay"
@@ -81,6 +82,17 @@ class BatchOutput:
         return (blank_to_none(self.output_format) or PARQUET).lower()
 
     @property
+    def by_table(self) -> bool:
+        """Named by a table (an Iceberg table), not by a path or URI."""
+        kind = known_kind(self.format)
+        return kind is not None and kind.by_table
+
+    @property
+    def uses_catalog(self) -> bool:
+        kind = known_kind(self.format)
+        return kind is not None and kind.uses_catalog
+
+    @property
     def per_topic(self) -> bool:
         """A table per topic: ``{topic}`` in the path or the table name."""
         from kafka_batch_provider.core.table_names import is_table_template
@@ -108,7 +120,7 @@ class BatchOutput:
         from kafka_batch_provider.hooks.catalog import catalog_properties_from_connection
         from kafka_batch_provider.hooks.storage import storage_options_from_connection
 
-        catalog = catalog_properties_from_connection(self.catalog_conn_id) if self.format == ICEBERG else {}
+        catalog = catalog_properties_from_connection(self.catalog_conn_id) if self.uses_catalog else {}
         return self._spec(storage_options_from_connection(self.storage_conn_id), catalog)
 
     def _spec(self, storage_options: Mapping[str, Any], catalog_from_connection: Mapping[str, str]) -> OutputSpec:
@@ -121,7 +133,7 @@ class BatchOutput:
             format=self.format,
             output=blank_to_none(self.output_path),
             table=blank_to_none(self.table),
-            catalog_properties=catalog if self.format == ICEBERG else {},
+            catalog_properties=catalog if self.uses_catalog else {},
             storage_options=dict(storage_options),
             partition_by=blank_to_none(self.partition_by),
             merge=merge_spec(
@@ -135,13 +147,14 @@ class BatchOutput:
 
     def replay(self, replay_output_path: str | None = None, replay_table: str | None = None) -> BatchOutput:
         """Where backfill runs write: ``<output_path>_replay`` or ``<table>_replay`` unless overridden."""
-        if self.format == ICEBERG:
+        if self.by_table:
             if blank_to_none(replay_output_path):
-                raise ConfigError("output_format='iceberg' replays into replay_table, not replay_output_path")
+                raise ConfigError(f"output_format={self.format!r} replays into replay_table, not replay_output_path")
             table = blank_to_none(replay_table) or (blank_to_none(self.table) or "") + REPLAY_SUFFIX
             return replace(self, table=table)
         if blank_to_none(replay_table):
-            raise ConfigError(f"replay_table is for output_format='iceberg'; {self.format} uses replay_output_path")
+            by_table = " or ".join(repr(name) for name in named_by_table())
+            raise ConfigError(f"replay_table is for output_format={by_table}; {self.format} uses replay_output_path")
         path = blank_to_none(replay_output_path) or replay_output_for(blank_to_none(self.output_path) or "")
         return replace(self, output_path=path)
 
@@ -231,13 +244,6 @@ def open_existing_output(args: BatchOutput) -> BatchStore | None:
     spec = args.spec()
     if spec.per_topic:
         return None
-    if spec.format == ICEBERG:
-        from kafka_batch_provider.output.iceberg import load_catalog
-
-        try:
-            exists = load_catalog(spec.catalog_properties).table_exists(str(spec.table))
-        except (OSError, ValueError) as exc:
-            raise StorageError(f"Iceberg catalog of {spec.table}: {exc}") from None
-        if not exists:
-            return None
+    if not kind_of(spec.format).exists(spec):
+        return None
     return open_store(spec, create=False)

@@ -16,15 +16,14 @@ from airflow.sdk.exceptions import AirflowSkipException
 from kafka_batch_provider.core.plan import OffsetPlan
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.output.formats import OutputSpec
-from kafka_batch_provider.output.sink import PARQUET
+from kafka_batch_provider.output.kinds import kind_of
 from kafka_batch_provider.output.store import BatchStore, load_plan_file
 from kafka_batch_provider.steps.plan import PlanOutcome
 
 
 def plan_xcom(outcome: PlanOutcome, spec: OutputSpec, store: BatchStore, dry_run: bool = False) -> dict[str, Any]:
     plan = outcome.plan
-    # For a table, store.location is its _kafka_batch/ control folder, not what reopens it.
-    output_path = store.location.output if spec.format == PARQUET else spec.output
+    output_path = kind_of(spec.format).reopened_by(spec, store)
     return {
         **plan.summary(),
         "plan_path": outcome.plan_path,

@@ -24,7 +24,7 @@ line or a file this package writes.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,7 +32,8 @@ from kafka_batch_provider.core.merging import MergeSpec
 from kafka_batch_provider.core.settings import Advice, Setting
 from kafka_batch_provider.core.table_names import check_template, is_table_template, table_names
 from kafka_batch_provider.errors import ConfigError
-from kafka_batch_provider.output.sink import DELTA, FORMATS, ICEBERG, PARQUET
+from kafka_batch_provider.output.kinds import kind_of, kinds, known_kind, named_by_table
+from kafka_batch_provider.output.sink import FORMATS, PARQUET
 from kafka_batch_provider.output.store import BatchStore
 
 PARTITION_BY = ("date",)
@@ -69,9 +70,10 @@ class OutputSpec:
     def __post_init__(self) -> None:
         """The output rules, for the command line and the operators alike (worded for each)."""
         chosen = Setting("output_format", self.format)
-        if self.format not in FORMATS:
+        kind = known_kind(self.format)
+        if kind is None:
             raise ConfigError(f"unknown {FORMAT} {self.format!r}; choose one of {', '.join(FORMATS)}", setting=FORMAT)
-        if self.format == ICEBERG:
+        if kind.by_table:
             if not self.table or "." not in self.table.strip("."):
                 raise ConfigError(
                     f"{chosen} needs {Setting('table', 'NAMESPACE.NAME')}, got {self.table!r}", setting=TABLE
@@ -80,12 +82,12 @@ class OutputSpec:
                 raise ConfigError(
                     f"{chosen} takes {TABLE}, not {OUTPUT} (the catalog knows the location)", setting=TABLE
                 )
-            if not self.catalog_properties:
+            if kind.uses_catalog and not self.catalog_properties:
                 raise ConfigError(f"{chosen} needs the catalog's properties: {CATALOG_ADVICE}", setting=CATALOG)
         else:
             if self.table:
                 raise ConfigError(
-                    f"{TABLE} is for {Setting('output_format', ICEBERG)}; {chosen} takes {OUTPUT}", setting=OUTPUT
+                    f"{TABLE} is for {formats(named_by_table())}; {chosen} takes {OUTPUT}", setting=OUTPUT
                 )
             if not self.output:
                 raise ConfigError(f"{chosen} needs {OUTPUT} (a path or a URI)", setting=OUTPUT)
@@ -93,18 +95,18 @@ class OutputSpec:
             raise ConfigError(
                 f"unknown {PARTITION} {self.partition_by!r}; choose {', '.join(PARTITION_BY)}", setting=PARTITION
             )
-        if self.partition_by and self.format == PARQUET:
+        if self.partition_by and not kind.partitions:
             raise ConfigError(
-                f"{PARTITION} applies to {Setting('output_format', DELTA)} or {Setting('output_format', ICEBERG)} "
-                "(the Parquet layout is by batch)",
+                f"{PARTITION} applies to {formats(n for n, k in kinds().items() if k.partitions)} "
+                f"({kind.what} does not partition by date)",
                 setting=PARTITION,
             )
 
         if self.merge is not None and self.merge.merges:
-            if self.format == PARQUET:
+            if not kind.merges:
                 raise ConfigError(
-                    f"{Setting('mode', self.merge.mode)} needs a table: {Setting('output_format', DELTA)} or "
-                    f"{Setting('output_format', ICEBERG)} (the Parquet layout only appends)",
+                    f"{Setting('mode', self.merge.mode)} needs a table: "
+                    f"{formats(n for n, k in kinds().items() if k.merges)} ({kind.what} only appends)",
                     setting=FORMAT,
                 )
             if self.partition_by:
@@ -145,6 +147,11 @@ class OutputSpec:
         return described
 
 
+def formats(names: Iterable[str]) -> str:
+    """``--format delta or --format iceberg`` (in the caller's words)."""
+    return " or ".join(str(Setting("output_format", name)) for name in names)
+
+
 def open_store(spec: OutputSpec, create: bool = True) -> BatchStore:
     """The store of the output ``spec`` names (a per-topic template: each topic's, :meth:`OutputSpec.for_topics`).
 
@@ -153,15 +160,7 @@ def open_store(spec: OutputSpec, create: bool = True) -> BatchStore:
     """
     if spec.per_topic:
         raise ConfigError(f"{spec.output or spec.table!r} names a table per topic: open each topic's output")
-    if spec.format == PARQUET:  # the folder itself: no table, nothing to open first
-        return BatchStore(spec.output, dict(spec.storage_options))
-    if spec.format == DELTA:  # each table format opens its own store, beside its sink
-        from kafka_batch_provider.output.delta import open_delta_store
-
-        return open_delta_store(spec)
-    from kafka_batch_provider.output.iceberg import open_iceberg_store
-
-    return open_iceberg_store(spec, create)
+    return kind_of(spec.format).open_store(spec, create)
 
 
 def add_partition_by_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -231,13 +230,4 @@ def merge_argv(merge: MergeSpec | None) -> list[str]:
 
 def output_of_plan(output_format: str, plan_path: str) -> str:
     """The ``--output`` holding the plan file ``plan_path`` (a Delta table's: above ``_kafka_batch/``)."""
-    from kafka_batch_provider.output.store import output_of_plan_file
-    from kafka_batch_provider.output.tables import CONTROL
-
-    output = output_of_plan_file(plan_path)
-    if output_format != DELTA:
-        return output
-    parent, _, folder = output.rstrip("/").rpartition("/")
-    if folder != CONTROL or not parent:
-        raise ConfigError(f"{plan_path} is not a plan of a Delta table (<table>/{CONTROL}/_plans/...)")
-    return parent
+    return kind_of(output_format).output_of_plan(plan_path)

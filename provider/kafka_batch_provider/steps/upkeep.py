@@ -1,8 +1,8 @@
 """The upkeep step: keep an output fit for a year of batches, never touching what the offsets need.
 
-Per format (``output/*_upkeep.py``): Delta ``optimize`` + checkpoint + log cleanup + ``vacuum``;
-Iceberg snapshot expiry + orphan data files; the Parquet layout's compaction of small batch
-folders and its leftover staging folders.
+Per format (``output/*_upkeep.py``, run by the output's kind, ``output/kinds/``): Delta
+``optimize`` + checkpoint + log cleanup + ``vacuum``; Iceberg snapshot expiry + orphan data files;
+the Parquet layout's compaction of small batch folders and its leftover staging folders.
 For every format the plans and Kafka commit records of all but the newest batches are pruned.
 The newest batch is published first (a publish cut short is rolled forward, as the plan step
 does), so nothing upkeep removes is still on its way into the output.
@@ -11,11 +11,10 @@ does), so nothing upkeep removes is still on its way into the output.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 from kafka_batch_provider.core.upkeep import UpkeepReport, UpkeepSettings
-from kafka_batch_provider.output.sink import DELTA, ICEBERG
+from kafka_batch_provider.output.kinds import kind_of
 from kafka_batch_provider.output.store import BatchStore
 
 log = logging.getLogger(__name__)
@@ -33,17 +32,9 @@ def upkeep(store: BatchStore, settings: UpkeepSettings, progress: Callable[[str]
     # Batches planned but not (yet) in the log: a long write may have files older than the
     # retention, so their files are never removed, whatever their age.
     in_flight = {p.batch_id for p in store.plans_after(tail["seq"] if tail else 0)}
-    if store.format == DELTA:
-        from kafka_batch_provider.output.delta_upkeep import upkeep_delta
-
-        upkeep_delta(store.sink, settings, report, progress, in_flight)  # type: ignore[arg-type]
-    elif store.format == ICEBERG:
-        from kafka_batch_provider.output.iceberg_upkeep import upkeep_iceberg
-
-        upkeep_iceberg(store.sink, settings, report, progress, in_flight)  # type: ignore[arg-type]
-    else:
-        upkeep_parquet_layout(store, settings, report, progress, in_flight)
-    if store.format in (DELTA, ICEBERG) and not settings.dry_run:
+    kind = kind_of(store.format)
+    kind.upkeep(store, settings, report, progress, in_flight)
+    if kind.merges and not settings.dry_run:
         expire_deleted_keys(store, settings, report)
     report.pruned_plans, report.pruned_commit_records = store.prune_control(settings.keep_batches, settings.dry_run)
     progress(report.summary())
@@ -63,31 +54,3 @@ def expire_deleted_keys(store: BatchStore, settings: UpkeepSettings, report: Upk
             f"deleted keys: {forgotten} older than {days:g} days forgotten, {files} file(s) folded into one "
             f"of {kept} key(s)"
         )
-
-
-def upkeep_parquet_layout(
-    store: BatchStore,
-    settings: UpkeepSettings,
-    report: UpkeepReport,
-    progress: Callable[[str], None],
-    in_flight: set[str],
-) -> None:
-    """Finish a compaction a crash cut short, remove failed attempts' staging folders older than
-    the retention, then rewrite runs of small batch folders into files near the target size
-    (:mod:`kafka_batch_provider.output.parquet_compaction`)."""
-    layout = store.sink
-    compactions = layout.compactions  # type: ignore[attr-defined]
-    if not settings.dry_run:
-        report.removed_files += compactions.finish(progress)
-    report.files_before = report.files_after = layout.data_file_count()  # type: ignore[attr-defined]
-    # A compaction's staged files are its record's until published, whatever their age.
-    recorded = {record["batch_id"] for record in compactions.records()}
-    leftovers = layout.old_staging(time.time() - settings.retention_seconds, in_flight | recorded)  # type: ignore[attr-defined]
-    report.removed_files += sum(leftovers.values())
-    if leftovers and not settings.dry_run:
-        progress(f"removing {len(leftovers)} staging folder(s) of failed attempts ({sum(leftovers.values())} files)")
-        for folder in leftovers:
-            store.data.delete_tree(folder)
-    compactions.compact(settings, report, progress)
-    if not settings.dry_run:
-        report.files_after = layout.data_file_count()  # type: ignore[attr-defined]
