@@ -26,6 +26,7 @@ pytest_plugins = [
     "tests.support.spark_cluster",
     "tests.support.secure_kafka",
     "tests.support.cdc",
+    "tests.support.databases",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent

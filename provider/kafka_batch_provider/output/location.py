@@ -50,6 +50,8 @@ SCHEMES: dict[str, tuple[str, str, str]] = {
     "az": ("abfs", "adlfs", "azure"),
     "hdfs": ("hdfs", "pyarrow", ""),  # refused, with the reason (see HDFS_REFUSED)
     "webhdfs": ("hdfs", "fsspec", ""),
+    # a database output's own files, in its database (output/database_files.py)
+    "dbfiles": ("dbfiles", "psycopg", "postgres"),
 }
 
 HDFS_REFUSED = (
@@ -104,6 +106,10 @@ def filesystem(protocol: str, storage_options: Mapping[str, Any] | None = None):
 
         return LocalFileSystem()
     package, extra = next((p, e) for proto, p, e in SCHEMES.values() if proto == protocol)
+    if protocol == "dbfiles":
+        from kafka_batch_provider.output.database_files import DatabaseFileSystem
+
+        return DatabaseFileSystem(**storage_options)
     try:
         return fsspec.filesystem(protocol, **storage_options)
     except ImportError:
@@ -146,7 +152,7 @@ class Location:
         """The canonical form: ``file:///abs/path`` or ``scheme://bucket/prefix`` (no secrets)."""
         if self.protocol == "file":
             return Path(self.root).as_uri()
-        scheme = {"s3": "s3", "gcs": "gs", "abfs": "abfs"}[self.protocol]
+        scheme = {"s3": "s3", "gcs": "gs", "abfs": "abfs", "dbfiles": "dbfiles"}[self.protocol]
         return f"{scheme}://{self.root}"
 
     def __str__(self) -> str:

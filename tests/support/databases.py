@@ -1,0 +1,61 @@
+"""Databases for the database outputs' tests: ``postgres_database`` (a fresh database and role per
+test) on the session's PostgreSQL, one server shared by the xdist workers
+(:mod:`~kafka_batch_provider.testing.shared_servers`), started as a plain process (~1 s)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kafka_batch_provider.dev.postgres import PostgresServer
+from kafka_batch_provider.testing.pytest_plugin import shared_servers
+
+PASSWORD = "db-output-secret"
+
+
+@dataclass(frozen=True)
+class PostgresDatabase:
+    """One test's database, owned by a role of the same name."""
+
+    port: int
+    name: str
+
+    @property
+    def url(self) -> str:
+        """The connection URL, password included (a secret: tests check it never shows)."""
+        return f"postgresql://{self.name}:{PASSWORD}@127.0.0.1:{self.port}/{self.name}"
+
+    def connect(self):
+        import psycopg
+
+        return psycopg.connect(self.url, autocommit=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> PostgresServer:
+    def start(_: Path) -> tuple[PostgresServer, Path]:
+        # Not under pytest's temporary folder: it is 0700, and the postgres user must reach its own.
+        folder = Path(tempfile.mkdtemp(prefix="kafka-batch-db-"))
+        os.chmod(folder, 0o755)
+        return PostgresServer(folder=folder / "postgres", detach=True).start(), folder
+
+    info = shared_servers().get(
+        "postgres",
+        start,
+        lambda started: [started[0]],
+        lambda started: {"port": started[0].port, "folder": str(started[0].folder)},
+        leftovers=lambda started: [started[1]],
+    )
+    return PostgresServer(port=int(info["port"]), folder=Path(info["folder"]))  # (reached, not started)
+
+
+@pytest.fixture
+def postgres_database(postgres_server: PostgresServer) -> PostgresDatabase:
+    name = f"out_{uuid.uuid4().hex[:10]}"
+    postgres_server.create_database(name, owner=name, password=PASSWORD)
+    return PostgresDatabase(postgres_server.port, name)
