@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from kafka_batch_provider.core import validation
@@ -184,14 +185,15 @@ def replay_range_from(args: argparse.Namespace) -> dict[str, Any]:
 
 def add_storage_args(p: argparse.ArgumentParser, output_help: str = "") -> None:
     from kafka_batch_provider.output.formats import add_merge_arguments, add_partition_by_argument
-    from kafka_batch_provider.output.sink import FORMATS
+    from kafka_batch_provider.output.kinds import kinds
 
     g = p.add_argument_group("output")
     g.add_argument(
         "--format",
-        choices=FORMATS,
+        choices=tuple(kinds()),
         default=os.environ.get("KAFKA_BATCH_FORMAT", "parquet"),
-        help="parquet (a folder per batch, default), delta (a Delta Lake table) or iceberg (an Iceberg table)",
+        help="parquet (a folder per batch, default), delta (a Delta Lake table), iceberg (an Iceberg table) or "
+        "postgres (a PostgreSQL table: rows and offsets in one transaction)",
     )
     g.add_argument(
         "--output",
@@ -199,7 +201,15 @@ def add_storage_args(p: argparse.ArgumentParser, output_help: str = "") -> None:
         or "where the data and its offset log live: a local path or a URI (s3://, gs://, abfs://, file://); "
         "for --format delta, the table's location",
     )
-    g.add_argument("--table", help="--format iceberg: the table, NAMESPACE.NAME (created on first use)")
+    g.add_argument(
+        "--table", help="--format iceberg: the table, NAMESPACE.NAME; postgres: SCHEMA.NAME (created on first use)"
+    )
+    g.add_argument(
+        "--database-url-file",
+        default=os.environ.get("KAFKA_BATCH_DATABASE_URL_FILE") or None,
+        help="--format postgres: a file holding the database's URL, postgresql://USER:PASSWORD@HOST:PORT/DB "
+        "(default: $KAFKA_BATCH_DATABASE_URL; never on the command line: it holds the password)",
+    )
     add_pairs_and_file(
         g,
         "--catalog-property",
@@ -397,7 +407,24 @@ def output_spec_from(args: argparse.Namespace, output: str | None = None):
         storage_options=storage_options_from(args),
         partition_by=args.partition_by,
         merge=merge_of_args(args),
+        database_url=database_url_from(args),
     )
+
+
+def database_url_from(args: argparse.Namespace) -> str | None:
+    """The database output's URL: ``--database-url-file``'s first line, else ``$KAFKA_BATCH_DATABASE_URL``."""
+    path = getattr(args, "database_url_file", None)
+    if path:
+        try:
+            text = Path(path).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"--database-url-file {path}: {exc.strerror or exc}") from None
+        return text.splitlines()[0].strip() if text else None
+    return os.environ.get(DATABASE_URL_ENV) or None
+
+
+#: Where a database output's URL (with its password) comes from when no file is named.
+DATABASE_URL_ENV = "KAFKA_BATCH_DATABASE_URL"
 
 
 def store_from(args: argparse.Namespace, output: str | None = None, create: bool = True):

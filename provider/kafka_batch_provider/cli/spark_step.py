@@ -37,4 +37,5 @@ def spark_submit(
         spec.storage_options,
         spec.catalog_properties,
         registry.client_config() if registry else None,
+        spec.database_url,
     )

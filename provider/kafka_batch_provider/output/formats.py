@@ -33,13 +33,18 @@ from kafka_batch_provider.core.settings import Advice, Setting
 from kafka_batch_provider.core.table_names import check_template, is_table_template, table_names
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.output.kinds import kind_of, kinds, known_kind, named_by_table
-from kafka_batch_provider.output.sink import FORMATS, PARQUET
+from kafka_batch_provider.output.sink import PARQUET
 from kafka_batch_provider.output.store import BatchStore
 
 PARTITION_BY = ("date",)
 
 FORMAT, OUTPUT, TABLE = Setting("output_format"), Setting("output_path"), Setting("table")
 PARTITION, CATALOG = Setting("partition_by"), Setting("catalog_conn_id")
+DATABASE = Setting("database_conn_id")
+DATABASE_ADVICE = Advice(
+    keywords="database_conn_id, a postgres connection",
+    flags="$KAFKA_BATCH_DATABASE_URL or --database-url-file (postgresql://USER:PASSWORD@HOST:PORT/DB)",
+)
 CATALOG_ADVICE = Advice(
     keywords="catalog_conn_id, a connection whose extra holds the pyiceberg catalog properties "
     "(type, uri, warehouse, ...)",
@@ -66,24 +71,26 @@ class OutputSpec:
     storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)
     partition_by: str | None = None
     merge: MergeSpec | None = None
+    #: a database output's connection URL, password included (a secret: never shown)
+    database_url: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         """The output rules, for the command line and the operators alike (worded for each)."""
         chosen = Setting("output_format", self.format)
         kind = known_kind(self.format)
         if kind is None:
-            raise ConfigError(f"unknown {FORMAT} {self.format!r}; choose one of {', '.join(FORMATS)}", setting=FORMAT)
+            raise ConfigError(f"unknown {FORMAT} {self.format!r}; choose one of {', '.join(kinds())}", setting=FORMAT)
         if kind.by_table:
             if not self.table or "." not in self.table.strip("."):
                 raise ConfigError(
                     f"{chosen} needs {Setting('table', 'NAMESPACE.NAME')}, got {self.table!r}", setting=TABLE
                 )
             if self.output:
-                raise ConfigError(
-                    f"{chosen} takes {TABLE}, not {OUTPUT} (the catalog knows the location)", setting=TABLE
-                )
+                raise ConfigError(f"{chosen} takes {TABLE}, not {OUTPUT} (a table is found by its name)", setting=TABLE)
             if kind.uses_catalog and not self.catalog_properties:
                 raise ConfigError(f"{chosen} needs the catalog's properties: {CATALOG_ADVICE}", setting=CATALOG)
+            if kind.uses_database and not self.database_url:
+                raise ConfigError(f"{chosen} needs the database's URL: {DATABASE_ADVICE}", setting=DATABASE)
         else:
             if self.table:
                 raise ConfigError(

@@ -27,7 +27,6 @@ import pyarrow as pa
 from kafka_batch_provider.output.location import Location
 
 PARQUET, DELTA, ICEBERG = "parquet", "delta", "iceberg"
-FORMATS = (PARQUET, DELTA, ICEBERG)
 
 
 class Sink(Protocol):

@@ -53,6 +53,8 @@ CONFIG_FILE_ENV = "KAFKA_BATCH_KAFKA_CONFIG_FILE"
 CONFIG_JSON_ENV = "KAFKA_BATCH_KAFKA_CONFIG"
 STORAGE_OPTIONS_FILE_ENV = "KAFKA_BATCH_STORAGE_OPTIONS_FILE"
 CATALOG_PROPERTIES_FILE_ENV = "KAFKA_BATCH_CATALOG_PROPERTIES_FILE"
+#: A database output's URL (its password included): the environment, never argv.
+DATABASE_URL_ENV = "KAFKA_BATCH_DATABASE_URL"
 #: The schema registry client's settings (url and credentials), for values in a registry format.
 REGISTRY_SETTINGS_FILE_ENV = "KAFKA_BATCH_REGISTRY_SETTINGS_FILE"
 #: When spark-submit was started (epoch seconds), set by the command line: the result's
@@ -147,6 +149,7 @@ def run(argv: Sequence[str] | None) -> int:
             storage_options=storage_options,
             partition_by=args.partition_by,
             merge=merge_of_args(args),
+            database_url=os.environ.get(DATABASE_URL_ENV) or None,
         )
         if spec.per_topic:
             tables = tables_of_plan_files(spec, args.plan)

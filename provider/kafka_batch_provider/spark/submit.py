@@ -102,10 +102,12 @@ def run_submit(
     storage_options: Mapping[str, Any] | None = None,
     catalog_properties: Mapping[str, Any] | None = None,
     registry: Mapping[str, Any] | None = None,
+    database_url: str | None = None,
 ) -> dict[str, Any]:
     """Run spark-submit, relay its progress lines, return the application's JSON result line.
 
     :param registry: the schema registry client's settings (url and credentials), if any.
+    :param database_url: a database output's URL (in the application's environment, never its argv).
     """
     env = dict(os.environ)
     # Executors of a local master must use this interpreter, which has the dependencies.
@@ -129,6 +131,8 @@ def run_submit(
         env[spark_app.STORAGE_OPTIONS_FILE_ENV] = storage_path
         env[spark_app.CATALOG_PROPERTIES_FILE_ENV] = catalog_path
         env[spark_app.SUBMITTED_AT_ENV] = str(time.time())
+        if database_url:
+            env[spark_app.DATABASE_URL_ENV] = database_url
         process = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=jvm_log, text=True, env=env)
         assert process.stdout is not None
         result_at = None

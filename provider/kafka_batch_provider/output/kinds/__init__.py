@@ -32,6 +32,8 @@ class OutputKind(Protocol):
     by_table: bool
     #: reads a catalog's properties (a connection's extra)
     uses_catalog: bool
+    #: reaches its database by a URL (a secret: ``KAFKA_BATCH_DATABASE_URL``, a file, a connection)
+    uses_database: bool
     #: can merge batches into rows (``--mode upsert|changes``), and so keeps deleted keys
     merges: bool
     #: can partition a new table by the Kafka timestamp's date (``--partition-by``)
@@ -67,8 +69,9 @@ def kinds() -> dict[str, OutputKind]:
     from kafka_batch_provider.output.kinds.delta import DELTA_KIND
     from kafka_batch_provider.output.kinds.iceberg import ICEBERG_KIND
     from kafka_batch_provider.output.kinds.parquet import PARQUET_KIND
+    from kafka_batch_provider.output.kinds.postgres import POSTGRES_KIND
 
-    return {kind.name: kind for kind in (PARQUET_KIND, DELTA_KIND, ICEBERG_KIND)}
+    return {kind.name: kind for kind in (PARQUET_KIND, DELTA_KIND, ICEBERG_KIND, POSTGRES_KIND)}
 
 
 def kind_of(name: str | None) -> OutputKind:

@@ -19,6 +19,7 @@ class DeltaKind:
     name = DELTA
     what = "a Delta table"
     by_table = False
+    uses_database = False
     uses_catalog = False
     merges = True
     partitions = True

@@ -20,6 +20,7 @@ class IcebergKind:
     name = ICEBERG
     what = "an Iceberg table"
     by_table = True
+    uses_database = False
     uses_catalog = True
     merges = True
     partitions = True

@@ -18,6 +18,7 @@ class ParquetKind:
     name = PARQUET
     what = "the Parquet layout"
     by_table = False
+    uses_database = False
     uses_catalog = False
     merges = False  # (it only appends)
     partitions = False  # (by batch, not by date)

@@ -1,0 +1,298 @@
+"""PostgreSQL tables (``--format postgres --table SCHEMA.NAME``): a batch's rows and its offsets in
+one database transaction, the source articles' recipe for exactly once.
+
+Where everything lives, all in the target's database (no filesystem):
+
+* the rows: the target table, created from the first batch's columns (:func:`column_type`);
+* the offset log: ``<schema>.kafka_batch_log`` (``output``, ``seq``, ``batch_id``, ``entry`` jsonb),
+  one row per batch, its primary key ``(output, seq)``;
+* plans, Kafka commit records, the Spark tasks' staged Parquet files and dead letters:
+  ``<schema>.kafka_batch_files`` (:mod:`kafka_batch_provider.output.database_files`).
+
+The Spark tasks stage each attempt's rows as Parquet files in the database, as they stage them
+in a bucket for the other outputs. :meth:`PostgresSink.append` then takes one transaction: it
+holds the output's advisory lock, checks that the batch's entry is the next free one, copies the
+sealed attempt's files into the table (``COPY``), inserts the log entry and deletes the staged
+files, and commits. Two writers of one entry: the second finds the entry taken (``False``, nothing
+of its rows stays); a crash before ``COMMIT`` leaves nothing but staged files, which the retry's
+attempt replaces. Readers never see part of a batch. The Kafka commit follows and mirrors the
+log, as for every output; the plan takes the log's offsets as the truth.
+
+What types the columns get (:func:`column_type`): text, bytea, smallint/integer/bigint, real,
+double precision, boolean, numeric(p,s), date, time, timestamp, timestamptz, arrays of those, and
+jsonb for structs, maps and lists of structs (the Kafka ``headers``: their bytes as base64 text).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kafka_batch_provider.core.merging import MergeSpec
+from kafka_batch_provider.core.settings import Setting
+from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
+from kafka_batch_provider.output.database_files import FILES_TABLE, files_uri, one_line
+from kafka_batch_provider.output.location import Location
+
+POSTGRES = "postgres"
+LOG_TABLE = "kafka_batch_log"
+DATA = "data"
+CONTROL = "_kafka_batch"
+
+
+def split_table(table: str) -> tuple[str, str]:
+    """``(schema, name)`` of ``SCHEMA.NAME``."""
+    schema, _, name = table.strip().partition(".")
+    if not schema or not name or "." in name:
+        raise ConfigError(f"{Setting('table')} names a PostgreSQL table as SCHEMA.NAME, got {table!r}")
+    return schema, name
+
+
+class PostgresSink:
+    """The sink of one PostgreSQL table (see the module docstring).
+
+    :param url: ``postgresql://USER:PASSWORD@HOST:PORT/DB`` (a secret: never shown).
+    :param table: ``SCHEMA.NAME``.
+    """
+
+    format = POSTGRES
+    dead_letter_root = f"{CONTROL}/_dead_letters"
+
+    def __init__(self, url: str, table: str, merge: MergeSpec | None = None) -> None:
+        if merge is not None and merge.merges:
+            raise ConfigError(
+                f"{Setting('mode', merge.mode)}: a PostgreSQL table appends its batches for now "
+                "(upsert and changes come with the merge into a database)",
+                setting=Setting("mode"),
+            )
+        self._url = url
+        self.schema, self.table_name = split_table(table)
+        self.name = f"{self.schema}.{self.table_name}"
+        self.label = f"PostgreSQL table {self.name}"
+        self.merge = merge
+        self.partition_by = None
+        self.data = Location(files_uri(url, self.name), {"url": url})
+
+    def __repr__(self) -> str:
+        return f"PostgresSink({self.data.uri!r})"
+
+    # -- SQL -----------------------------------------------------------------------------------
+
+    def connect(self) -> Any:
+        import psycopg
+
+        try:
+            return psycopg.connect(self._url, connect_timeout=30)
+        except psycopg.Error as exc:
+            raise StorageError(f"{self.label}: {one_line(exc)}") from None
+
+    def identifier(self, name: str) -> Any:
+        from psycopg import sql
+
+        return sql.Identifier(self.schema, name)
+
+    def ensure_log(self, conn: Any) -> None:
+        from psycopg import sql
+
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (output text NOT NULL, seq bigint NOT NULL, batch_id text NOT NULL, "
+                "entry jsonb NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (output, seq))"
+            ).format(self.identifier(LOG_TABLE))
+        )
+
+    def query(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """One read of the log (an empty answer before the log table exists)."""
+        import psycopg
+        from psycopg import sql
+
+        with self.connect() as conn:
+            try:
+                found = conn.execute("SELECT to_regclass(%s)", (f'"{self.schema}".{LOG_TABLE}',)).fetchone()
+                if found is None or found[0] is None:
+                    return []
+                return conn.execute(sql.SQL(statement).format(log=self.identifier(LOG_TABLE)), params).fetchall()
+            except psycopg.Error as exc:
+                raise StorageError(f"{self.label}: {one_line(exc)}") from None
+
+    # -- the log -------------------------------------------------------------------------------
+
+    def entry(self, seq: int) -> dict[str, Any] | None:
+        found = self.query("SELECT entry FROM {log} WHERE output = %s AND seq = %s", (self.name, seq))
+        return dict(found[0][0]) if found else None
+
+    def tail_seq(self) -> int:
+        found = self.query("SELECT max(seq) FROM {log} WHERE output = %s", (self.name,))
+        return int(found[0][0]) if found and found[0][0] is not None else 0
+
+    def tail(self) -> dict[str, Any] | None:
+        found = self.query("SELECT entry FROM {log} WHERE output = %s ORDER BY seq DESC LIMIT 1", (self.name,))
+        return dict(found[0][0]) if found else None
+
+    def entries(self, last: int | None = None) -> Iterator[dict[str, Any]]:
+        """Every entry (``last``: the newest ones), oldest first."""
+        statement = "SELECT entry FROM {log} WHERE output = %s ORDER BY seq DESC" + (" LIMIT %s" if last else "")
+        found = self.query(statement, (self.name, last) if last else (self.name,))
+        return iter([dict(row[0]) for row in reversed(found)])
+
+    def append(self, manifest: dict[str, Any]) -> bool:
+        """The batch's rows and its log entry in one transaction, only while its entry is the next
+        free one (``False`` when another batch took it: nothing of this one stays)."""
+        import psycopg
+        from psycopg import sql
+
+        seq = int(manifest["seq"])
+        with self.connect() as conn:
+            try:
+                with conn.transaction():
+                    self.ensure_log(conn)
+                    # One writer at a time per output: the check below and the insert are one step.
+                    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"kafka_batch:{self.name}",))
+                    [(newest,)] = conn.execute(
+                        sql.SQL("SELECT coalesce(max(seq), 0) FROM {} WHERE output = %s").format(
+                            self.identifier(LOG_TABLE)
+                        ),
+                        (self.name,),
+                    ).fetchall()
+                    if newest >= seq:
+                        return False
+                    if newest != seq - 1:
+                        raise ManifestError(f"{self.label} holds batch {newest} as its newest: cannot add {seq}")
+                    self.copy_rows(conn, manifest)
+                    conn.execute(
+                        sql.SQL("INSERT INTO {} (output, seq, batch_id, entry) VALUES (%s, %s, %s, %s)").format(
+                            self.identifier(LOG_TABLE)
+                        ),
+                        (self.name, seq, manifest["batch_id"], json.dumps(manifest)),
+                    )
+                    if manifest.get("location"):  # the staged rows are the table's now
+                        conn.execute(
+                            sql.SQL("DELETE FROM {} WHERE starts_with(path, %s)").format(self.identifier(FILES_TABLE)),
+                            (f"{self.name}/{DATA}/{manifest['batch_id']}/",),
+                        )
+            except psycopg.Error as exc:
+                raise StorageError(f"{self.label}: {one_line(exc)}") from None
+        return True
+
+    def copy_rows(self, conn: Any, manifest: Mapping[str, Any]) -> None:
+        """The sealed attempt's staged files into the table (created from the first file's columns)."""
+        from psycopg import sql
+
+        files = manifest.get("files") or []
+        for f in files:
+            path = f"{self.name}/{manifest['location']}/{f['name']}"
+            found = conn.execute(
+                sql.SQL("SELECT data FROM {} WHERE path = %s").format(self.identifier(FILES_TABLE)), (path,)
+            ).fetchone()
+            if found is None:
+                raise ManifestError(f"batch {manifest['batch_id']}: its staged file {f['name']} is gone")
+            rows = pq.read_table(io.BytesIO(found[0]))
+            self.ensure_table(conn, rows.schema)
+            columns = sql.SQL(", ").join(sql.Identifier(n) for n in rows.column_names)
+            target = self.identifier(self.table_name)
+            with conn.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN").format(target, columns)) as copy:
+                for batch in rows.to_batches(max_chunksize=10_000):
+                    values = [column_values(batch.column(i)) for i in range(batch.num_columns)]
+                    for row in zip(*values):
+                        copy.write_row(row)
+
+    def ensure_table(self, conn: Any, schema: pa.Schema) -> None:
+        from psycopg import sql
+
+        columns = sql.SQL(", ").join(
+            sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(column_type(f.type, f.name))) for f in schema
+        )
+        conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(self.identifier(self.table_name), columns))
+
+    # -- staging -------------------------------------------------------------------------------
+
+    def staging_folder(self, batch_id: str) -> str:
+        import uuid
+
+        return f"{DATA}/{batch_id}/{uuid.uuid4().hex[:8]}"
+
+    def seal(self, staging: str, names: list[str]) -> str:
+        return staging
+
+    def batch_location(self, batch_id: str, sealed: str) -> str:
+        return sealed
+
+    def publish(self, entry: dict[str, Any]) -> None:
+        """Nothing to do: the batch's transaction made its rows visible."""
+
+    def check_published(self, entry: dict[str, Any]) -> None:
+        """Nothing to check: the rows and the entry committed together."""
+
+    def clean_staging(self, batch_id: str, keep: str | None = None) -> None:
+        """Remove the staged files of ``batch_id``'s attempts other than ``keep``."""
+        for attempt in self.data.list_names(f"{DATA}/{batch_id}"):
+            if f"{DATA}/{batch_id}/{attempt}" != keep:
+                self.data.delete_tree(f"{DATA}/{batch_id}/{attempt}")
+
+    def drop_saved_manifest(self, manifest: dict[str, Any]) -> None:
+        """Nothing saved: the log entry is the manifest."""
+
+    def check_columns(self, schema: pa.Schema) -> None:
+        """Refuse, before anything is read, a column PostgreSQL cannot hold."""
+        for f in schema:
+            column_type(f.type, f.name)
+
+
+def column_type(kind: pa.DataType, name: str) -> str:
+    """The PostgreSQL type of an Arrow column (see the module docstring)."""
+    simple = {
+        pa.binary(): "bytea", pa.large_binary(): "bytea", pa.string(): "text", pa.large_string(): "text",
+        pa.int8(): "smallint", pa.int16(): "smallint", pa.int32(): "integer", pa.int64(): "bigint",
+        pa.uint8(): "smallint", pa.uint16(): "integer", pa.uint32(): "bigint", pa.uint64(): "numeric(20,0)",
+        pa.float32(): "real", pa.float64(): "double precision", pa.bool_(): "boolean", pa.date32(): "date",
+        pa.null(): "text",
+    }  # fmt: skip
+    if kind in simple:
+        return simple[kind]
+    if pa.types.is_timestamp(kind):
+        return "timestamptz" if kind.tz else "timestamp"
+    if pa.types.is_time(kind):
+        return "time"
+    if pa.types.is_decimal(kind):
+        if kind.precision > 1000:
+            raise ConfigError(f"column {name}: {kind} has more digits than PostgreSQL's numeric holds (1000)")
+        return f"numeric({kind.precision},{kind.scale})"
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        inner = kind.value_type
+        if pa.types.is_struct(inner) or pa.types.is_map(inner) or pa.types.is_list(inner):
+            return "jsonb"
+        return column_type(inner, name) + "[]"
+    if pa.types.is_struct(kind) or pa.types.is_map(kind):
+        return "jsonb"
+    raise ConfigError(f"column {name}: PostgreSQL has no type for {kind}")
+
+
+def column_values(column: pa.Array) -> list[Any]:
+    """A column's values as the COPY writes them (jsonb columns as JSON text, bytes in them as base64)."""
+    kind = column.type
+    values = column.to_pylist()
+    nested = (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and column_type(kind, "") == "jsonb"
+    if pa.types.is_struct(kind) or pa.types.is_map(kind) or nested:
+        return [None if v is None else json.dumps(v, default=jsonable) for v in values]
+    return values
+
+
+def jsonable(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode()
+    return str(value)
+
+
+def open_postgres_store(spec: Any):
+    """The store of ``spec.table`` in the database at ``spec.database_url`` (the table is created
+    by its first batch's transaction)."""
+    from kafka_batch_provider.output.store import BatchStore
+
+    sink = PostgresSink(str(spec.database_url), str(spec.table), spec.merge)
+    return BatchStore(sink.data.uri_of(CONTROL), {"url": spec.database_url}, sink=sink)
