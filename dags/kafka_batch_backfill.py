@@ -45,7 +45,7 @@ from kafka_batch_provider.operators.output import BatchOutput
 from kafka_batch_provider.operators.plan import KafkaReplayPlanOperator
 from kafka_batch_provider.operators.spark import KafkaSparkBatchOperator
 from kafka_batch_provider.operators.spark_connect import KafkaSparkConnectBatchOperator
-from kafka_batch_provider.output.sink import FORMATS
+from kafka_batch_provider.output.kinds import kinds
 
 OUTPUT = BatchOutput(
     output_format="{{ params.output_format }}",
@@ -117,7 +117,7 @@ with DAG(
         "output_format": Param(
             OUTPUT_FORMAT,
             type="string",
-            enum=list(FORMATS),
+            enum=[name for name, kind in kinds().items() if not kind.uses_database],  # (databases: not yet)
             title="Output format (parquet: a folder; delta: a table location; iceberg: a catalog table)",
             section="Output",
         ),

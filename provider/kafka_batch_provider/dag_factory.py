@@ -32,7 +32,17 @@ from kafka_batch_provider.errors import ConfigError
 
 #: The keys a group's entry takes besides the task group's own arguments.
 GROUP_KEYS = {"name", "output", "schedule", "owner", "retries", "tags", "description"}
-OUTPUT_KEYS = {"format", "path", "table", "storage_conn_id", "catalog_conn_id", "partition_by", "mode", "merge_key"}
+OUTPUT_KEYS = {
+    "format",
+    "path",
+    "table",
+    "storage_conn_id",
+    "catalog_conn_id",
+    "database_conn_id",
+    "partition_by",
+    "mode",
+    "merge_key",
+}
 NAME = re.compile(r"^[A-Za-z0-9_]{1,100}$")
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -117,6 +127,7 @@ def dag_of(group: Mapping[str, Any], ingest_group: Callable[..., Any]) -> Any:
         table=spec.get("table"),
         storage_conn_id=spec.get("storage_conn_id"),
         catalog_conn_id=spec.get("catalog_conn_id"),
+        database_conn_id=spec.get("database_conn_id"),
         partition_by=spec.get("partition_by"),
         mode=spec.get("mode"),
         merge_key=spec.get("merge_key"),

@@ -112,6 +112,7 @@ def ingest_output() -> BatchOutput:
         partition_by=setting("kafka_batch_partition_by", "KAFKA_BATCH_PARTITION_BY", ""),
         storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
         catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
+        database_conn_id=os.environ.get("KAFKA_BATCH_DATABASE_CONN_ID") or None,
         **merge_settings(),
     )
 
@@ -210,4 +211,5 @@ def static_output(output_path: str | None = None) -> BatchOutput:
         partition_by=os.environ.get("KAFKA_BATCH_PARTITION_BY", ""),
         storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
         catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
+        database_conn_id=os.environ.get("KAFKA_BATCH_DATABASE_CONN_ID") or None,
     )

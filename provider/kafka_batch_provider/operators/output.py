@@ -56,6 +56,7 @@ class BatchOutput:
     :param storage_conn_id: the output's storage connection (see ``hooks/storage.py``).
     :param catalog_conn_id: the Iceberg catalog's connection (see ``hooks/catalog.py``).
     :param catalog_properties: non-secret catalog properties; override the connection's.
+    :param database_conn_id: a database output's connection (``postgres``: see ``hooks/database.py``).
     :param mode: ``append``, ``upsert`` or ``changes`` (:mod:`kafka_batch_provider.core.merging`);
         ``None`` follows an existing table.
     :param merge_key: value columns forming the key (a list or ``"a,b"``); default: the Kafka key.
@@ -71,6 +72,7 @@ class BatchOutput:
     storage_conn_id: str | None = None
     catalog_conn_id: str | None = None
     catalog_properties: Mapping[str, Any] = field(default_factory=dict)
+    database_conn_id: str | None = None
     mode: str | None = None
     merge_key: Any = None
     order_by: str | None = None
@@ -113,17 +115,28 @@ class BatchOutput:
         if any(is_template(getattr(self, name)) for name in OUTPUT_TEMPLATE_FIELDS):
             return
         # The connection is read when the task runs: here it only has to be named.
-        self._spec(storage_options={}, catalog_from_connection={"(from the connection)": "-"})
+        self._spec(
+            storage_options={},
+            catalog_from_connection={"(from the connection)": "-"},
+            database_url="postgresql://(from-the-connection)/-" if self.database_conn_id else None,
+        )
 
     def spec(self) -> OutputSpec:
         """The output with its secrets: reads the storage and catalog connections (at run time)."""
         from kafka_batch_provider.hooks.catalog import catalog_properties_from_connection
+        from kafka_batch_provider.hooks.database import database_url_from_connection
         from kafka_batch_provider.hooks.storage import storage_options_from_connection
 
         catalog = catalog_properties_from_connection(self.catalog_conn_id) if self.uses_catalog else {}
-        return self._spec(storage_options_from_connection(self.storage_conn_id), catalog)
+        database_url = database_url_from_connection(self.database_conn_id)
+        return self._spec(storage_options_from_connection(self.storage_conn_id), catalog, database_url)
 
-    def _spec(self, storage_options: Mapping[str, Any], catalog_from_connection: Mapping[str, str]) -> OutputSpec:
+    def _spec(
+        self,
+        storage_options: Mapping[str, Any],
+        catalog_from_connection: Mapping[str, str],
+        database_url: str | None = None,
+    ) -> OutputSpec:
         """The :class:`OutputSpec`, which checks the output rules (there alone, for every caller)."""
         from kafka_batch_provider.hooks.catalog import check_public_properties
 
@@ -143,6 +156,7 @@ class BatchOutput:
                 blank_to_none(self.change_format),
                 blank_to_none(self.on_truncate),
             ),
+            database_url=database_url,
         )
 
     def replay(self, replay_output_path: str | None = None, replay_table: str | None = None) -> BatchOutput:
