@@ -72,6 +72,18 @@ def test_a_topic_lands_in_a_postgres_table_exactly_once_and_resumes_from_the_tab
     assert table_offsets(postgres_database) == [(p, o) for p in range(2) for o in range(25)]
     assert group_offsets(kafka_config, group_id, topic, 2) == {0: 25, 1: 25}
 
+    # The other commands read the same output: its batches, the lag, upkeep.
+    env = {"KAFKA_BATCH_DATABASE_URL": postgres_database.url}
+    where = ["--format", "postgres", "--table", "public.orders"]
+    listed = last_json(cli("table", *where, env=env))
+    assert [b["rows"] for b in listed["batches"]] == [40, 10], listed
+    lag = cli("lag", "--bootstrap-servers", kafka_bootstrap_servers, "--topic", topic, "--group", group_id, *where,
+              env=env)  # fmt: skip
+    assert lag.returncode == 0 and PASSWORD not in lag.stdout + lag.stderr, lag.stderr[-2000:]
+    kept = last_json(cli("upkeep", *where, env=env))
+    assert PASSWORD not in json.dumps(kept), kept
+    assert table_offsets(postgres_database) == [(p, o) for p in range(2) for o in range(25)], "upkeep changed rows"
+
 
 def test_a_postgres_output_without_its_url_or_with_a_wrong_password_is_one_line(
     postgres_database, kafka_bootstrap_servers, new_topic, group_id, monkeypatch, kafka_config
@@ -138,3 +150,56 @@ def test_two_writers_of_one_entry_one_commits_and_nothing_of_the_other_stays(pos
     assert [e["batch_id"] for e in store.log.entries()] == ["b-first", winners[0]]
     assert store.log.tail()["batch_id"] == winners[0] and store.log.tail_seq() == 2
     assert json.loads(json.dumps(store.log.entry(1)))["offsets"] == {"t:0": 5}
+
+
+def test_every_column_type_reads_back_as_written(postgres_database):
+    import datetime as dt
+    import decimal
+
+    spec = OutputSpec(format="postgres", table="public.typed", database_url=postgres_database.url)
+    store = open_store(spec)
+    rows = pa.table(
+        {
+            "offset": pa.array([0, 1, 2], pa.int64()),
+            "raw": pa.array([b'\x00\xff,\n"', b"", None], pa.binary()),
+            "text": pa.array(['a,"b"\nc', "", None]),
+            "unicode": pa.array(["Grüße 東京 🚀", "\\x00", "NULL"]),
+            "small": pa.array([-(2**15), 0, None], pa.int16()),
+            "ratio": pa.array([0.1, float("inf"), float("nan")], pa.float64()),
+            "flag": pa.array([True, False, None]),
+            "amount": pa.array([decimal.Decimal("12345.67"), decimal.Decimal("-0.01"), None], pa.decimal128(12, 2)),
+            "day": pa.array([dt.date(1815, 12, 10), dt.date(2024, 2, 29), None]),
+            "at": pa.array(
+                [dt.datetime(2024, 1, 1, 12, 0, 0, 123456, dt.timezone.utc), None, None], pa.timestamp("us", tz="UTC")
+            ),  # fmt: skip
+            "local": pa.array([dt.datetime(2024, 1, 1, 0, 0, 1), None, None], pa.timestamp("us")),
+            "numbers": pa.array([[1, None, 3], [], None], pa.list_(pa.int64())),
+            "words": pa.array([['a"b', "c,d", "e\\f"], [None], None], pa.list_(pa.string())),
+            "doc": pa.array([{"k": "v", "n": 1, "b": b"\x01"}, None, {"k": None, "n": 2, "b": None}]),
+            "headers": pa.array([[{"key": "h", "value": b"\xff"}], [], None], KAFKA_SCHEMA.field("headers").type),
+        }
+    )
+    folder = store.sink.staging_folder("b-1")
+    buffer = io.BytesIO()
+    pq.write_table(rows, buffer)
+    store.data.put_atomic(f"{folder}/part-0.parquet", buffer.getvalue())
+    manifest = {"seq": 1, "batch_id": "b-1", "location": folder, "rows": 3, "offsets": {"t:0": 3},
+                "files": [{"name": "part-0.parquet", "bytes": len(buffer.getvalue()), "rows": 3}]}  # fmt: skip
+    assert store.log.append(manifest) is True
+    with postgres_database.connect() as conn:
+        cursor = conn.execute('SELECT * FROM public.typed ORDER BY "offset"')
+        found = [dict(zip([d.name for d in cursor.description], row)) for row in cursor.fetchall()]
+    expected = rows.to_pylist()
+    for want, got in zip(expected, found):
+        for column, value in want.items():
+            have = got[column]
+            if column == "doc" and value is not None:
+                value = {**value, "b": None if value["b"] is None else "AQ=="}  # (bytes in JSON: base64)
+            if column == "headers" and value:
+                value = [{"key": "h", "value": "/w=="}]
+            if column == "raw" and have is not None:
+                have = bytes(have)
+            if column == "ratio" and value != value:
+                assert have != have, f"row {want['offset']} {column}: expected NaN, found {have!r}"
+                continue
+            assert have == value, f"row {want['offset']} column {column}: wrote {value!r}, read {have!r}"

@@ -20,12 +20,12 @@ log, as for every output; the plan takes the log's offsets as the truth.
 
 What types the columns get (:func:`column_type`): text, bytea, smallint/integer/bigint, real,
 double precision, boolean, numeric(p,s), date, time, timestamp, timestamptz, arrays of those, and
-jsonb for structs, maps and lists of structs (the Kafka ``headers``: their bytes as base64 text).
+jsonb for structs, maps and lists of structs (the Kafka ``headers``: their bytes as base64 text),
+copied as CSV text built in compiled code (:mod:`kafka_batch_provider.output.postgres_copy`).
 """
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 from collections.abc import Iterator, Mapping
@@ -39,11 +39,15 @@ from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
 from kafka_batch_provider.output.database_files import FILES_TABLE, files_uri, one_line
 from kafka_batch_provider.output.location import Location
+from kafka_batch_provider.output.merge_source import prefetched
+from kafka_batch_provider.output.postgres_copy import csv_text
 
 POSTGRES = "postgres"
 LOG_TABLE = "kafka_batch_log"
 DATA = "data"
 CONTROL = "_kafka_batch"
+#: Rows turned into COPY text at a time (output/postgres_copy.py): what the driver holds at once.
+COPY_ROWS = 50_000
 
 
 def split_table(table: str) -> tuple[str, str]:
@@ -192,15 +196,15 @@ class PostgresSink:
             ).fetchone()
             if found is None:
                 raise ManifestError(f"batch {manifest['batch_id']}: its staged file {f['name']} is gone")
-            rows = pq.read_table(io.BytesIO(found[0]))
-            self.ensure_table(conn, rows.schema)
-            columns = sql.SQL(", ").join(sql.Identifier(n) for n in rows.column_names)
+            rows = pq.ParquetFile(io.BytesIO(found[0]))
+            self.ensure_table(conn, rows.schema_arrow)
+            columns = sql.SQL(", ").join(sql.Identifier(n) for n in rows.schema_arrow.names)
             target = self.identifier(self.table_name)
-            with conn.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN").format(target, columns)) as copy:
-                for batch in rows.to_batches(max_chunksize=10_000):
-                    values = [column_values(batch.column(i)) for i in range(batch.num_columns)]
-                    for row in zip(*values):
-                        copy.write_row(row)
+            statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(target, columns)
+            with conn.cursor().copy(statement) as copy:
+                # the next chunk's text is made by a thread while this one is sent
+                for text in prefetched(csv_text(batch) for batch in rows.iter_batches(batch_size=COPY_ROWS)):
+                    copy.write(text)
 
     def ensure_table(self, conn: Any, schema: pa.Schema) -> None:
         from psycopg import sql
@@ -271,22 +275,6 @@ def column_type(kind: pa.DataType, name: str) -> str:
     if pa.types.is_struct(kind) or pa.types.is_map(kind):
         return "jsonb"
     raise ConfigError(f"column {name}: PostgreSQL has no type for {kind}")
-
-
-def column_values(column: pa.Array) -> list[Any]:
-    """A column's values as the COPY writes them (jsonb columns as JSON text, bytes in them as base64)."""
-    kind = column.type
-    values = column.to_pylist()
-    nested = (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and column_type(kind, "") == "jsonb"
-    if pa.types.is_struct(kind) or pa.types.is_map(kind) or nested:
-        return [None if v is None else json.dumps(v, default=jsonable) for v in values]
-    return values
-
-
-def jsonable(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return base64.b64encode(bytes(value)).decode()
-    return str(value)
 
 
 def open_postgres_store(spec: Any):
