@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.dataset as ds
 from pyarrow.fs import FSSpecHandler, PyFileSystem
 
@@ -53,11 +54,14 @@ class TableOutput(Output):
     catalog: dict[str, str] = field(default_factory=dict)
     partition_by: str | None = None
     merge: MergeSpec | None = None
+    #: (postgres) the database's URL; ``table`` is SCHEMA.NAME
+    database_url: str | None = None
 
     def spec(self) -> OutputSpec:
         return OutputSpec(
             format=self.format,
-            output=None if self.format == "iceberg" else self.uri,
+            output=None if self.format in ("iceberg", "postgres") else self.uri,
+            database_url=self.database_url,
             table=self.table,
             catalog_properties=self.catalog,
             storage_options=self.storage_options,
@@ -77,7 +81,9 @@ class TableOutput(Output):
         return ["--format", "iceberg", "--table", str(self.table), *properties]
 
     def read(self, columns: list[str] | None = None):
-        """The table as its own reader (deltalake, pyiceberg) sees it."""
+        """The table as its own reader (deltalake, pyiceberg, psycopg) sees it (``None``: no table yet)."""
+        if self.format == "postgres":
+            return self.read_postgres(columns)
         if self.format == "delta":
             from deltalake import DeltaTable
 
@@ -95,6 +101,19 @@ class TableOutput(Output):
 
         table = load_catalog(self.catalog).load_table(self.table)
         return table.scan(selected_fields=tuple(columns) if columns else ("*",)).to_arrow()
+
+    def read_postgres(self, columns: list[str] | None = None):
+        import psycopg
+        from psycopg import sql
+
+        schema, name = str(self.table).split(".", 1)
+        with psycopg.connect(str(self.database_url)) as conn:
+            if conn.execute("SELECT to_regclass(%s)", (f'"{schema}"."{name}"',)).fetchone()[0] is None:
+                return None
+            selected = sql.SQL(", ").join(map(sql.Identifier, columns)) if columns else sql.SQL("*")
+            cursor = conn.execute(sql.SQL("SELECT {} FROM {}").format(selected, sql.Identifier(schema, name)))
+            names, rows = [d.name for d in cursor.description], cursor.fetchall()
+            return pa.table({name: [row[i] for row in rows] for i, name in enumerate(names)})
 
 
 def read_dataset(output: Output | str, columns: list[str] | None = None):

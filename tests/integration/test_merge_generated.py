@@ -165,3 +165,30 @@ def test_generated_change_streams_leave_each_table_equal_to_the_source(
 
 def source_columns(source: Source) -> list[str]:
     return ["id", "name", "doc", "n"] + (["extra"] if source.extra else [])
+
+
+# The same engine merges into a PostgreSQL table (issue 50): the same streams, the same model.
+@pytest.mark.parametrize("value_format", ["bytes", "schemaless", "avro"])
+@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(STEPS, min_size=20, max_size=80))
+def test_generated_change_streams_leave_a_postgres_table_equal_to_the_source(
+    value_format, steps, postgres_database, monkeypatch
+):
+    monkeypatch.setattr(merge_source, "CHUNK_RECORDS", 3)
+    key_type = pa.struct([("id", pa.int32())])
+    staged_as = "bytes" if value_format == "schemaless" else value_format
+    topic = staged_topic("postgres", None, CHANGES, staged_as, key_type, database_url=postgres_database.url)
+    source = Source(schemas=value_format != "schemaless")
+    for step in [*steps, ("batch",)]:
+        if step[0] != "batch":
+            source.apply(step)
+            continue
+        events = source.batch()
+        if not events:
+            continue
+        topic.commit(events)
+        found = {k: {c: r.get(c) for c in source_columns(source)} for k, r in topic.rows("id").items()}
+        expected = {k: {c: r.get(c) for c in source_columns(source)} for k, r in source.rows.items()}
+        assert found == expected, (
+            f"postgres after {len(topic.batches)} batch(es) of {steps}: expected {expected}, found {found}"
+        )

@@ -203,3 +203,39 @@ def test_every_column_type_reads_back_as_written(postgres_database):
                 assert have != have, f"row {want['offset']} {column}: expected NaN, found {have!r}"
                 continue
             assert have == value, f"row {want['offset']} column {column}: wrote {value!r}, read {have!r}"
+
+
+def test_upserts_by_key_land_as_each_keys_newest_row_and_a_tombstone_deletes(
+    postgres_database, kafka_config, kafka_bootstrap_servers, new_topic, group_id, monkeypatch
+):
+    from kafka_batch_provider.testing.producers import Record
+
+    monkeypatch.setenv("KAFKA_BATCH_TEST_BOOTSTRAP", kafka_bootstrap_servers)
+    topic = new_topic(partitions=2)
+
+    def keyed(key: int, value: dict | None) -> Record:
+        return Record(key % 2, None if value is None else json.dumps(value).encode(), json.dumps({"id": key}).encode())
+
+    produce(kafka_config, topic, [keyed(k, {"id": k, "name": f"v1-{k}"}) for k in range(6)])
+    produce(
+        kafka_config, topic, [keyed(2, {"id": 2, "name": "v2-2"}), keyed(3, None), keyed(4, {"id": 4, "name": "v2-4"})]
+    )
+    upsert = ["--mode", "upsert"]
+    result = last_json(run(postgres_database, topic, group_id, *upsert))
+    assert result["records"] == 9, result
+    with postgres_database.connect() as conn:
+        rows = dict(conn.execute("SELECT id, name FROM public.orders ORDER BY id").fetchall())
+        key = conn.execute(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = 'public.orders'::regclass AND i.indisprimary"
+        ).fetchall()
+    expected = {0: "v1-0", 1: "v1-1", 2: "v2-2", 4: "v2-4", 5: "v1-5"}
+    assert rows == expected, f"expected each key's newest row, key 3 deleted: {rows}"
+    assert key == [("id",)], f"expected the key as the primary key, found {key}"
+    produce(kafka_config, topic, [keyed(0, None), keyed(3, {"id": 3, "name": "back"})])
+    last_json(run(postgres_database, topic, group_id))  # (the table keeps its mode)
+    with postgres_database.connect() as conn:
+        rows = dict(conn.execute("SELECT id, name FROM public.orders ORDER BY id").fetchall())
+    assert rows == {1: "v1-1", 2: "v2-2", 3: "back", 4: "v2-4", 5: "v1-5"}, rows
+    refused = run(postgres_database, topic, group_id, "--mode", "append")
+    assert_one_line_error(refused, "a table keeps its mode")

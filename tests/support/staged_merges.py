@@ -118,6 +118,8 @@ class StagedTopic:
     def rows(self, key: str = "id") -> dict[Any, dict[str, Any]]:
         """The table's rows by ``key``, without the ordering column; a key twice fails."""
         found = self.output.read()
+        if found is None and self.output.format == "postgres":
+            return {}  # (a database table is created by the first batch with rows)
         assert found is not None, "the table does not exist"
         rows = found.drop_columns([ORDER_COLUMN]).to_pylist()
         by_key = {row[key]: row for row in rows}
@@ -140,12 +142,22 @@ def connect_json(schema: Mapping[str, Any] | None, payload: Any) -> dict[str, An
 
 
 def staged_topic(
-    fmt: str, tmp_path: Any, merge: MergeSpec, value_format: str = "bytes", key_type: pa.DataType | None = None
+    fmt: str,
+    tmp_path: Any,
+    merge: MergeSpec,
+    value_format: str = "bytes",
+    key_type: pa.DataType | None = None,
+    database_url: str | None = None,
 ) -> StagedTopic:
-    """A topic merged into a new local Delta table or Iceberg table (SQL catalog) under ``tmp_path``;
-    ``value_format`` avro: the records staged as typed columns (keys and values given as Connect
-    JSON are staged as their payloads)."""
-    if fmt == "delta":
+    """A topic merged into a new local Delta table or Iceberg table (SQL catalog) under ``tmp_path``,
+    or a new PostgreSQL table at ``database_url``; ``value_format`` avro: the records staged as typed
+    columns (keys and values given as Connect JSON are staged as their payloads)."""
+    if fmt == "postgres":
+        import uuid
+
+        table = f"public.t_{uuid.uuid4().hex[:10]}"
+        output = TableOutput("", format="postgres", table=table, merge=merge, database_url=database_url)
+    elif fmt == "delta":
         output = TableOutput(str(tmp_path / "table"), merge=merge)
     else:
         catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/wh"}

@@ -53,8 +53,6 @@ class DatabaseFileSystem(AbstractFileSystem):
     def __init__(self, url: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._url = url
-        self._connection: Any = None
-        self._lock = threading.Lock()
         self._tables: set[str] = set()
 
     def __repr__(self) -> str:
@@ -89,23 +87,21 @@ class DatabaseFileSystem(AbstractFileSystem):
         import psycopg
         from psycopg import sql as q
 
-        with self._lock:
-            try:
-                if self._connection is None or self._connection.closed:
-                    self._connection = psycopg.connect(self._url, autocommit=True, connect_timeout=30)
-                table = q.Identifier(schema, FILES_TABLE)
-                if schema not in self._tables:
-                    self._connection.execute(
-                        q.SQL(
-                            "CREATE TABLE IF NOT EXISTS {} (path text PRIMARY KEY, data bytea NOT NULL, "
-                            "modified timestamptz NOT NULL DEFAULT now())"
-                        ).format(table)
-                    )
-                    self._tables.add(schema)
-                cursor = self._connection.execute(q.SQL(sql).format(table=table), params)
-                return cursor.fetchall() if cursor.description else [(cursor.rowcount,)]
-            except psycopg.Error as exc:
-                raise StorageError(f"the files of schema {schema}: {one_line(exc)}") from None
+        try:
+            connection = connection_of(self._url)
+            table = q.Identifier(schema, FILES_TABLE)
+            if schema not in self._tables:
+                connection.execute(
+                    q.SQL(
+                        "CREATE TABLE IF NOT EXISTS {} (path text PRIMARY KEY, data bytea NOT NULL, "
+                        "modified timestamptz NOT NULL DEFAULT now())"
+                    ).format(table)
+                )
+                self._tables.add(schema)
+            cursor = connection.execute(q.SQL(sql).format(table=table), params)
+            return cursor.fetchall() if cursor.description else [(cursor.rowcount,)]
+        except psycopg.Error as exc:
+            raise StorageError(f"the files of schema {schema}: {one_line(exc)}") from None
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -217,6 +213,25 @@ class DatabaseFileSystem(AbstractFileSystem):
 
     def invalidate_cache(self, path: str | None = None) -> None:
         """Nothing cached: every call asks the database."""
+
+
+#: One autocommitted connection per database URL and thread, kept for the process (a Location, a
+#: store, a Spark task each make a filesystem: a connection each would soon use up the server's).
+_CONNECTIONS: dict[tuple[str, int], Any] = {}
+_CONNECTIONS_LOCK = threading.Lock()
+
+
+def connection_of(url: str) -> Any:
+    import psycopg
+
+    key = (url, threading.get_ident())
+    with _CONNECTIONS_LOCK:
+        connection = _CONNECTIONS.get(key)
+    if connection is None or connection.closed or connection.broken:
+        connection = psycopg.connect(url, autocommit=True, connect_timeout=30)
+        with _CONNECTIONS_LOCK:
+            _CONNECTIONS[key] = connection
+    return connection
 
 
 class _Upload(io.BytesIO):

@@ -122,7 +122,7 @@ def recreated_topics(sink: Any, manifest: Mapping[str, Any]) -> set[str]:
     found: set[str] = set()
     seq = int(manifest["seq"]) - 1
     while wanted and seq >= 1 and int(manifest["seq"]) - seq <= RECREATED_LOOKBACK:
-        entry = sink.look_up(seq)
+        entry = sink.entry(seq)
         if entry is None:
             break
         then = entry.get("topic_ids") or {}

@@ -28,24 +28,27 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kafka_batch_provider.core.merging import MergeSpec
+from kafka_batch_provider.core.merging import DELETE_OP, OP_COLUMN, ORDER_COLUMN, UPSERT_OP, MergeSpec
 from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
-from kafka_batch_provider.output.database_files import FILES_TABLE, files_uri, one_line
+from kafka_batch_provider.output.database_files import FILES_TABLE, connection_of, files_uri, one_line
 from kafka_batch_provider.output.location import Location
-from kafka_batch_provider.output.merge_source import prefetched
+from kafka_batch_provider.output.merge_source import merge_batch, prefetched
 from kafka_batch_provider.output.postgres_copy import csv_text
+from kafka_batch_provider.output.tables import table_merge
 
 POSTGRES = "postgres"
 LOG_TABLE = "kafka_batch_log"
 DATA = "data"
 CONTROL = "_kafka_batch"
+#: The temporary table a merged batch's reduced rows are copied into (dropped at commit).
+SOURCE_TABLE = "kafka_batch_source"
 #: Rows turned into COPY text at a time (output/postgres_copy.py): what the driver holds at once.
 COPY_ROWS = 50_000
 
@@ -69,12 +72,6 @@ class PostgresSink:
     dead_letter_root = f"{CONTROL}/_dead_letters"
 
     def __init__(self, url: str, table: str, merge: MergeSpec | None = None) -> None:
-        if merge is not None and merge.merges:
-            raise ConfigError(
-                f"{Setting('mode', merge.mode)}: a PostgreSQL table appends its batches for now "
-                "(upsert and changes come with the merge into a database)",
-                setting=Setting("mode"),
-            )
         self._url = url
         self.schema, self.table_name = split_table(table)
         self.name = f"{self.schema}.{self.table_name}"
@@ -89,10 +86,11 @@ class PostgresSink:
     # -- SQL -----------------------------------------------------------------------------------
 
     def connect(self) -> Any:
+        """This thread's connection to the database (autocommitted; ``transaction()`` for more)."""
         import psycopg
 
         try:
-            return psycopg.connect(self._url, connect_timeout=30)
+            return connection_of(self._url)
         except psycopg.Error as exc:
             raise StorageError(f"{self.label}: {one_line(exc)}") from None
 
@@ -116,14 +114,14 @@ class PostgresSink:
         import psycopg
         from psycopg import sql
 
-        with self.connect() as conn:
-            try:
-                found = conn.execute("SELECT to_regclass(%s)", (f'"{self.schema}".{LOG_TABLE}',)).fetchone()
-                if found is None or found[0] is None:
-                    return []
-                return conn.execute(sql.SQL(statement).format(log=self.identifier(LOG_TABLE)), params).fetchall()
-            except psycopg.Error as exc:
-                raise StorageError(f"{self.label}: {one_line(exc)}") from None
+        conn = self.connect()
+        try:
+            found = conn.execute("SELECT to_regclass(%s)", (f'"{self.schema}".{LOG_TABLE}',)).fetchone()
+            if found is None or found[0] is None:
+                return []
+            return conn.execute(sql.SQL(statement).format(log=self.identifier(LOG_TABLE)), params).fetchall()
+        except psycopg.Error as exc:
+            raise StorageError(f"{self.label}: {one_line(exc)}") from None
 
     # -- the log -------------------------------------------------------------------------------
 
@@ -152,36 +150,39 @@ class PostgresSink:
         from psycopg import sql
 
         seq = int(manifest["seq"])
-        with self.connect() as conn:
-            try:
-                with conn.transaction():
-                    self.ensure_log(conn)
-                    # One writer at a time per output: the check below and the insert are one step.
-                    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"kafka_batch:{self.name}",))
-                    [(newest,)] = conn.execute(
-                        sql.SQL("SELECT coalesce(max(seq), 0) FROM {} WHERE output = %s").format(
-                            self.identifier(LOG_TABLE)
-                        ),
-                        (self.name,),
-                    ).fetchall()
-                    if newest >= seq:
-                        return False
-                    if newest != seq - 1:
-                        raise ManifestError(f"{self.label} holds batch {newest} as its newest: cannot add {seq}")
+        conn = self.connect()
+        try:
+            with conn.transaction():
+                self.ensure_log(conn)
+                # One writer at a time per output: the check below and the insert are one step.
+                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"kafka_batch:{self.name}",))
+                [(newest,)] = conn.execute(
+                    sql.SQL("SELECT coalesce(max(seq), 0) FROM {} WHERE output = %s").format(
+                        self.identifier(LOG_TABLE)
+                    ),
+                    (self.name,),
+                ).fetchall()
+                if newest >= seq:
+                    return False
+                if newest != seq - 1:
+                    raise ManifestError(f"{self.label} holds batch {newest} as its newest: cannot add {seq}")
+                if self.merging:
+                    self.merge_rows(conn, manifest)
+                else:
                     self.copy_rows(conn, manifest)
+                conn.execute(
+                    sql.SQL("INSERT INTO {} (output, seq, batch_id, entry) VALUES (%s, %s, %s, %s)").format(
+                        self.identifier(LOG_TABLE)
+                    ),
+                    (self.name, seq, manifest["batch_id"], json.dumps(manifest)),
+                )
+                if manifest.get("location"):  # the staged rows are the table's now
                     conn.execute(
-                        sql.SQL("INSERT INTO {} (output, seq, batch_id, entry) VALUES (%s, %s, %s, %s)").format(
-                            self.identifier(LOG_TABLE)
-                        ),
-                        (self.name, seq, manifest["batch_id"], json.dumps(manifest)),
+                        sql.SQL("DELETE FROM {} WHERE starts_with(path, %s)").format(self.identifier(FILES_TABLE)),
+                        (f"{self.name}/{DATA}/{manifest['batch_id']}/",),
                     )
-                    if manifest.get("location"):  # the staged rows are the table's now
-                        conn.execute(
-                            sql.SQL("DELETE FROM {} WHERE starts_with(path, %s)").format(self.identifier(FILES_TABLE)),
-                            (f"{self.name}/{DATA}/{manifest['batch_id']}/",),
-                        )
-            except psycopg.Error as exc:
-                raise StorageError(f"{self.label}: {one_line(exc)}") from None
+        except psycopg.Error as exc:
+            raise StorageError(f"{self.label}: {one_line(exc)}") from None
         return True
 
     def copy_rows(self, conn: Any, manifest: Mapping[str, Any]) -> None:
@@ -206,13 +207,147 @@ class PostgresSink:
                 for text in prefetched(csv_text(batch) for batch in rows.iter_batches(batch_size=COPY_ROWS)):
                     copy.write(text)
 
-    def ensure_table(self, conn: Any, schema: pa.Schema) -> None:
+    def ensure_table(self, conn: Any, schema: pa.Schema, key_columns: Sequence[str] = ()) -> None:
+        """The table with ``schema``'s columns: created (its primary key ``key_columns``), or given the
+        columns it lacks (in this transaction: a batch that adds a column adds it with its rows)."""
         from psycopg import sql
 
-        columns = sql.SQL(", ").join(
-            sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(column_type(f.type, f.name))) for f in schema
+        def declared(f: pa.Field) -> Any:
+            return sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(declared_type(f)))
+
+        target = self.identifier(self.table_name)
+        found = self.table_columns(conn)
+        if not found:
+            columns = [declared(f) for f in schema]
+            if key_columns:
+                columns.append(sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(map(sql.Identifier, key_columns))))
+            conn.execute(sql.SQL("CREATE TABLE {} ({})").format(target, sql.SQL(", ").join(columns)))
+            return
+        have = set(found)
+        for f in schema:
+            if f.name not in have:
+                conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN {}").format(target, declared(f)))
+
+    def table_columns(self, conn: Any) -> list[str]:
+        """The table's columns in order (none while it does not exist)."""
+        return [
+            name
+            for (name,) in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+                "ORDER BY ordinal_position",
+                (self.schema, self.table_name),
+            ).fetchall()
+        ]
+
+    # -- merged tables ---------------------------------------------------------------------------
+
+    @property
+    def merging(self) -> bool:
+        return self.merge is not None and self.merge.merges
+
+    def merge_rows(self, conn: Any, manifest: dict[str, Any]) -> None:
+        """The batch's changes, each key's newest, applied where newer than the row (the merge engine of
+        the Delta and Iceberg tables, :func:`~kafka_batch_provider.output.merge_source.merge_batch`):
+        the reduced rows copied into a temporary table, then a truncate, the deletes, the updates and
+        the inserts (``ON CONFLICT DO NOTHING``: a stale change never wins) in this transaction."""
+        from psycopg import sql
+
+        merged = merge_batch(self, manifest, conn)
+        keys = merged.key_columns
+        order = sql.Identifier(ORDER_COLUMN)
+        target, source = self.identifier(self.table_name), sql.Identifier(SOURCE_TABLE)
+        if not keys:  # a batch of truncates only: no rows to create a table from
+            if merged.truncated_at is not None and self.table_columns(conn):
+                conn.execute(
+                    sql.SQL('DELETE FROM {} WHERE {} < %s COLLATE "C"').format(target, order), (merged.truncated_at,)
+                )
+            return
+        self.ensure_table(conn, merged.row_schema, keys)
+        columns = {f.name: declared_type(f) for f in merged.source.schema}
+        conn.execute(
+            sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DROP").format(
+                source,
+                sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in columns.items()),
+            )
         )
-        conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(self.identifier(self.table_name), columns))
+        names = sql.SQL(", ").join(map(sql.Identifier, merged.source.column_names))
+        with conn.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(source, names)) as copy:
+            for text in prefetched(csv_text(b) for b in merged.source.to_batches(max_chunksize=COPY_ROWS)):
+                copy.write(text)
+        if merged.truncated_at is not None:  # rows older than the batch's newest truncate leave the table
+            conn.execute(
+                sql.SQL('DELETE FROM {} WHERE {} < %s COLLATE "C"').format(target, order), (merged.truncated_at,)
+            )
+        same_key = sql.SQL(" AND ").join(sql.SQL("t.{0} = s.{0}").format(sql.Identifier(k)) for k in keys)
+        newer = sql.SQL('s.{0} COLLATE "C" > t.{0} COLLATE "C"').format(order)
+        op = sql.Identifier(OP_COLUMN)
+        conn.execute(
+            sql.SQL("DELETE FROM {} t USING {} s WHERE s.{} = %s AND {} AND {}").format(
+                target, source, op, same_key, newer
+            ),
+            (DELETE_OP,),
+        )
+        table_columns = self.table_columns(conn)
+        row_columns = merged.row_columns
+        updates = []
+        for name in table_columns:  # the whole row is replaced; a column the change left unavailable stays
+            if name in keys:
+                continue
+            if name in merged.keep:
+                value = sql.SQL("CASE WHEN s.{} THEN t.{} ELSE s.{} END").format(
+                    sql.Identifier(merged.keep[name]), sql.Identifier(name), sql.Identifier(name)
+                )
+            elif name in row_columns:
+                value = sql.SQL("s.{}").format(sql.Identifier(name))
+            else:
+                value = sql.SQL("NULL")
+            updates.append(sql.SQL("{} = {}").format(sql.Identifier(name), value))
+        if updates:
+            conn.execute(
+                sql.SQL("UPDATE {} t SET {} FROM {} s WHERE s.{} = %s AND {} AND {}").format(
+                    target, sql.SQL(", ").join(updates), source, op, same_key, newer
+                ),
+                (UPSERT_OP,),
+            )
+        inserted = sql.SQL(", ").join(map(sql.Identifier, row_columns))
+        conn.execute(
+            sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} s WHERE s.{} = %s ON CONFLICT ({}) DO NOTHING").format(
+                target, inserted, inserted, source, op, sql.SQL(", ").join(map(sql.Identifier, keys))
+            ),
+            (UPSERT_OP,),
+        )
+
+    def rows_at(self, conn: Any, key_columns: Sequence[str], keys: Collection[tuple], columns: Sequence[str]) -> dict:
+        """The table's rows at ``keys`` (their key and ``columns``), as this transaction sees it."""
+        from psycopg import sql
+
+        if not keys or not key_columns:
+            return {}
+        have = set(self.table_columns(conn))
+        if not set(key_columns) <= have:
+            return {}
+        wanted = [c for c in columns if c in have and c not in key_columns]
+        selected = sql.SQL(", ").join(map(sql.Identifier, [*key_columns, *wanted]))
+        if len(key_columns) == 1:
+            match = sql.SQL("{} = ANY(%s)").format(sql.Identifier(key_columns[0]))
+            params: tuple[Any, ...] = ([key[0] for key in keys],)
+        else:
+            row = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(key_columns)))
+            match = sql.SQL("({}) IN (VALUES {})").format(
+                sql.SQL(", ").join(map(sql.Identifier, key_columns)), sql.SQL(", ").join([row] * len(keys))
+            )
+            params = tuple(value for key in keys for value in key)
+        rows = conn.execute(
+            sql.SQL("SELECT {} FROM {} WHERE {}").format(selected, self.identifier(self.table_name), match), params
+        ).fetchall()
+        return {tuple(row[: len(key_columns)]): dict(zip(wanted, row[len(key_columns) :])) for row in rows}
+
+    def rows_before(
+        self, seq: int, key_columns: Sequence[str], keys: Collection[tuple], columns: Sequence[str]
+    ) -> dict:
+        """Nothing: a database table has no earlier versions to read (a moved row whose old key an
+        earlier batch deleted gets null for its unchanged TOASTed columns, counted as ``unresolved``)."""
+        return {}
 
     # -- staging -------------------------------------------------------------------------------
 
@@ -277,10 +412,16 @@ def column_type(kind: pa.DataType, name: str) -> str:
     raise ConfigError(f"column {name}: PostgreSQL has no type for {kind}")
 
 
+def declared_type(f: pa.Field) -> str:
+    """A column's declared type (the ordering values compare bytewise, whatever the database's collation)."""
+    return column_type(f.type, f.name) + (' COLLATE "C"' if f.name == ORDER_COLUMN else "")
+
+
 def open_postgres_store(spec: Any):
     """The store of ``spec.table`` in the database at ``spec.database_url`` (the table is created
-    by its first batch's transaction)."""
+    by its first batch's transaction); a table keeps the merge mode of its batches."""
     from kafka_batch_provider.output.store import BatchStore
 
     sink = PostgresSink(str(spec.database_url), str(spec.table), spec.merge)
+    sink.merge = table_merge(sink.label, sink.tail(), sink.merge)
     return BatchStore(sink.data.uri_of(CONTROL), {"url": spec.database_url}, sink=sink)

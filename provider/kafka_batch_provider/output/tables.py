@@ -117,17 +117,7 @@ class TableFiles:
 
         What a truncate does is the run's choice, never adopted: ``apply`` holds for the run that
         says so; a run that does not say refuses truncates."""
-        if newest is None:
-            return
-        found = MergeSpec.from_description((newest.get("options") or {}).get("merge"))
-        if self.merge is None:
-            self.merge = replace(found, on_truncate="refuse") if found.merges else found
-        elif not found.keeps(self.merge):
-            raise ConfigError(
-                f"{self.label} is merged as {found.describe()}, this run asks for {self.merge.describe()}: "
-                "a table keeps its mode, merge key and ordering (ingest into a new table to change them)",
-                setting=Setting("mode", found.mode),
-            )
+        self.merge = table_merge(self.label, newest, self.merge)
 
     def look_up(self, seq: int) -> dict[str, Any] | None:
         """The batch ``seq`` from the table (its history, or a forgotten entry), ``None`` if absent."""
@@ -303,6 +293,23 @@ class TableFiles:
                 "its commit: cannot tell where the output stands"
             )
         return {**candidates[0], "forgotten_by_table": True}
+
+
+def table_merge(label: str, newest: Mapping[str, Any] | None, asked: MergeSpec | None) -> MergeSpec | None:
+    """How a table merges its batches: as its newest batch did, unless this run asks otherwise,
+    which is refused (``None`` for a table without batches that asks nothing)."""
+    if newest is None:
+        return asked
+    found = MergeSpec.from_description((newest.get("options") or {}).get("merge"))
+    if asked is None:
+        return replace(found, on_truncate="refuse") if found.merges else found
+    if not found.keeps(asked):
+        raise ConfigError(
+            f"{label} is merged as {found.describe()}, this run asks for {asked.describe()}: "
+            "a table keeps its mode, merge key and ordering (ingest into a new table to change them)",
+            setting=Setting("mode", found.mode),
+        )
+    return asked
 
 
 def attempt_of(manifest: Mapping[str, Any]) -> str:

@@ -22,7 +22,7 @@ class PostgresKind:
     by_table = True
     uses_catalog = False
     uses_database = True
-    merges = False  # (append only, for now)
+    merges = True
     partitions = False
 
     def open_store(self, spec: OutputSpec, create: bool) -> BatchStore:
