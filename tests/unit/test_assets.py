@@ -91,3 +91,16 @@ def test_a_batch_that_wrote_nothing_emits_no_event_unless_asked():
     assert not emits_event(empty, emit_empty=False) and emits_event(empty, emit_empty=True)
     only_dead = batch_event_extra({**ENTRY, "rows": 0}, {}, True)
     assert emits_event(only_dead, emit_empty=False), "dead letters are news too"
+
+
+def test_a_postgres_table_is_named_as_airflows_postgres_provider_and_openlineage_name_it():
+    from kafka_batch_provider.core.lineage import dataset_name
+    from kafka_batch_provider.operators.assets import output_asset_uri
+    from kafka_batch_provider.output.formats import OutputSpec
+
+    spec = OutputSpec(format="postgres", table="public.orders", database_url="postgresql://u:secret@db.internal/shop")
+    described = spec.describe()
+    assert described["database"] == "postgresql://db.internal:5432/shop" and "secret" not in str(described)
+    uri = output_asset_uri(described)
+    assert uri == "postgres://db.internal:5432/shop/public/orders", uri
+    assert dataset_name(uri) == ("postgres://db.internal:5432", "shop.public.orders")

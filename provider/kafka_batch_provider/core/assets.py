@@ -45,6 +45,17 @@ def iceberg_asset_uri(table: str | None, catalog: str | None = None) -> str:
     return f"{ICEBERG_SCHEME}://{quote(catalog or DEFAULT_CATALOG, safe='')}/{quote(namespace)}/{quote(name)}"
 
 
+def postgres_asset_uri(database: str | None, table: str | None) -> str:
+    """``postgres://HOST:PORT/DB/SCHEMA/TABLE`` (Airflow's Postgres provider's form) of ``table``
+    (``SCHEMA.NAME``) in ``database`` (``postgresql://HOST:PORT/DB``, no credentials)."""
+    parts = urlsplit(database or "")
+    name = parts.path.strip("/")
+    if not parts.hostname or not name or not table or "." not in table:
+        raise ConfigError(f"a PostgreSQL output's asset needs its database and table, got {table!r}")
+    schema, relation = table.split(".", 1)
+    return f"postgres://{parts.hostname}:{parts.port or 5432}/{quote(name)}/{quote(schema)}/{quote(relation)}"
+
+
 def location_asset_uri(output_format: str, location_uri: str | None) -> str:
     """The asset URI of an output named by its location: the location's canonical URI
     (``Location.uri``: ``file:///abs/path``, ``s3://bucket/path``; the same location spelled

@@ -38,12 +38,8 @@ def output_asset_uri(output: Mapping[str, Any], catalog_properties: Mapping[str,
     """The asset URI of an output as the plan's XCom describes it (format, output, table): a
     location by its canonical URI (:class:`~kafka_batch_provider.output.location.Location`)."""
     from kafka_batch_provider.output.kinds import kind_of
-    from kafka_batch_provider.output.location import Location
 
-    kind = kind_of(str(output.get("format") or "parquet"))
-    catalog = (catalog_properties or {}).get("name")
-    location = Location(str(output["output"])).uri if not kind.by_table and output.get("output") else None
-    return kind.asset_uri(location, output.get("table"), catalog)
+    return kind_of(str(output.get("format") or "parquet")).asset_uri(output, (catalog_properties or {}).get("name"))
 
 
 def asset_of(uri: str) -> Any:

@@ -27,6 +27,7 @@ import argparse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from kafka_batch_provider.core.merging import MergeSpec
 from kafka_batch_provider.core.settings import Advice, Setting
@@ -151,7 +152,15 @@ class OutputSpec:
         }
         if self.merge is not None:
             described["merge"] = self.merge.describe()
+        if self.database_url:
+            described["database"] = database_without_credentials(self.database_url)
         return described
+
+
+def database_without_credentials(url: str) -> str:
+    """``postgresql://HOST:PORT/DB`` of a database URL: no user, password or parameters."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}:{parts.port or 5432}{parts.path}"
 
 
 def formats(names: Iterable[str]) -> str:

@@ -12,8 +12,8 @@ These modules import no table library at import time: operators and DAG files as
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kafka_batch_provider.errors import ConfigError
 
@@ -45,7 +45,10 @@ class OutputKind(Protocol):
         """Whether there is an output yet to read a log from (before the first plan there may be none)."""
         ...
 
-    def asset_uri(self, location_uri: str | None, table: str | None, catalog: str | None) -> str: ...
+    def asset_uri(self, output: Mapping[str, Any], catalog: str | None) -> str:
+        """The asset URI of the output as :meth:`OutputSpec.describe` shows it (``catalog``: an
+        Iceberg catalog's name)."""
+        ...
 
     def output_of_plan(self, plan_path: str) -> str:
         """The ``--output`` holding the plan file ``plan_path``."""

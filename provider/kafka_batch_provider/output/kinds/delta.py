@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.output.sink import DELTA
@@ -32,10 +32,11 @@ class DeltaKind:
     def exists(self, spec: OutputSpec) -> bool:
         return True  # (a location without a table yet is a table without batches)
 
-    def asset_uri(self, location_uri: str | None, table: str | None, catalog: str | None) -> str:
+    def asset_uri(self, output: Mapping[str, Any], catalog: str | None) -> str:
         from kafka_batch_provider.core.assets import location_asset_uri
+        from kafka_batch_provider.output.location import Location
 
-        return location_asset_uri(self.name, location_uri)
+        return location_asset_uri(self.name, Location(str(output["output"])).uri if output.get("output") else None)
 
     def output_of_plan(self, plan_path: str) -> str:
         """The table above ``<table>/_kafka_batch/_plans/<plan>``."""

@@ -4,8 +4,8 @@ describe; plans and commit records in ``_kafka_batch/`` of the table's location
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from kafka_batch_provider.errors import StorageError
 from kafka_batch_provider.output.sink import ICEBERG
@@ -39,10 +39,10 @@ class IcebergKind:
         except (OSError, ValueError) as exc:
             raise StorageError(f"Iceberg catalog of {spec.table}: {exc}") from None
 
-    def asset_uri(self, location_uri: str | None, table: str | None, catalog: str | None) -> str:
+    def asset_uri(self, output: Mapping[str, Any], catalog: str | None) -> str:
         from kafka_batch_provider.core.assets import iceberg_asset_uri
 
-        return iceberg_asset_uri(table, catalog)
+        return iceberg_asset_uri(output.get("table"), catalog)
 
     def output_of_plan(self, plan_path: str) -> str:
         return ""  # (the table, not a path, names the output: --table says which)

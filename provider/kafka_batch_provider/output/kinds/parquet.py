@@ -3,8 +3,8 @@ holds its data, offset log, plans and commit records (:mod:`kafka_batch_provider
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from kafka_batch_provider.output.sink import PARQUET
 
@@ -31,10 +31,11 @@ class ParquetKind:
     def exists(self, spec: OutputSpec) -> bool:
         return True  # (an empty folder is an output without batches)
 
-    def asset_uri(self, location_uri: str | None, table: str | None, catalog: str | None) -> str:
+    def asset_uri(self, output: Mapping[str, Any], catalog: str | None) -> str:
         from kafka_batch_provider.core.assets import location_asset_uri
+        from kafka_batch_provider.output.location import Location
 
-        return location_asset_uri(self.name, location_uri)
+        return location_asset_uri(self.name, Location(str(output["output"])).uri if output.get("output") else None)
 
     def output_of_plan(self, plan_path: str) -> str:
         from kafka_batch_provider.output.store import output_of_plan_file

@@ -4,11 +4,8 @@ names; rows, offset log and the protocol's files all in that database
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
-from urllib.parse import quote, urlsplit
-
-from kafka_batch_provider.errors import ConfigError
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kafka_batch_provider.core.upkeep import UpkeepReport, UpkeepSettings
@@ -33,15 +30,11 @@ class PostgresKind:
     def exists(self, spec: OutputSpec) -> bool:
         return True  # (a schema without the log table yet is an output without batches)
 
-    def asset_uri(self, location_uri: str | None, table: str | None, catalog: str | None) -> str:
-        """``postgres://HOST:PORT/DB/SCHEMA/TABLE``, as Airflow's Postgres provider names a table;
-        ``location_uri``: the output's files (``dbfiles://HOST:PORT/DB/SCHEMA.TABLE``)."""
-        parts = urlsplit(location_uri or "")
-        database, _, _ = parts.path.strip("/").partition("/")
-        if not parts.netloc or not database or not table or "." not in table:
-            raise ConfigError(f"a PostgreSQL output's asset needs its database and table, got {table!r}")
-        schema, name = table.split(".", 1)
-        return f"postgres://{parts.netloc}/{quote(database)}/{quote(schema)}/{quote(name)}"
+    def asset_uri(self, output: Mapping[str, Any], catalog: str | None) -> str:
+        """``postgres://HOST:PORT/DB/SCHEMA/TABLE``, as Airflow's Postgres provider names a table."""
+        from kafka_batch_provider.core.assets import postgres_asset_uri
+
+        return postgres_asset_uri(output.get("database"), output.get("table"))
 
     def output_of_plan(self, plan_path: str) -> str:
         return ""  # (the table, not a path, names the output: --table says which)
