@@ -147,7 +147,12 @@ def test_generated_change_streams_leave_each_table_equal_to_the_source(
     key_type = pa.struct([("id", pa.int32())])
     staged_as = "bytes" if value_format == "schemaless" else value_format
     topic = staged_topic(fmt, tmp_path_factory.mktemp(fmt), CHANGES, staged_as, key_type)
-    source = Source(schemas=value_format != "schemaless")
+    replay(steps, topic, Source(schemas=value_format != "schemaless"), fmt)
+
+
+def replay(steps: list, topic, source: Source, label: str) -> None:
+    """``steps`` applied to ``source``, each batch committed to ``topic``'s table, which must equal
+    the source after every batch."""
     for step in [*steps, ("batch",)]:
         if step[0] != "batch":
             source.apply(step)
@@ -159,7 +164,7 @@ def test_generated_change_streams_leave_each_table_equal_to_the_source(
         found = {k: {c: r.get(c) for c in source_columns(source)} for k, r in topic.rows("id").items()}
         expected = {k: {c: r.get(c) for c in source_columns(source)} for k, r in source.rows.items()}
         assert found == expected, (
-            f"{fmt} after {len(topic.batches)} batch(es) of {steps}: expected {expected}, found {found}"
+            f"{label} after {len(topic.batches)} batch(es) of {steps}: expected {expected}, found {found}"
         )
 
 
@@ -178,17 +183,4 @@ def test_generated_change_streams_leave_a_postgres_table_equal_to_the_source(
     key_type = pa.struct([("id", pa.int32())])
     staged_as = "bytes" if value_format == "schemaless" else value_format
     topic = staged_topic("postgres", None, CHANGES, staged_as, key_type, database_url=postgres_database.url)
-    source = Source(schemas=value_format != "schemaless")
-    for step in [*steps, ("batch",)]:
-        if step[0] != "batch":
-            source.apply(step)
-            continue
-        events = source.batch()
-        if not events:
-            continue
-        topic.commit(events)
-        found = {k: {c: r.get(c) for c in source_columns(source)} for k, r in topic.rows("id").items()}
-        expected = {k: {c: r.get(c) for c in source_columns(source)} for k, r in source.rows.items()}
-        assert found == expected, (
-            f"postgres after {len(topic.batches)} batch(es) of {steps}: expected {expected}, found {found}"
-        )
+    replay(steps, topic, Source(schemas=value_format != "schemaless"), "postgres")

@@ -41,7 +41,7 @@ from kafka_batch_provider.output.database_files import FILES_TABLE, connection_o
 from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.output.merge_source import merge_batch, prefetched
 from kafka_batch_provider.output.postgres_copy import csv_text
-from kafka_batch_provider.output.tables import table_merge
+from kafka_batch_provider.output.tables import clean_attempts, table_merge
 
 POSTGRES = "postgres"
 LOG_TABLE = "kafka_batch_log"
@@ -369,10 +369,7 @@ class PostgresSink:
         """Nothing to check: the rows and the entry committed together."""
 
     def clean_staging(self, batch_id: str, keep: str | None = None) -> None:
-        """Remove the staged files of ``batch_id``'s attempts other than ``keep``."""
-        for attempt in self.data.list_names(f"{DATA}/{batch_id}"):
-            if f"{DATA}/{batch_id}/{attempt}" != keep:
-                self.data.delete_tree(f"{DATA}/{batch_id}/{attempt}")
+        clean_attempts(self.data, batch_id, keep)
 
     def drop_saved_manifest(self, manifest: dict[str, Any]) -> None:
         """Nothing saved: the log entry is the manifest."""

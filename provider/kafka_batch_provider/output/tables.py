@@ -187,13 +187,7 @@ class TableFiles:
         return False
 
     def clean_staging(self, batch_id: str, keep: str | None = None) -> None:
-        """Remove the folders of ``batch_id``'s attempts other than ``keep`` (never another batch's)."""
-        if keep is None:
-            self.data.delete_tree(f"{DATA}/{batch_id}")
-            return
-        for attempt in self.data.list_names(f"{DATA}/{batch_id}"):
-            if f"{DATA}/{batch_id}/{attempt}" != keep:
-                self.data.delete_tree(f"{DATA}/{batch_id}/{attempt}")
+        clean_attempts(self.data, batch_id, keep)
 
     # -- saved manifests ---------------------------------------------------------------------
 
@@ -293,6 +287,17 @@ class TableFiles:
                 "its commit: cannot tell where the output stands"
             )
         return {**candidates[0], "forgotten_by_table": True}
+
+
+def clean_attempts(data: Location, batch_id: str, keep: str | None = None) -> None:
+    """Remove the folders of ``batch_id``'s attempts (``data/<batch id>/<attempt>``) other than
+    ``keep`` (never another batch's)."""
+    if keep is None:
+        data.delete_tree(f"{DATA}/{batch_id}")
+        return
+    for attempt in data.list_names(f"{DATA}/{batch_id}"):
+        if f"{DATA}/{batch_id}/{attempt}" != keep:
+            data.delete_tree(f"{DATA}/{batch_id}/{attempt}")
 
 
 def table_merge(label: str, newest: Mapping[str, Any] | None, asked: MergeSpec | None) -> MergeSpec | None:
