@@ -21,7 +21,7 @@ import io
 import threading
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from fsspec.spec import AbstractFileSystem
 
@@ -31,13 +31,36 @@ PROTOCOL = "dbfiles"
 FILES_TABLE = "kafka_batch_files"
 
 
+#: The one line for a URL that cannot be read (never quoting it: the password is in it).
+UNREADABLE_URL = (
+    "the database URL cannot be read as postgresql://USER:PASSWORD@HOST:PORT/DB: a password or user "
+    "holding '@', '/', ':', '%' or '#' must be percent-encoded (%40, %2F, %3A, %25, %23)"
+)
+
+
+def url_parts(url: str) -> tuple[str, int, str]:
+    """``(host, port, database)`` of a database URL, read as libpq reads it; a URL libpq and a URL
+    parser would read differently (a password with an unquoted ``@`` or ``/``) is refused in one line
+    that never quotes it."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        parts, libpq = urlsplit(url), conninfo_to_dict(url)
+        port = parts.port or 5432
+    except Exception:  # noqa: BLE001 - whatever the parsers say would quote the password
+        raise ConfigError(UNREADABLE_URL) from None
+    database = parts.path.strip("/")
+    if parts.scheme not in ("postgresql", "postgres") or not parts.hostname or not database:
+        raise ConfigError(UNREADABLE_URL)
+    if libpq.get("host") != parts.hostname or libpq.get("dbname") != unquote(database):
+        raise ConfigError(UNREADABLE_URL)
+    return parts.hostname, port, database
+
+
 def files_uri(url: str, table: str) -> str:
     """``dbfiles://HOST:PORT/DB/SCHEMA.TABLE``: where the files of ``table`` live (no secret)."""
-    parts = urlsplit(url)
-    database = parts.path.strip("/")
-    if not parts.hostname or not database:
-        raise ConfigError("the database URL needs a host and a database name (postgresql://USER@HOST:PORT/DB)")
-    return f"{PROTOCOL}://{parts.hostname}:{parts.port or 5432}/{database}/{table}"
+    host, port, database = url_parts(url)
+    return f"{PROTOCOL}://{host}:{port}/{database}/{table}"
 
 
 class DatabaseFileSystem(AbstractFileSystem):
@@ -91,11 +114,14 @@ class DatabaseFileSystem(AbstractFileSystem):
             connection = connection_of(self._url)
             table = q.Identifier(schema, FILES_TABLE)
             if schema not in self._tables:
-                connection.execute(
+                create_once(
+                    connection,
+                    schema,
+                    FILES_TABLE,
                     q.SQL(
                         "CREATE TABLE IF NOT EXISTS {} (path text PRIMARY KEY, data bytea NOT NULL, "
                         "modified timestamptz NOT NULL DEFAULT now())"
-                    ).format(table)
+                    ).format(table),
                 )
                 self._tables.add(schema)
             cursor = connection.execute(q.SQL(sql).format(table=table), params)
@@ -215,23 +241,31 @@ class DatabaseFileSystem(AbstractFileSystem):
         """Nothing cached: every call asks the database."""
 
 
-#: One autocommitted connection per database URL and thread, kept for the process (a Location, a
+#: One autocommitted connection per database URL and thread, for the thread's life (a Location, a
 #: store, a Spark task each make a filesystem: a connection each would soon use up the server's).
-_CONNECTIONS: dict[tuple[str, int], Any] = {}
-_CONNECTIONS_LOCK = threading.Lock()
+_THREAD = threading.local()
 
 
 def connection_of(url: str) -> Any:
     import psycopg
 
-    key = (url, threading.get_ident())
-    with _CONNECTIONS_LOCK:
-        connection = _CONNECTIONS.get(key)
+    connections = _THREAD.__dict__.setdefault("connections", {})
+    connection = connections.get(url)
     if connection is None or connection.closed or connection.broken:
         connection = psycopg.connect(url, autocommit=True, connect_timeout=30)
-        with _CONNECTIONS_LOCK:
-            _CONNECTIONS[key] = connection
+        connections[url] = connection
     return connection
+
+
+def create_once(connection: Any, schema: str, table: str, create: Any) -> None:
+    """Run ``create`` (a ``CREATE TABLE IF NOT EXISTS``) unless ``schema.table`` exists, under the
+    schema's advisory lock: two of them at once can both fail on the catalog's unique index."""
+    found = connection.execute("SELECT to_regclass(%s)", (f'"{schema}"."{table}"',)).fetchone()
+    if found is not None and found[0] is not None:
+        return
+    with connection.transaction():
+        connection.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"kafka_batch_schema:{schema}",))
+        connection.execute(create)
 
 
 class _Upload(io.BytesIO):

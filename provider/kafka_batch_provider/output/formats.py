@@ -27,12 +27,12 @@ import argparse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import urlsplit
 
 from kafka_batch_provider.core.merging import MergeSpec
 from kafka_batch_provider.core.settings import Advice, Setting
 from kafka_batch_provider.core.table_names import check_template, is_table_template, table_names
 from kafka_batch_provider.errors import ConfigError
+from kafka_batch_provider.output.database_files import url_parts
 from kafka_batch_provider.output.kinds import kind_of, kinds, known_kind, named_by_table
 from kafka_batch_provider.output.sink import PARQUET
 from kafka_batch_provider.output.store import BatchStore
@@ -92,6 +92,8 @@ class OutputSpec:
                 raise ConfigError(f"{chosen} needs the catalog's properties: {CATALOG_ADVICE}", setting=CATALOG)
             if kind.uses_database and not self.database_url:
                 raise ConfigError(f"{chosen} needs the database's URL: {DATABASE_ADVICE}", setting=DATABASE)
+            if kind.uses_database:
+                url_parts(str(self.database_url))  # (a URL that cannot be read: one line, never quoting it)
         else:
             if self.table:
                 raise ConfigError(
@@ -159,8 +161,8 @@ class OutputSpec:
 
 def database_without_credentials(url: str) -> str:
     """``postgresql://HOST:PORT/DB`` of a database URL: no user, password or parameters."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname}:{parts.port or 5432}{parts.path}"
+    host, port, database = url_parts(url)
+    return f"postgresql://{host}:{port}/{database}"
 
 
 def formats(names: Iterable[str]) -> str:

@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 from kafka_batch_provider.core.merging import DELETE_OP, OP_COLUMN, ORDER_COLUMN, UPSERT_OP, MergeSpec
 from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
-from kafka_batch_provider.output.database_files import FILES_TABLE, connection_of, files_uri, one_line
+from kafka_batch_provider.output.database_files import FILES_TABLE, connection_of, create_once, files_uri, one_line
 from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.output.merge_source import merge_batch, prefetched
 from kafka_batch_provider.output.postgres_copy import csv_text
@@ -47,6 +47,8 @@ POSTGRES = "postgres"
 LOG_TABLE = "kafka_batch_log"
 DATA = "data"
 CONTROL = "_kafka_batch"
+#: PostgreSQL's longest name (NAMEDATALEN - 1), in bytes.
+NAME_BYTES = 63
 #: The temporary table a merged batch's reduced rows are copied into (dropped at commit).
 SOURCE_TABLE = "kafka_batch_source"
 #: Rows turned into COPY text at a time (output/postgres_copy.py): what the driver holds at once.
@@ -100,13 +102,17 @@ class PostgresSink:
         return sql.Identifier(self.schema, name)
 
     def ensure_log(self, conn: Any) -> None:
+        """The schema's log table, created by one writer (``CREATE TABLE IF NOT EXISTS`` races)."""
         from psycopg import sql
 
-        conn.execute(
+        create_once(
+            conn,
+            self.schema,
+            LOG_TABLE,
             sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {} (output text NOT NULL, seq bigint NOT NULL, batch_id text NOT NULL, "
                 "entry jsonb NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (output, seq))"
-            ).format(self.identifier(LOG_TABLE))
+            ).format(self.identifier(LOG_TABLE)),
         )
 
     def query(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -148,12 +154,13 @@ class PostgresSink:
         free one (``False`` when another batch took it: nothing of this one stays)."""
         import psycopg
         from psycopg import sql
+        from psycopg.pq import TransactionStatus as pq_status
 
         seq = int(manifest["seq"])
         conn = self.connect()
         try:
+            self.ensure_log(conn)
             with conn.transaction():
-                self.ensure_log(conn)
                 # One writer at a time per output: the check below and the insert are one step.
                 conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"kafka_batch:{self.name}",))
                 [(newest,)] = conn.execute(
@@ -176,11 +183,13 @@ class PostgresSink:
                     ),
                     (self.name, seq, manifest["batch_id"], json.dumps(manifest)),
                 )
-                if manifest.get("location"):  # the staged rows are the table's now
+                if manifest.get("files"):  # the staged rows are the table's now (the dead letters are published next)
+                    names = [f"{self.name}/{manifest['location']}/{f['name']}" for f in manifest["files"]]
                     conn.execute(
-                        sql.SQL("DELETE FROM {} WHERE starts_with(path, %s)").format(self.identifier(FILES_TABLE)),
-                        (f"{self.name}/{DATA}/{manifest['batch_id']}/",),
+                        sql.SQL("DELETE FROM {} WHERE path = ANY(%s)").format(self.identifier(FILES_TABLE)), (names,)
                     )
+                if conn.info.transaction_status == pq_status.INERROR:  # (an error swallowed inside the block)
+                    raise StorageError(f"{self.label}: batch {manifest['batch_id']}: its transaction failed")
         except psycopg.Error as exc:
             raise StorageError(f"{self.label}: {one_line(exc)}") from None
         return True
@@ -375,9 +384,15 @@ class PostgresSink:
         """Nothing saved: the log entry is the manifest."""
 
     def check_columns(self, schema: pa.Schema) -> None:
-        """Refuse, before anything is read, a column PostgreSQL cannot hold."""
+        """Refuse, before anything is read, a column PostgreSQL cannot hold: a type it has not, or
+        a name longer than its 63 bytes (it would cut the name short, silently)."""
         for f in schema:
             column_type(f.type, f.name)
+            if len(f.name.encode()) > NAME_BYTES:
+                raise ConfigError(
+                    f"{self.label}: column {f.name[:40]!r}... is {len(f.name.encode())} bytes long, and PostgreSQL "
+                    f"names hold at most {NAME_BYTES}: rename the field, or write this topic to another format"
+                )
 
 
 def column_type(kind: pa.DataType, name: str) -> str:

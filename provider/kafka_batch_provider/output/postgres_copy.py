@@ -22,6 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
+from kafka_batch_provider.errors import ConfigError
+
 #: Each byte's two hex digits, as one 16-bit word (little or big endian alike: the bytes are text).
 HEX_PAIRS = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), dtype=np.uint16)
 
@@ -29,26 +31,39 @@ HEX_PAIRS = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), dtype=np.ui
 def csv_text(batch: pa.RecordBatch | pa.Table) -> bytes:
     """``batch`` as ``COPY`` CSV (no header), each column in the text its PostgreSQL type reads."""
     table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
-    columns = [as_text(table.column(i).combine_chunks()) for i in range(table.num_columns)]
+    columns = [as_text(table.column(i).combine_chunks(), name) for i, name in enumerate(table.column_names)]
     out = io.BytesIO()
     pa_csv.write_csv(pa.table(columns, names=table.column_names), out, pa_csv.WriteOptions(include_header=False))
     return out.getvalue()
 
 
-def as_text(column: pa.Array) -> pa.Array:
-    """A column as pyarrow's CSV writer can write it for PostgreSQL."""
+def as_text(column: pa.Array, name: str = "") -> pa.Array:
+    """A column as pyarrow's CSV writer can write it for PostgreSQL; a value PostgreSQL cannot hold
+    is refused in one line naming the column (every retry would fail the same way)."""
     kind = column.type
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         return bytea_hex(column.cast(pa.binary()))
     if pa.types.is_struct(kind) or pa.types.is_map(kind):
-        return json_text(column)
+        return no_nul(json_text(column, name), name)
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
         inner = kind.value_type
         nested = pa.types.is_struct(inner) or pa.types.is_map(inner) or pa.types.is_list(inner)
-        return json_text(column) if nested else array_text(column)
+        return no_nul(json_text(column, name) if nested else array_text(column), name)
     if pa.types.is_null(kind):
         return column.cast(pa.string())
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+        return no_nul(column.cast(pa.string()), name)
     return column
+
+
+def no_nul(text: pa.Array, name: str) -> pa.Array:
+    """``text``, unless a value holds a NUL character (raw, or ``\u0000`` in JSON), which PostgreSQL's
+    text and jsonb cannot store."""
+    if len(text) and pc.any(pc.or_(pc.match_substring(text, "\x00"), pc.match_substring(text, "\\u0000"))).as_py():
+        raise ConfigError(
+            f"column {name}: a value holds a NUL character (\\u0000), which PostgreSQL text and jsonb cannot store"
+        )
+    return text
 
 
 def bytea_hex(column: pa.Array) -> pa.Array:
@@ -74,16 +89,22 @@ def bytea_hex(column: pa.Array) -> pa.Array:
     return pc.if_else(column.is_null(), pa.scalar(None, pa.string()), text) if column.null_count else text
 
 
-def json_text(column: pa.Array) -> pa.Array:
+def json_text(column: pa.Array, name: str = "") -> pa.Array:
     """Nested values as JSON text (``jsonb``); an empty list is ``[]`` without a Python object."""
     if (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)) and len(column):
         empty = pc.fill_null(pc.equal(pc.list_value_length(column), 0), False)
         if pc.all(pc.or_(empty, column.is_null())).as_py():  # (Kafka headers: mostly none)
             return pc.if_else(column.is_null(), pa.scalar(None, pa.string()), pa.scalar("[]"))
-    return pa.array(
-        [None if v is None else json.dumps(v, default=jsonable, separators=(",", ":")) for v in column.to_pylist()],
-        pa.string(),
-    )
+    try:
+        texts = [
+            None if v is None else json.dumps(v, default=jsonable, separators=(",", ":"), allow_nan=False)
+            for v in column.to_pylist()
+        ]
+    except ValueError:
+        raise ConfigError(
+            f"column {name}: a nested value holds NaN or an infinite number, which jsonb cannot store"
+        ) from None
+    return pa.array(texts, pa.string())
 
 
 def array_text(column: pa.Array) -> pa.Array:
