@@ -25,9 +25,13 @@ pytestmark = pytest.mark.xdist_group("postgres")
 
 
 def run(db, topic: str, group: str, *more: str, env: dict | None = None):
+    """``kafka-batch run`` into ``public.orders``, on the session's Spark Connect server when the test
+    set ``KAFKA_BATCH_TEST_REMOTE`` (spark-submit otherwise: the URL reaches it by its environment)."""
+    remote = os.environ.get("KAFKA_BATCH_TEST_REMOTE")
     return cli(
         "run", "--bootstrap-servers", os.environ.get("KAFKA_BATCH_TEST_BOOTSTRAP", ""), "--topic", topic,
         "--group", group, "--format", "postgres", "--table", "public.orders", *more,
+        *(["--spark-remote", remote] if remote else []),
         env={"KAFKA_BATCH_DATABASE_URL": db.url, **(env or {})},
     )  # fmt: skip
 
@@ -38,9 +42,10 @@ def table_offsets(db) -> list[tuple[int, int]]:
 
 
 def test_a_topic_lands_in_a_postgres_table_exactly_once_and_resumes_from_the_tables_offsets(
-    postgres_database, kafka_config, kafka_bootstrap_servers, new_topic, group_id, monkeypatch
+    postgres_database, kafka_config, kafka_bootstrap_servers, new_topic, group_id, monkeypatch, spark_connect_remote
 ):
     monkeypatch.setenv("KAFKA_BATCH_TEST_BOOTSTRAP", kafka_bootstrap_servers)
+    monkeypatch.setenv("KAFKA_BATCH_TEST_REMOTE", spark_connect_remote)
     topic = new_topic(partitions=2)
     produce(kafka_config, topic, sample_records(2, 40))
     first = run(postgres_database, topic, group_id)
@@ -213,11 +218,12 @@ def test_every_column_type_reads_back_as_written(postgres_database):
 
 
 def test_upserts_by_key_land_as_each_keys_newest_row_and_a_tombstone_deletes(
-    postgres_database, kafka_config, kafka_bootstrap_servers, new_topic, group_id, monkeypatch
+    postgres_database, kafka_config, kafka_bootstrap_servers, new_topic, group_id, monkeypatch, spark_connect_remote
 ):
     from kafka_batch_provider.testing.producers import Record
 
     monkeypatch.setenv("KAFKA_BATCH_TEST_BOOTSTRAP", kafka_bootstrap_servers)
+    monkeypatch.setenv("KAFKA_BATCH_TEST_REMOTE", spark_connect_remote)
     topic = new_topic(partitions=2)
 
     def keyed(key: int, value: dict | None) -> Record:
@@ -281,3 +287,25 @@ def test_a_database_url_that_cannot_be_read_is_one_line_without_its_password(url
     message = str(refused.value)
     assert "percent-encoded" in message and "\n" not in message, message
     assert not any(secret in message for secret in ("pa/ssword", "pass%word", "ss-word")), message
+
+
+def test_plan_write_commit_as_separate_steps_with_the_url_in_a_file(
+    postgres_database, kafka_config, kafka_bootstrap_servers, new_topic, group_id, tmp_path, monkeypatch
+):
+    # The three steps as three processes (as the operators run them); the URL in a file, never argv.
+    monkeypatch.delenv("KAFKA_BATCH_DATABASE_URL", raising=False)
+    topic = new_topic(partitions=1)
+    produce(kafka_config, topic, sample_records(1, 7))
+    url_file = tmp_path / "database-url"
+    url_file.write_text(postgres_database.url + "\n")
+    where = ["--format", "postgres", "--table", "public.orders", "--database-url-file", str(url_file)]
+    common = ["--bootstrap-servers", kafka_bootstrap_servers]
+    planned = last_json(cli("plan", *common, "--topic", topic, "--group", group_id, *where))
+    assert planned["records"] == 7 and planned["plan_path"].startswith("dbfiles://127.0.0.1:"), planned
+    assert PASSWORD not in json.dumps(planned), "the plan's answer shows the password"
+    written = last_json(cli("write", "--plan", planned["plan_path"], *common, *where))
+    assert written["records"] == 7 and table_offsets(postgres_database) == [(0, o) for o in range(7)], written
+    assert group_offsets(kafka_config, group_id, topic, 1) == {0: None}, "written, not committed yet"
+    committed = last_json(cli("commit", "--plan", planned["plan_path"], *common, *where))
+    assert committed["committed"] == {f"{topic}:0": 7}, committed
+    assert group_offsets(kafka_config, group_id, topic, 1) == {0: 7}
