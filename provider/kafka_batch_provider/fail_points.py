@@ -26,6 +26,7 @@ POINTS = (
     "after-plan",  # the plan file is saved; Spark has not started
     "writing-dead-letters",  # a Spark task wrote a part of its dead letters (its worker dies here)
     "before-log-entry",  # the files are staged and checked; the storage commit (log entry) is next
+    "before-database-commit",  # a database output's rows and log entry are in its transaction; COMMIT is next
     "before-publish",  # the log entry is created; its files are still staged (publishing them is next)
     "between-tables",  # a table per topic: one table's batch is in its output; the next table's is next
     "after-log-entry",  # the batch is in the output; the Kafka commit is next

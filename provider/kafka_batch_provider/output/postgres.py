@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 from kafka_batch_provider.core.merging import DELETE_OP, OP_COLUMN, ORDER_COLUMN, UPSERT_OP, MergeSpec
 from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
+from kafka_batch_provider.fail_points import fail_point
 from kafka_batch_provider.output.database_files import FILES_TABLE, connection_of, create_once, files_uri, one_line
 from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.output.merge_source import merge_batch, prefetched
@@ -190,6 +191,7 @@ class PostgresSink:
                     )
                 if conn.info.transaction_status == pq_status.INERROR:  # (an error swallowed inside the block)
                     raise StorageError(f"{self.label}: batch {manifest['batch_id']}: its transaction failed")
+                fail_point("before-database-commit")
         except psycopg.Error as exc:
             raise StorageError(f"{self.label}: {one_line(exc)}") from None
         return True
