@@ -51,6 +51,10 @@ meaningful on a shared, noisy machine:
   ``merge`` (``merge_delta_*_over_bare``, goal <= 1.2) and pyiceberg's ``upsert``
   (``merge_iceberg_*_over_upsert``, goal <= 0.5), for changes spread over the table and confined
   to its newest keys, and the merges' peak RSS;
+* ``db_*``: a PostgreSQL output (``bench/database_output.py``, ``--database-records``): our batch
+  transaction against a bare binary COPY (``db_commit_rps``, ``db_copy_rps``), and the whole batch
+  on the benchmark's topic against the Parquet layout (``db_postgres_rps``, ``db_parquet_rps``,
+  ``db_over_parquet``, goal >= 0.6);
 * ``merge_snapshot_*``: a Debezium snapshot at a real database's scale (``bench/merge_snapshot.py``,
   ``--merge-snapshot-rows`` 2,000,000 events as Kafka Connect's JsonConverter writes them, then 3
   batches of 100,000 changes), merged into Delta and Iceberg in batches of the product's bound:
@@ -644,6 +648,18 @@ def merge_snapshot_measures(rows: int) -> dict:
     return json.loads(found.stdout.strip().splitlines()[-1])
 
 
+def database_measures(records: int, bootstrap: str, topic: str, spark_master: str) -> dict:
+    """``db_*``: bench/database_output.py (PostgreSQL of its own; the whole batch on the same topic)."""
+    say(f"database output: PostgreSQL, {records:,} records committed, then the whole batch against Parquet ...")
+    script = Path(__file__).resolve().parent / "database_output.py"
+    found = subprocess.run(
+        [sys.executable, str(script), "--records", str(records), "--bootstrap", bootstrap, "--topic", topic,
+         "--spark-master", spark_master],
+        stdout=subprocess.PIPE, text=True, check=True,
+    )  # fmt: skip
+    return json.loads(found.stdout.strip().splitlines()[-1])
+
+
 def many_topics_measures(topics: int, bootstrap: str) -> dict:
     """``many_topics_*``: bench/many_topics.py in a process of its own, on the same broker."""
     say(f"many topics: {topics} topics of 3 partitions, one pattern batch against a run per topic ...")
@@ -681,6 +697,7 @@ def main() -> int:
     parser.add_argument("--merge-rows", type=int, default=1_000_000, help="the merged table's rows (0: skip)")
     parser.add_argument("--merge-changes", type=int, default=10_000, help="changes per merged batch")
     parser.add_argument("--merge-snapshot-rows", type=int, default=2_000_000, help="Debezium snapshot events (0: skip)")
+    parser.add_argument("--database-records", type=int, default=1_000_000, help="PostgreSQL output's records (0: skip)")
     parser.add_argument("--many-topics", type=int, default=500, help="topics of the many-topics run (0: skip)")
     args = parser.parse_args()
     output = result_stream()
@@ -821,6 +838,8 @@ def main() -> int:
             summary.update(merge_measures(args.merge_rows, args.merge_changes))
         if args.merge_snapshot_rows:
             summary.update(merge_snapshot_measures(args.merge_snapshot_rows))
+        if args.database_records:
+            summary.update(database_measures(args.database_records, bootstrap, topic, args.spark_master))
         if args.many_topics:
             summary.update(many_topics_measures(args.many_topics, bootstrap))
         print(json.dumps(summary), file=output, flush=True)
