@@ -39,15 +39,24 @@ def arguments(db, kafka_config, topic, group, remote) -> list[str]:
             "--spark-remote", remote, "--timeout", "10", *where]  # fmt: skip
 
 
+def killed_at(point: str, records: int, db, kafka_config, topic: str, group: str, remote: str):
+    """``records`` produced over two partitions, then ``kafka-batch run`` killed at ``point``:
+    the arguments and environment of the run that follows."""
+    produce(kafka_config, topic, sample_records(2, records))
+    args = arguments(db, kafka_config, topic, group, remote)
+    env = {"KAFKA_BATCH_DATABASE_URL": db.url}
+    crashed = run_cli(args, env, fail_point=f"{point}:kill")
+    assert crashed.killed, f"expected the run killed at {point}, got exit {crashed.process.returncode}"
+    return args, env
+
+
 def test_a_kill_inside_the_database_transaction_leaves_nothing_and_the_retry_lands_once(
     outcome, postgres_database, kafka_config, new_topic, group_id, spark_connect_remote
 ):
     topic = new_topic(partitions=2)
-    produce(kafka_config, topic, sample_records(2, 30))
-    args = arguments(postgres_database, kafka_config, topic, group_id, spark_connect_remote)
-    env = {"KAFKA_BATCH_DATABASE_URL": postgres_database.url}
-    crashed = run_cli(args, env, fail_point="before-database-commit:kill")
-    assert crashed.killed, f"expected the run killed at its fail point, got exit {crashed.process.returncode}"
+    args, env = killed_at(
+        "before-database-commit", 30, postgres_database, kafka_config, topic, group_id, spark_connect_remote
+    )
     assert rows_of(postgres_database) == Counter(), "rows of an uncommitted transaction are visible"
     assert group_offsets(kafka_config, group_id, topic, 2) == {0: None, 1: None}
     retried = run_cli(args, env).result()
@@ -60,11 +69,7 @@ def test_a_kill_after_the_database_commit_is_committed_to_kafka_without_reading_
     outcome, postgres_database, kafka_config, new_topic, group_id, spark_connect_remote
 ):
     topic = new_topic(partitions=2)
-    produce(kafka_config, topic, sample_records(2, 20))
-    args = arguments(postgres_database, kafka_config, topic, group_id, spark_connect_remote)
-    env = {"KAFKA_BATCH_DATABASE_URL": postgres_database.url}
-    crashed = run_cli(args, env, fail_point="after-log-entry:kill")
-    assert crashed.killed, f"expected the run killed at its fail point, got exit {crashed.process.returncode}"
+    args, env = killed_at("after-log-entry", 20, postgres_database, kafka_config, topic, group_id, spark_connect_remote)
     assert group_offsets(kafka_config, group_id, topic, 2) == {0: None, 1: None}, "the Kafka commit must not have run"
     finished = run_cli(args, env).result()
     assert finished["repaired"] and finished["skipped"], f"the next run must only finish the commit: {finished}"

@@ -42,11 +42,10 @@ from kafka_batch_provider.output.database_files import FILES_TABLE, connection_o
 from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.output.merge_source import merge_batch, prefetched
 from kafka_batch_provider.output.postgres_copy import csv_text
-from kafka_batch_provider.output.tables import clean_attempts, table_merge
+from kafka_batch_provider.output.tables import StagedInPlace, table_merge
 
 POSTGRES = "postgres"
 LOG_TABLE = "kafka_batch_log"
-DATA = "data"
 CONTROL = "_kafka_batch"
 #: PostgreSQL's longest name (NAMEDATALEN - 1), in bytes.
 NAME_BYTES = 63
@@ -64,7 +63,7 @@ def split_table(table: str) -> tuple[str, str]:
     return schema, name
 
 
-class PostgresSink:
+class PostgresSink(StagedInPlace):
     """The sink of one PostgreSQL table (see the module docstring).
 
     :param url: ``postgresql://USER:PASSWORD@HOST:PORT/DB`` (a secret: never shown).
@@ -362,25 +361,11 @@ class PostgresSink:
 
     # -- staging -------------------------------------------------------------------------------
 
-    def staging_folder(self, batch_id: str) -> str:
-        import uuid
-
-        return f"{DATA}/{batch_id}/{uuid.uuid4().hex[:8]}"
-
-    def seal(self, staging: str, names: list[str]) -> str:
-        return staging
-
-    def batch_location(self, batch_id: str, sealed: str) -> str:
-        return sealed
-
     def publish(self, entry: dict[str, Any]) -> None:
         """Nothing to do: the batch's transaction made its rows visible."""
 
     def check_published(self, entry: dict[str, Any]) -> None:
         """Nothing to check: the rows and the entry committed together."""
-
-    def clean_staging(self, batch_id: str, keep: str | None = None) -> None:
-        clean_attempts(self.data, batch_id, keep)
 
     def drop_saved_manifest(self, manifest: dict[str, Any]) -> None:
         """Nothing saved: the log entry is the manifest."""

@@ -62,7 +62,26 @@ KAFKA_SCHEMA = pa.schema(
 COMMIT_ATTEMPTS = 5
 
 
-class TableFiles:
+class StagedInPlace:
+    """The file side of a sink whose commit names the tasks' files where they are (a table's, a
+    database's): each attempt stages into ``data/<batch id>/<attempt>/``, sealed as it is."""
+
+    data: Location
+
+    def staging_folder(self, batch_id: str) -> str:
+        return f"{DATA}/{batch_id}/{uuid.uuid4().hex[:8]}"
+
+    def seal(self, staging: str, names: list[str]) -> str:
+        return staging
+
+    def batch_location(self, batch_id: str, sealed: str) -> str:
+        return sealed
+
+    def clean_staging(self, batch_id: str, keep: str | None = None) -> None:
+        clean_attempts(self.data, batch_id, keep)
+
+
+class TableFiles(StagedInPlace):
     """What the Delta and Iceberg sinks share: the file side of the sink interface, saved
     manifests, and the append loop around each format's own commit.
 
@@ -154,15 +173,6 @@ class TableFiles:
                 return True
         raise StorageError(f"{self.label} kept changing during {COMMIT_ATTEMPTS} commit attempts")
 
-    def staging_folder(self, batch_id: str) -> str:
-        return f"{DATA}/{batch_id}/{uuid.uuid4().hex[:8]}"
-
-    def seal(self, staging: str, names: list[str]) -> str:
-        return staging
-
-    def batch_location(self, batch_id: str, sealed: str) -> str:
-        return sealed
-
     def publish(self, entry: dict[str, Any]) -> None:
         """Nothing to do: the table commit made the batch visible."""
 
@@ -185,9 +195,6 @@ class TableFiles:
         """Whether a later commit that is not a batch took the batch's files ``names`` out of the
         table (their rows then live in the files that replaced them); no, unless a format says so."""
         return False
-
-    def clean_staging(self, batch_id: str, keep: str | None = None) -> None:
-        clean_attempts(self.data, batch_id, keep)
 
     # -- saved manifests ---------------------------------------------------------------------
 
