@@ -135,11 +135,11 @@ STEPS = st.sampled_from(["upsert"] * 6 + ["move"] * 2 + ["delete"] * 2 + ["batch
                         + ["truncate", "add_column"]).flatmap(KINDS.__getitem__)  # fmt: skip
 
 
-# Connect JSON with and without schemas, or typed columns (a registry format); without schemas only
-# into Delta (and PostgreSQL below): what differs is the decoding, which every format shares
+# Connect JSON with and without schemas, or typed columns (a registry format), into Delta; into
+# Iceberg (and PostgreSQL below) the typed columns: the decoding is every format's, the merge each
+# one's own (the suite's time: Iceberg's Connect JSON variant took 31 s of a worker)
 @pytest.mark.parametrize(
-    "fmt, value_format",
-    [("delta", "bytes"), ("delta", "schemaless"), ("delta", "avro"), ("iceberg", "bytes"), ("iceberg", "avro")],
+    "fmt, value_format", [("delta", "bytes"), ("delta", "schemaless"), ("delta", "avro"), ("iceberg", "avro")]
 )
 @settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(STEPS, min_size=20, max_size=80))
