@@ -113,9 +113,10 @@ def decode(chunk: pa.Table, spec: MergeSpec, value_format: str, first: int = 0) 
         envelopes = envelope_columns(chunk, value_format)
         if envelopes is None:
             return None
-        keys = key_columns(chunk, spec, value_format, envelopes)
+        inferred_key = value_format in JSON_FORMATS and is_schemaless(chunk.column("key").combine_chunks())
+        keys = key_columns(chunk, spec, value_format, envelopes, inferred_key)
         if envelopes.inferred and not spec.merge_key:
-            envelopes.after = with_types_of(envelopes.after, keys, typed_key=not schemaless_key(chunk, value_format))
+            envelopes.after = with_types_of(envelopes.after, keys, typed_key=not inferred_key)
     except (NotColumnar, pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
         return None  # (the record rule reads it, and names what is wrong in one line)
     live = envelopes.live
@@ -305,10 +306,6 @@ def schemaless_envelopes(values: pa.Array) -> Envelopes | None:
     return Envelopes(**columns, live=values.is_valid().to_numpy(zero_copy_only=False), inferred=True)
 
 
-def schemaless_key(chunk: pa.Table, value_format: str) -> bool:
-    return value_format in JSON_FORMATS and is_schemaless(chunk.column("key").combine_chunks())
-
-
 def with_types_of(rows: pa.Array, keys: Mapping[str, pa.Array], typed_key: bool) -> pa.Array:
     """Inferred rows typed as the record rule types them: a typed key's columns first and in the
     key's types (they are known before the rows' types are inferred), then the rows' own."""
@@ -356,9 +353,11 @@ def scatter(groups: list[Any], name: str, length: int) -> pa.Array:
     return values.take(pa.array(index, mask=index < 0))
 
 
-def key_columns(batch: pa.Table, spec: MergeSpec, value_format: str, envelopes: Envelopes) -> dict[str, pa.Array]:
+def key_columns(
+    batch: pa.Table, spec: MergeSpec, value_format: str, envelopes: Envelopes, inferred: bool = False
+) -> dict[str, pa.Array]:
     """The key's columns, for every record: ``--merge-key`` columns of the row (the ``before`` row
-    of a delete), or the Kafka key's fields."""
+    of a delete), or the Kafka key's fields (``inferred``: JSON keys without a schema)."""
     if spec.merge_key:
         after, before = envelopes.after, envelopes.before
         found = {}
@@ -372,7 +371,7 @@ def key_columns(batch: pa.Table, spec: MergeSpec, value_format: str, envelopes: 
             found[name] = value
         return found
     key = batch.column("key").combine_chunks()
-    if value_format in JSON_FORMATS and is_schemaless(key):
+    if inferred:  # (JSON keys without a schema)
         struct = read_schemaless(key)
         struct = struct.cast(doubled_type(struct.type))  # (the rows' numbers are doubles)
         found = {f.name: pc.struct_field(struct, [i]) for i, f in enumerate(struct.type)}

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -209,17 +209,14 @@ class PostgresSink(StagedInPlace):
                 raise ManifestError(f"batch {manifest['batch_id']}: its staged file {f['name']} is gone")
             rows = pq.ParquetFile(io.BytesIO(found[0]))
             self.ensure_table(conn, rows.schema_arrow)
-            columns = sql.SQL(", ").join(sql.Identifier(n) for n in rows.schema_arrow.names)
-            target = self.identifier(self.table_name)
-            statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(target, columns)
-            with conn.cursor().copy(statement) as copy:
-                # the next chunk's text is made by a thread while this one is sent
-                for text in prefetched(csv_text(batch) for batch in rows.iter_batches(batch_size=COPY_ROWS)):
-                    copy.write(text)
+            copy_csv(
+                conn, self.identifier(self.table_name), rows.schema_arrow.names, rows.iter_batches(batch_size=COPY_ROWS)
+            )
 
-    def ensure_table(self, conn: Any, schema: pa.Schema, key_columns: Sequence[str] = ()) -> None:
+    def ensure_table(self, conn: Any, schema: pa.Schema, key_columns: Sequence[str] = ()) -> list[str]:
         """The table with ``schema``'s columns: created (its primary key ``key_columns``), or given the
-        columns it lacks (in this transaction: a batch that adds a column adds it with its rows)."""
+        columns it lacks (in this transaction: a batch that adds a column adds it with its rows); its
+        columns now, in order."""
         from psycopg import sql
 
         def declared(f: pa.Field) -> Any:
@@ -232,11 +229,22 @@ class PostgresSink(StagedInPlace):
             if key_columns:
                 columns.append(sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(map(sql.Identifier, key_columns))))
             conn.execute(sql.SQL("CREATE TABLE {} ({})").format(target, sql.SQL(", ").join(columns)))
-            return
-        have = set(found)
-        for f in schema:
-            if f.name not in have:
-                conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN {}").format(target, declared(f)))
+            return schema.names
+        added = [f for f in schema if f.name not in set(found)]
+        for f in added:
+            conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN {}").format(target, declared(f)))
+        return [*found, *(f.name for f in added)]
+
+    def delete_older(self, conn: Any, truncated_at: str) -> None:
+        """Rows older than a batch's newest truncate leave the table."""
+        from psycopg import sql
+
+        conn.execute(
+            sql.SQL('DELETE FROM {} WHERE {} < %s COLLATE "C"').format(
+                self.identifier(self.table_name), sql.Identifier(ORDER_COLUMN)
+            ),
+            (truncated_at,),
+        )
 
     def table_columns(self, conn: Any) -> list[str]:
         """The table's columns in order (none while it does not exist)."""
@@ -268,11 +276,9 @@ class PostgresSink(StagedInPlace):
         target, source = self.identifier(self.table_name), sql.Identifier(SOURCE_TABLE)
         if not keys:  # a batch of truncates only: no rows to create a table from
             if merged.truncated_at is not None and self.table_columns(conn):
-                conn.execute(
-                    sql.SQL('DELETE FROM {} WHERE {} < %s COLLATE "C"').format(target, order), (merged.truncated_at,)
-                )
+                self.delete_older(conn, merged.truncated_at)
             return
-        self.ensure_table(conn, merged.row_schema, keys)
+        table_columns = self.ensure_table(conn, merged.row_schema, keys)
         columns = {f.name: declared_type(f) for f in merged.source.schema}
         conn.execute(
             sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DROP").format(
@@ -280,14 +286,9 @@ class PostgresSink(StagedInPlace):
                 sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in columns.items()),
             )
         )
-        names = sql.SQL(", ").join(map(sql.Identifier, merged.source.column_names))
-        with conn.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(source, names)) as copy:
-            for text in prefetched(csv_text(b) for b in merged.source.to_batches(max_chunksize=COPY_ROWS)):
-                copy.write(text)
-        if merged.truncated_at is not None:  # rows older than the batch's newest truncate leave the table
-            conn.execute(
-                sql.SQL('DELETE FROM {} WHERE {} < %s COLLATE "C"').format(target, order), (merged.truncated_at,)
-            )
+        copy_csv(conn, source, merged.source.column_names, merged.source.to_batches(max_chunksize=COPY_ROWS))
+        if merged.truncated_at is not None:
+            self.delete_older(conn, merged.truncated_at)
         same_key = sql.SQL(" AND ").join(sql.SQL("t.{0} = s.{0}").format(sql.Identifier(k)) for k in keys)
         newer = sql.SQL('s.{0} COLLATE "C" > t.{0} COLLATE "C"').format(order)
         op = sql.Identifier(OP_COLUMN)
@@ -297,7 +298,6 @@ class PostgresSink(StagedInPlace):
             ),
             (DELETE_OP,),
         )
-        table_columns = self.table_columns(conn)
         row_columns = merged.row_columns
         updates = []
         for name in table_columns:  # the whole row is replaced; a column the change left unavailable stays
@@ -409,6 +409,17 @@ def column_type(kind: pa.DataType, name: str) -> str:
     if pa.types.is_struct(kind) or pa.types.is_map(kind):
         return "jsonb"
     raise ConfigError(f"column {name}: PostgreSQL has no type for {kind}")
+
+
+def copy_csv(conn: Any, target: Any, names: Sequence[str], batches: Iterable[pa.RecordBatch]) -> None:
+    """``batches`` into ``target``'s ``names`` by ``COPY`` as CSV text (output/postgres_copy.py), the
+    next batch's text made by a thread while this one is sent."""
+    from psycopg import sql
+
+    columns = sql.SQL(", ").join(map(sql.Identifier, names))
+    with conn.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(target, columns)) as copy:
+        for text in prefetched(csv_text(batch) for batch in batches):
+            copy.write(text)
 
 
 def declared_type(f: pa.Field) -> str:
