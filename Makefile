@@ -42,7 +42,7 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt provider/kafka_batch_provider
 	@# bytecode compiled as pip does (this machine sets PYTHONDONTWRITEBYTECODE: nothing is
 	@# compiled later, and every process would compile every import again).
 	$(BIN)/python -m pip install --quiet -c constraints.txt pip setuptools wheel uv
-	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode -c constraints.txt -e ".[airflow,openlineage,docs,test,embedded-broker,embedded-cdc,embedded-s3,s3,gcs,azure,delta,iceberg,registry,postgres]"
+	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode -c constraints.txt -e ".[airflow,openlineage,docs,test,embedded-broker,embedded-cdc,embedded-s3,s3,gcs,azure,delta,iceberg,registry,postgres,mysql]"
 	@# The Spark provider needs pyspark-client, which installs into the same pyspark/ package
 	@# as pyspark (and is older): reinstall pyspark so its files, matching its jars, win. Uninstall
 	@# then install, not --reinstall: that implies --refresh, which built pyspark's sdist again on every

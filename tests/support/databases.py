@@ -1,6 +1,7 @@
 """Databases for the database outputs' tests: ``postgres_database`` (a fresh database and role per
-test) on the session's PostgreSQL, one server shared by the xdist workers
-(:mod:`~kafka_batch_provider.testing.shared_servers`), started as a plain process (~1 s)."""
+test) on the session's PostgreSQL, ``mariadb_database`` (a fresh database and user) on the session's
+MariaDB; one server each shared by the xdist workers
+(:mod:`~kafka_batch_provider.testing.shared_servers`), started as a plain process (~1-2 s)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kafka_batch_provider.dev.mariadb import MariadbServer
 from kafka_batch_provider.dev.postgres import PostgresServer
 from kafka_batch_provider.testing.pytest_plugin import shared_servers
 
@@ -59,3 +61,56 @@ def postgres_database(postgres_server: PostgresServer) -> PostgresDatabase:
     name = f"out_{uuid.uuid4().hex[:10]}"
     postgres_server.create_database(name, owner=name, password=PASSWORD)
     return PostgresDatabase(postgres_server.port, name)
+
+
+@dataclass(frozen=True)
+class MariaDatabase:
+    """One test's MariaDB database, reached by a user of the same name."""
+
+    port: int
+    name: str
+
+    @property
+    def url(self) -> str:
+        """The connection URL, password included (a secret: tests check it never shows)."""
+        return f"mysql://{self.name}:{PASSWORD}@127.0.0.1:{self.port}/{self.name}"
+
+    def connect(self):
+        import pymysql
+
+        return pymysql.connect(
+            host="127.0.0.1", port=self.port, user=self.name, password=PASSWORD, database=self.name, autocommit=True
+        )
+
+    def rows(self, statement: str, params: tuple = ()) -> list[tuple]:
+        conn = self.connect()
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(statement, params)
+                return list(cursor.fetchall())
+        finally:
+            conn.close()
+
+
+@pytest.fixture(scope="session")
+def mariadb_server() -> MariadbServer:
+    def start(_: Path) -> tuple[MariadbServer, Path]:
+        folder = Path(tempfile.mkdtemp(prefix="kafka-batch-mariadb-"))
+        os.chmod(folder, 0o755)  # (the mysql user must reach its folder)
+        return MariadbServer(folder=folder / "mariadb", detach=True).start(), folder
+
+    info = shared_servers().get(
+        "mariadb",
+        start,
+        lambda started: [started[0]],
+        lambda started: {"port": started[0].port, "folder": str(started[0].folder)},
+        leftovers=lambda started: [started[1]],
+    )
+    return MariadbServer(port=int(info["port"]), folder=Path(info["folder"]))  # (reached, not started)
+
+
+@pytest.fixture
+def mariadb_database(mariadb_server: MariadbServer) -> MariaDatabase:
+    name = f"out_{uuid.uuid4().hex[:10]}"
+    mariadb_server.create_database(name, owner=name, password=PASSWORD)
+    return MariaDatabase(mariadb_server.port, name)

@@ -56,6 +56,16 @@ def postgres_asset_uri(database: str | None, table: str | None) -> str:
     return f"postgres://{parts.hostname}:{parts.port or 5432}/{quote(name)}/{quote(schema)}/{quote(relation)}"
 
 
+def mysql_asset_uri(database: str | None, table: str | None) -> str:
+    """``mysql://HOST:PORT/DB/TABLE`` (Airflow's MySQL provider's form) of ``table`` (``DB.NAME``) on
+    the server of ``database`` (``mysql://HOST:PORT/DB``, no credentials)."""
+    parts = urlsplit(database or "")
+    if not parts.hostname or not table or "." not in table:
+        raise ConfigError(f"a MariaDB/MySQL output's asset needs its server and table, got {table!r}")
+    schema, relation = table.split(".", 1)
+    return f"mysql://{parts.hostname}:{parts.port or 3306}/{quote(schema)}/{quote(relation)}"
+
+
 def location_asset_uri(output_format: str, location_uri: str | None) -> str:
     """The asset URI of an output named by its location: the location's canonical URI
     (``Location.uri``: ``file:///abs/path``, ``s3://bucket/path``; the same location spelled

@@ -14,6 +14,7 @@ asset URI                                   namespace                           
 ``abfs://c@acct.dfs.core.windows.net/p``    ``abfss://c@acct.dfs.core.windows.net``     ``p``
 ``iceberg://catalog/ns/orders``             ``iceberg://catalog``                       ``ns.orders``
 ``postgres://host:5432/shop/public/orders``  ``postgres://host:5432``                    ``shop.public.orders``
+``mysql://host:3306/shop/orders``            ``mysql://host:3306``                       ``shop.orders``
 ==========================================  ==========================================  =====================
 
 No standard facet carries Kafka offsets, so a batch's are in a run facet of this package's own,
@@ -96,8 +97,8 @@ def dataset_name(asset_uri: str) -> tuple[str, str]:
         return f"abfss://{parts.netloc}", path.lstrip("/")
     if parts.scheme == "iceberg":
         return f"iceberg://{unquote(parts.netloc)}", ".".join(p for p in path.split("/") if p)
-    if parts.scheme == "postgres":  # postgres://HOST:PORT, DATABASE.SCHEMA.TABLE
-        return f"postgres://{parts.netloc}", ".".join(p for p in path.split("/") if p)
+    if parts.scheme in ("postgres", "mysql"):  # postgres://HOST:PORT, DATABASE.SCHEMA.TABLE; mysql: DATABASE.TABLE
+        return f"{parts.scheme}://{parts.netloc}", ".".join(p for p in path.split("/") if p)
     raise ValueError(f"no OpenLineage dataset name for {asset_uri!r}")
 
 

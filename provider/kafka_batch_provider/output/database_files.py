@@ -1,65 +1,39 @@
 """The protocol's files kept in the output's own database: a database output needs no filesystem.
 
-A database output (:mod:`kafka_batch_provider.output.postgres`) keeps everything the protocol
-keeps beside the data (plans, Kafka commit records, the batches' staged Parquet files, dead
-letters, deleted keys) in one table of the target table's schema, ``kafka_batch_files``
-(``path`` text primary key, ``data`` bytea, ``modified`` timestamptz): Airflow workers and Spark
-tasks on different machines share nothing but the database and Kafka.
+A database output (:mod:`kafka_batch_provider.output.postgres`, :mod:`kafka_batch_provider.output.mariadb`)
+keeps everything the protocol keeps beside the data (plans, Kafka commit records, the batches'
+staged Parquet files, dead letters, deleted keys) in one table of the target table's schema (a
+MariaDB database), ``kafka_batch_files`` (``path`` primary key, ``data`` bytes, ``modified``):
+Airflow workers and Spark tasks on different machines share nothing but the database and Kafka.
 
 It is an fsspec filesystem (protocol ``dbfiles``), so :class:`~kafka_batch_provider.output.location.Location`
 and every part of the protocol use it as they use a bucket. Its URIs name the database without
 secrets, ``dbfiles://HOST:PORT/DB/SCHEMA.TABLE/...``; the connection URL (with its password) is the
 ``url`` storage option, never part of a path, a URI or a message. Folders are implied by the
 paths below them (as in a bucket). The guarantees the protocol asks of a filesystem hold by the
-database's own: ``pipe_file(mode="create")`` is ``INSERT ... ON CONFLICT DO NOTHING`` (exactly one
-of several writers creates a name), and a replace is one ``INSERT ... ON CONFLICT DO UPDATE``.
+database's own: ``pipe_file(mode="create")`` is one insert that changes nothing when the path is
+taken (exactly one of several writers creates a name), and a replace is one upsert. What differs
+between servers comes from :mod:`kafka_batch_provider.output.databases`.
 """
 
 from __future__ import annotations
 
 import io
-import threading
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from fsspec.spec import AbstractFileSystem
 
-from kafka_batch_provider.errors import ConfigError, StorageError
+from kafka_batch_provider.errors import StorageError
+from kafka_batch_provider.output.databases import connection_of, database_of, one_line
 
 PROTOCOL = "dbfiles"
 FILES_TABLE = "kafka_batch_files"
 
 
-#: The one line for a URL that cannot be read (never quoting it: the password is in it).
-UNREADABLE_URL = (
-    "the database URL cannot be read as postgresql://USER:PASSWORD@HOST:PORT/DB: a password or user "
-    "holding '@', '/', ':', '%' or '#' must be percent-encoded (%40, %2F, %3A, %25, %23)"
-)
-
-
-def url_parts(url: str) -> tuple[str, int, str]:
-    """``(host, port, database)`` of a database URL, read as libpq reads it; a URL libpq and a URL
-    parser would read differently (a password with an unquoted ``@`` or ``/``) is refused in one line
-    that never quotes it."""
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        parts, libpq = urlsplit(url), conninfo_to_dict(url)
-        port = parts.port or 5432
-    except Exception:  # noqa: BLE001 - whatever the parsers say would quote the password
-        raise ConfigError(UNREADABLE_URL) from None
-    database = parts.path.strip("/")
-    if parts.scheme not in ("postgresql", "postgres") or not parts.hostname or not database:
-        raise ConfigError(UNREADABLE_URL)
-    if libpq.get("host") != parts.hostname or libpq.get("dbname") != unquote(database):
-        raise ConfigError(UNREADABLE_URL)
-    return parts.hostname, port, database
-
-
 def files_uri(url: str, table: str) -> str:
     """``dbfiles://HOST:PORT/DB/SCHEMA.TABLE``: where the files of ``table`` live (no secret)."""
-    host, port, database = url_parts(url)
+    host, port, database = database_of(url).url_parts(url)
     return f"{PROTOCOL}://{host}:{port}/{database}/{table}"
 
 
@@ -105,28 +79,19 @@ class DatabaseFileSystem(AbstractFileSystem):
 
     # -- SQL -----------------------------------------------------------------------------------
 
-    def run(self, schema: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        """One statement on the files table of ``schema`` (created on first use), autocommitted."""
-        import psycopg
-        from psycopg import sql as q
-
+    def run(self, schema: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """One statement on the files table of ``schema`` (created on first use), autocommitted;
+        ``{table}`` in it is that table, ``{below}`` "``path`` starts with ``%s``"."""
+        database = database_of(self._url)
         try:
             connection = connection_of(self._url)
-            table = q.Identifier(schema, FILES_TABLE)
             if schema not in self._tables:
-                create_once(
-                    connection,
-                    schema,
-                    FILES_TABLE,
-                    q.SQL(
-                        "CREATE TABLE IF NOT EXISTS {} (path text PRIMARY KEY, data bytea NOT NULL, "
-                        "modified timestamptz NOT NULL DEFAULT now())"
-                    ).format(table),
-                )
+                database.create_files_table(connection, schema)
                 self._tables.add(schema)
-            cursor = connection.execute(q.SQL(sql).format(table=table), params)
-            return cursor.fetchall() if cursor.description else [(cursor.rowcount,)]
-        except psycopg.Error as exc:
+            cursor = connection.cursor()
+            cursor.execute(statement.format(table=database.quote(schema, FILES_TABLE), below=database.below), params)
+            return list(cursor.fetchall()) if cursor.description else [(cursor.rowcount,)]
+        except database.errors as exc:
             raise StorageError(f"the files of schema {schema}: {one_line(exc)}") from None
 
     # -- reading -------------------------------------------------------------------------------
@@ -136,20 +101,20 @@ class DatabaseFileSystem(AbstractFileSystem):
         found = self.run(schema, "SELECT length(data), modified FROM {table} WHERE path = %s", (key,))
         if found:
             return self.described(path, key, found[0][0], found[0][1])
-        below = self.run(schema, "SELECT 1 FROM {table} WHERE starts_with(path, %s) LIMIT 1", (key + "/",))
+        below = self.run(schema, "SELECT 1 FROM {table} WHERE {below} LIMIT 1", (key + "/",))
         if below:
             return {"name": self._strip_protocol(path), "size": 0, "type": "directory"}
         raise FileNotFoundError(path)
 
     def described(self, base: str, key: str, size: int, modified: datetime) -> dict[str, Any]:
+        if modified.tzinfo is None:  # (MariaDB's TIMESTAMP, read in the connection's UTC)
+            modified = modified.replace(tzinfo=timezone.utc)
         return {"name": self.full(base, key), "size": int(size), "type": "file", "mtime": modified.timestamp()}
 
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
         schema, key = self.key(path)
         prefix = key + "/"
-        rows = self.run(
-            schema, "SELECT path, length(data), modified FROM {table} WHERE starts_with(path, %s)", (prefix,)
-        )
+        rows = self.run(schema, "SELECT path, length(data), modified FROM {table} WHERE {below}", (prefix,))
         files, folders = {}, set()
         for name, size, modified in rows:
             child, _, deeper = name[len(prefix) :].partition("/")
@@ -168,9 +133,7 @@ class DatabaseFileSystem(AbstractFileSystem):
 
     def find(self, path: str, maxdepth: Any = None, withdirs: bool = False, detail: bool = False, **kwargs: Any):
         schema, key = self.key(path)
-        rows = self.run(
-            schema, "SELECT path, length(data), modified FROM {table} WHERE starts_with(path, %s)", (key + "/",)
-        )
+        rows = self.run(schema, "SELECT path, length(data), modified FROM {table} WHERE {below}", (key + "/",))
         found = {self.full(path, name): self.described(path, name, size, modified) for name, size, modified in rows}
         return found if detail else sorted(found)
 
@@ -192,18 +155,11 @@ class DatabaseFileSystem(AbstractFileSystem):
         """Write ``value`` at ``path``; ``mode="create"``: only if absent (:class:`FileExistsError`)."""
         schema, key = self.key(path)
         if mode == "create":
-            [(count,)] = self.run(
-                schema, "INSERT INTO {table} (path, data) VALUES (%s, %s) ON CONFLICT (path) DO NOTHING", (key, value)
-            )
+            [(count,)] = self.run(schema, database_of(self._url).new_file, (key, value))
             if count == 0:
                 raise FileExistsError(path)
             return
-        self.run(
-            schema,
-            "INSERT INTO {table} (path, data) VALUES (%s, %s) "
-            "ON CONFLICT (path) DO UPDATE SET data = excluded.data, modified = now()",
-            (key, value),
-        )
+        self.run(schema, database_of(self._url).replace_file, (key, value))
 
     def rm_file(self, path: str) -> None:
         schema, key = self.key(path)
@@ -219,17 +175,7 @@ class DatabaseFileSystem(AbstractFileSystem):
             self.run(schema, "DELETE FROM {table} WHERE path = %s" + below, params)
 
     def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
-        schema, key = self.key(path1)
-        schema2, key2 = self.key(path2)
-        if schema2 != schema:
-            self.pipe_file(path2, self.cat_file(path1))
-            return
-        self.run(
-            schema,
-            "INSERT INTO {table} (path, data) SELECT %s, data FROM {table} WHERE path = %s "
-            "ON CONFLICT (path) DO UPDATE SET data = excluded.data, modified = now()",
-            (key2, key),
-        )
+        self.pipe_file(path2, self.cat_file(path1))
 
     def makedirs(self, path: str, exist_ok: bool = False) -> None:
         """Nothing to make: folders are implied by the paths below them."""
@@ -239,33 +185,6 @@ class DatabaseFileSystem(AbstractFileSystem):
 
     def invalidate_cache(self, path: str | None = None) -> None:
         """Nothing cached: every call asks the database."""
-
-
-#: One autocommitted connection per database URL and thread, for the thread's life (a Location, a
-#: store, a Spark task each make a filesystem: a connection each would soon use up the server's).
-_THREAD = threading.local()
-
-
-def connection_of(url: str) -> Any:
-    import psycopg
-
-    connections = _THREAD.__dict__.setdefault("connections", {})
-    connection = connections.get(url)
-    if connection is None or connection.closed or connection.broken:
-        connection = psycopg.connect(url, autocommit=True, connect_timeout=30)
-        connections[url] = connection
-    return connection
-
-
-def create_once(connection: Any, schema: str, table: str, create: Any) -> None:
-    """Run ``create`` (a ``CREATE TABLE IF NOT EXISTS``) unless ``schema.table`` exists, under the
-    schema's advisory lock: two of them at once can both fail on the catalog's unique index."""
-    found = connection.execute("SELECT to_regclass(%s)", (f'"{schema}"."{table}"',)).fetchone()
-    if found is not None and found[0] is not None:
-        return
-    with connection.transaction():
-        connection.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"kafka_batch_schema:{schema}",))
-        connection.execute(create)
 
 
 class _Upload(io.BytesIO):
@@ -280,8 +199,3 @@ class _Upload(io.BytesIO):
             data = self.getvalue()
             super().close()
             self.fs.pipe_file(self.path, data)
-
-
-def one_line(exc: BaseException) -> str:
-    """A database error in one line (psycopg's messages hold no password; the URL is never quoted)."""
-    return " ".join(str(exc).split())

@@ -32,7 +32,7 @@ from kafka_batch_provider.core.merging import MergeSpec
 from kafka_batch_provider.core.settings import Advice, Setting
 from kafka_batch_provider.core.table_names import check_template, is_table_template, table_names
 from kafka_batch_provider.errors import ConfigError
-from kafka_batch_provider.output.database_files import url_parts
+from kafka_batch_provider.output.databases import database_of
 from kafka_batch_provider.output.kinds import kind_of, kinds, known_kind, named_by_table
 from kafka_batch_provider.output.sink import PARQUET
 from kafka_batch_provider.output.store import BatchStore
@@ -43,8 +43,8 @@ FORMAT, OUTPUT, TABLE = Setting("output_format"), Setting("output_path"), Settin
 PARTITION, CATALOG = Setting("partition_by"), Setting("catalog_conn_id")
 DATABASE = Setting("database_conn_id")
 DATABASE_ADVICE = Advice(
-    keywords="database_conn_id, a postgres connection",
-    flags="$KAFKA_BATCH_DATABASE_URL or --database-url-file (postgresql://USER:PASSWORD@HOST:PORT/DB)",
+    keywords="database_conn_id, a postgres or mysql connection",
+    flags="$KAFKA_BATCH_DATABASE_URL or --database-url-file (postgresql:// or mysql://USER:PASSWORD@HOST:PORT/DB)",
 )
 CATALOG_ADVICE = Advice(
     keywords="catalog_conn_id, a connection whose extra holds the pyiceberg catalog properties "
@@ -93,7 +93,14 @@ class OutputSpec:
             if kind.uses_database and not self.database_url:
                 raise ConfigError(f"{chosen} needs the database's URL: {DATABASE_ADVICE}", setting=DATABASE)
             if kind.uses_database:
-                url_parts(str(self.database_url))  # (a URL that cannot be read: one line, never quoting it)
+                database = database_of(str(self.database_url))  # (one line, never quoting the URL)
+                database.url_parts(str(self.database_url))
+                if database.schemes[0] != kind.url_scheme:
+                    raise ConfigError(
+                        f"{chosen} writes to a {kind.url_scheme}:// database; the database URL is "
+                        f"{database.schemes[0]}:// ({database.label})",
+                        setting=DATABASE,
+                    )
         else:
             if self.table:
                 raise ConfigError(
@@ -160,9 +167,10 @@ class OutputSpec:
 
 
 def database_without_credentials(url: str) -> str:
-    """``postgresql://HOST:PORT/DB`` of a database URL: no user, password or parameters."""
-    host, port, database = url_parts(url)
-    return f"postgresql://{host}:{port}/{database}"
+    """``SCHEME://HOST:PORT/DB`` of a database URL: no user, password or parameters."""
+    kind = database_of(url)
+    host, port, database = kind.url_parts(url)
+    return f"{kind.schemes[0]}://{host}:{port}/{database}"
 
 
 def formats(names: Iterable[str]) -> str:

@@ -1,100 +1,44 @@
-"""PostgreSQL tables (``--format postgres --table SCHEMA.NAME``): a batch's rows and its offsets in
-one database transaction, the source articles' recipe for exactly once.
+"""PostgreSQL tables (``--format postgres --table SCHEMA.NAME``): the database output
+(:mod:`kafka_batch_provider.output.database_sink`) in PostgreSQL.
 
-Where everything lives, all in the target's database (no filesystem):
-
-* the rows: the target table, created from the first batch's columns (:func:`column_type`);
-* the offset log: ``<schema>.kafka_batch_log`` (``output``, ``seq``, ``batch_id``, ``entry`` jsonb),
-  one row per batch, its primary key ``(output, seq)``;
-* plans, Kafka commit records, the Spark tasks' staged Parquet files and dead letters:
-  ``<schema>.kafka_batch_files`` (:mod:`kafka_batch_provider.output.database_files`).
-
-The Spark tasks stage each attempt's rows as Parquet files in the database, as they stage them
-in a bucket for the other outputs. :meth:`PostgresSink.append` then takes one transaction: it
-holds the output's advisory lock, checks that the batch's entry is the next free one, copies the
-sealed attempt's files into the table (``COPY``), inserts the log entry and deletes the staged
-files, and commits. Two writers of one entry: the second finds the entry taken (``False``, nothing
-of its rows stays); a crash before ``COMMIT`` leaves nothing but staged files, which the retry's
-attempt replaces. Readers never see part of a batch. The Kafka commit follows and mirrors the
-log, as for every output; the plan takes the log's offsets as the truth.
+The log and the files tables live in the target's schema. The writer lock is a transaction-level
+advisory lock on the output's name; rows reach the table by ``COPY`` as CSV text built in compiled
+code (:mod:`kafka_batch_provider.output.postgres_copy`); a new column is added inside the batch's
+transaction (PostgreSQL's DDL is transactional).
 
 What types the columns get (:func:`column_type`): text, bytea, smallint/integer/bigint, real,
 double precision, boolean, numeric(p,s), date, time, timestamp, timestamptz, arrays of those, and
-jsonb for structs, maps and lists of structs (the Kafka ``headers``: their bytes as base64 text),
-copied as CSV text built in compiled code (:mod:`kafka_batch_provider.output.postgres_copy`).
+jsonb for structs, maps and lists of structs (the Kafka ``headers``: their bytes as base64 text).
 """
 
 from __future__ import annotations
 
-import io
-import json
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from kafka_batch_provider.core.merging import DELETE_OP, OP_COLUMN, ORDER_COLUMN, UPSERT_OP, MergeSpec
-from kafka_batch_provider.core.settings import Setting
-from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
-from kafka_batch_provider.fail_points import fail_point
-from kafka_batch_provider.output.database_files import FILES_TABLE, connection_of, create_once, files_uri, one_line
-from kafka_batch_provider.output.location import Location
+from kafka_batch_provider.core.merging import DELETE_OP, OP_COLUMN, ORDER_COLUMN, UPSERT_OP
+from kafka_batch_provider.errors import ConfigError, StorageError
+from kafka_batch_provider.output.database_sink import LOAD_ROWS, LOG_TABLE, DatabaseSink, open_database_store
+from kafka_batch_provider.output.databases.postgres import POSTGRES as POSTGRES_DATABASE
+from kafka_batch_provider.output.databases.postgres import create_once
 from kafka_batch_provider.output.merge_source import merge_batch, prefetched
 from kafka_batch_provider.output.postgres_copy import csv_text
-from kafka_batch_provider.output.tables import StagedInPlace, table_merge
 
 POSTGRES = "postgres"
-LOG_TABLE = "kafka_batch_log"
-CONTROL = "_kafka_batch"
-#: PostgreSQL's longest name (NAMEDATALEN - 1), in bytes.
-NAME_BYTES = 63
 #: The temporary table a merged batch's reduced rows are copied into (dropped at commit).
 SOURCE_TABLE = "kafka_batch_source"
-#: Rows turned into COPY text at a time (output/postgres_copy.py): what the driver holds at once.
-COPY_ROWS = 50_000
 
 
-def split_table(table: str) -> tuple[str, str]:
-    """``(schema, name)`` of ``SCHEMA.NAME``."""
-    schema, _, name = table.strip().partition(".")
-    if not schema or not name or "." in name:
-        raise ConfigError(f"{Setting('table')} names a PostgreSQL table as SCHEMA.NAME, got {table!r}")
-    return schema, name
+class PostgresSink(DatabaseSink):
+    """The sink of one PostgreSQL table (see the module docstring)."""
 
-
-class PostgresSink(StagedInPlace):
-    """The sink of one PostgreSQL table (see the module docstring).
-
-    :param url: ``postgresql://USER:PASSWORD@HOST:PORT/DB`` (a secret: never shown).
-    :param table: ``SCHEMA.NAME``.
-    """
-
+    database = POSTGRES_DATABASE
     format = POSTGRES
-    dead_letter_root = f"{CONTROL}/_dead_letters"
-
-    def __init__(self, url: str, table: str, merge: MergeSpec | None = None) -> None:
-        self._url = url
-        self.schema, self.table_name = split_table(table)
-        self.name = f"{self.schema}.{self.table_name}"
-        self.label = f"PostgreSQL table {self.name}"
-        self.merge = merge
-        self.partition_by = None
-        self.data = Location(files_uri(url, self.name), {"url": url})
-
-    def __repr__(self) -> str:
-        return f"PostgresSink({self.data.uri!r})"
-
-    # -- SQL -----------------------------------------------------------------------------------
-
-    def connect(self) -> Any:
-        """This thread's connection to the database (autocommitted; ``transaction()`` for more)."""
-        import psycopg
-
-        try:
-            return connection_of(self._url)
-        except psycopg.Error as exc:
-            raise StorageError(f"{self.label}: {one_line(exc)}") from None
+    #: PostgreSQL's longest name (NAMEDATALEN - 1)
+    name_bytes = 63
 
     def identifier(self, name: str) -> Any:
         from psycopg import sql
@@ -102,115 +46,32 @@ class PostgresSink(StagedInPlace):
         return sql.Identifier(self.schema, name)
 
     def ensure_log(self, conn: Any) -> None:
-        """The schema's log table, created by one writer (``CREATE TABLE IF NOT EXISTS`` races)."""
-        from psycopg import sql
-
         create_once(
             conn,
             self.schema,
             LOG_TABLE,
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (output text NOT NULL, seq bigint NOT NULL, batch_id text NOT NULL, "
-                "entry jsonb NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (output, seq))"
-            ).format(self.identifier(LOG_TABLE)),
+            f"CREATE TABLE IF NOT EXISTS {self.quoted(LOG_TABLE)} (output text NOT NULL, seq bigint NOT NULL, "
+            "batch_id text NOT NULL, entry jsonb NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(), "
+            "PRIMARY KEY (output, seq))",
         )
 
-    def query(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        """One read of the log (an empty answer before the log table exists)."""
-        import psycopg
-        from psycopg import sql
+    @contextmanager
+    def transaction(self, conn: Any) -> Iterator[Any]:
+        from psycopg.pq import TransactionStatus
 
-        conn = self.connect()
-        try:
-            found = conn.execute("SELECT to_regclass(%s)", (f'"{self.schema}".{LOG_TABLE}',)).fetchone()
-            if found is None or found[0] is None:
-                return []
-            return conn.execute(sql.SQL(statement).format(log=self.identifier(LOG_TABLE)), params).fetchall()
-        except psycopg.Error as exc:
-            raise StorageError(f"{self.label}: {one_line(exc)}") from None
+        with conn.transaction():
+            # One writer at a time per output: the check of the log's newest entry and the insert are one step.
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"kafka_batch:{self.name}",))
+            yield conn
+            if conn.info.transaction_status == TransactionStatus.INERROR:  # (an error swallowed inside the block)
+                raise StorageError(f"{self.label}: its transaction failed")
 
-    # -- the log -------------------------------------------------------------------------------
-
-    def entry(self, seq: int) -> dict[str, Any] | None:
-        found = self.query("SELECT entry FROM {log} WHERE output = %s AND seq = %s", (self.name, seq))
-        return dict(found[0][0]) if found else None
-
-    def tail_seq(self) -> int:
-        found = self.query("SELECT max(seq) FROM {log} WHERE output = %s", (self.name,))
-        return int(found[0][0]) if found and found[0][0] is not None else 0
-
-    def tail(self) -> dict[str, Any] | None:
-        found = self.query("SELECT entry FROM {log} WHERE output = %s ORDER BY seq DESC LIMIT 1", (self.name,))
-        return dict(found[0][0]) if found else None
-
-    def entries(self, last: int | None = None) -> Iterator[dict[str, Any]]:
-        """Every entry (``last``: the newest ones), oldest first."""
-        statement = "SELECT entry FROM {log} WHERE output = %s ORDER BY seq DESC" + (" LIMIT %s" if last else "")
-        found = self.query(statement, (self.name, last) if last else (self.name,))
-        return iter([dict(row[0]) for row in reversed(found)])
-
-    def append(self, manifest: dict[str, Any]) -> bool:
-        """The batch's rows and its log entry in one transaction, only while its entry is the next
-        free one (``False`` when another batch took it: nothing of this one stays)."""
-        import psycopg
-        from psycopg import sql
-        from psycopg.pq import TransactionStatus as pq_status
-
-        seq = int(manifest["seq"])
-        conn = self.connect()
-        try:
-            self.ensure_log(conn)
-            with conn.transaction():
-                # One writer at a time per output: the check below and the insert are one step.
-                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"kafka_batch:{self.name}",))
-                [(newest,)] = conn.execute(
-                    sql.SQL("SELECT coalesce(max(seq), 0) FROM {} WHERE output = %s").format(
-                        self.identifier(LOG_TABLE)
-                    ),
-                    (self.name,),
-                ).fetchall()
-                if newest >= seq:
-                    return False
-                if newest != seq - 1:
-                    raise ManifestError(f"{self.label} holds batch {newest} as its newest: cannot add {seq}")
-                if self.merging:
-                    self.merge_rows(conn, manifest)
-                else:
-                    self.copy_rows(conn, manifest)
-                conn.execute(
-                    sql.SQL("INSERT INTO {} (output, seq, batch_id, entry) VALUES (%s, %s, %s, %s)").format(
-                        self.identifier(LOG_TABLE)
-                    ),
-                    (self.name, seq, manifest["batch_id"], json.dumps(manifest)),
-                )
-                if manifest.get("files"):  # the staged rows are the table's now (the dead letters are published next)
-                    names = [f"{self.name}/{manifest['location']}/{f['name']}" for f in manifest["files"]]
-                    conn.execute(
-                        sql.SQL("DELETE FROM {} WHERE path = ANY(%s)").format(self.identifier(FILES_TABLE)), (names,)
-                    )
-                if conn.info.transaction_status == pq_status.INERROR:  # (an error swallowed inside the block)
-                    raise StorageError(f"{self.label}: batch {manifest['batch_id']}: its transaction failed")
-                fail_point("before-database-commit")
-        except psycopg.Error as exc:
-            raise StorageError(f"{self.label}: {one_line(exc)}") from None
-        return True
-
-    def copy_rows(self, conn: Any, manifest: Mapping[str, Any]) -> None:
+    def load_rows(self, conn: Any, manifest: dict[str, Any], prepared: Any = None) -> None:
         """The sealed attempt's staged files into the table (created from the first file's columns)."""
-        from psycopg import sql
-
-        files = manifest.get("files") or []
-        for f in files:
-            path = f"{self.name}/{manifest['location']}/{f['name']}"
-            found = conn.execute(
-                sql.SQL("SELECT data FROM {} WHERE path = %s").format(self.identifier(FILES_TABLE)), (path,)
-            ).fetchone()
-            if found is None:
-                raise ManifestError(f"batch {manifest['batch_id']}: its staged file {f['name']} is gone")
-            rows = pq.ParquetFile(io.BytesIO(found[0]))
+        for rows in self.staged_files(conn, manifest):
             self.ensure_table(conn, rows.schema_arrow)
             copy_csv(
-                conn, self.identifier(self.table_name), rows.schema_arrow.names, rows.iter_batches(batch_size=COPY_ROWS)
+                conn, self.identifier(self.table_name), rows.schema_arrow.names, rows.iter_batches(batch_size=LOAD_ROWS)
             )
 
     def ensure_table(self, conn: Any, schema: pa.Schema, key_columns: Sequence[str] = ()) -> list[str]:
@@ -246,24 +107,9 @@ class PostgresSink(StagedInPlace):
             (truncated_at,),
         )
 
-    def table_columns(self, conn: Any) -> list[str]:
-        """The table's columns in order (none while it does not exist)."""
-        return [
-            name
-            for (name,) in conn.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
-                "ORDER BY ordinal_position",
-                (self.schema, self.table_name),
-            ).fetchall()
-        ]
-
     # -- merged tables ---------------------------------------------------------------------------
 
-    @property
-    def merging(self) -> bool:
-        return self.merge is not None and self.merge.merges
-
-    def merge_rows(self, conn: Any, manifest: dict[str, Any]) -> None:
+    def merge_rows(self, conn: Any, manifest: dict[str, Any], prepared: Any = None) -> None:
         """The batch's changes, each key's newest, applied where newer than the row (the merge engine of
         the Delta and Iceberg tables, :func:`~kafka_batch_provider.output.merge_source.merge_batch`):
         the reduced rows copied into a temporary table, then a truncate, the deletes, the updates and
@@ -286,7 +132,7 @@ class PostgresSink(StagedInPlace):
                 sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in columns.items()),
             )
         )
-        copy_csv(conn, source, merged.source.column_names, merged.source.to_batches(max_chunksize=COPY_ROWS))
+        copy_csv(conn, source, merged.source.column_names, merged.source.to_batches(max_chunksize=LOAD_ROWS))
         if merged.truncated_at is not None:
             self.delete_older(conn, merged.truncated_at)
         same_key = sql.SQL(" AND ").join(sql.SQL("t.{0} = s.{0}").format(sql.Identifier(k)) for k in keys)
@@ -352,34 +198,8 @@ class PostgresSink(StagedInPlace):
         ).fetchall()
         return {tuple(row[: len(key_columns)]): dict(zip(wanted, row[len(key_columns) :])) for row in rows}
 
-    def rows_before(
-        self, seq: int, key_columns: Sequence[str], keys: Collection[tuple], columns: Sequence[str]
-    ) -> dict:
-        """Nothing: a database table has no earlier versions to read (a moved row whose old key an
-        earlier batch deleted gets null for its unchanged TOASTed columns, counted as ``unresolved``)."""
-        return {}
-
-    # -- staging -------------------------------------------------------------------------------
-
-    def publish(self, entry: dict[str, Any]) -> None:
-        """Nothing to do: the batch's transaction made its rows visible."""
-
-    def check_published(self, entry: dict[str, Any]) -> None:
-        """Nothing to check: the rows and the entry committed together."""
-
-    def drop_saved_manifest(self, manifest: dict[str, Any]) -> None:
-        """Nothing saved: the log entry is the manifest."""
-
-    def check_columns(self, schema: pa.Schema) -> None:
-        """Refuse, before anything is read, a column PostgreSQL cannot hold: a type it has not, or
-        a name longer than its 63 bytes (it would cut the name short, silently)."""
-        for f in schema:
-            column_type(f.type, f.name)
-            if len(f.name.encode()) > NAME_BYTES:
-                raise ConfigError(
-                    f"{self.label}: column {f.name[:40]!r}... is {len(f.name.encode())} bytes long, and PostgreSQL "
-                    f"names hold at most {NAME_BYTES}: rename the field, or write this topic to another format"
-                )
+    def column_type(self, kind: pa.DataType, name: str) -> str:
+        return column_type(kind, name)
 
 
 def column_type(kind: pa.DataType, name: str) -> str:
@@ -428,10 +248,5 @@ def declared_type(f: pa.Field) -> str:
 
 
 def open_postgres_store(spec: Any):
-    """The store of ``spec.table`` in the database at ``spec.database_url`` (the table is created
-    by its first batch's transaction); a table keeps the merge mode of its batches."""
-    from kafka_batch_provider.output.store import BatchStore
-
-    sink = PostgresSink(str(spec.database_url), str(spec.table), spec.merge)
-    sink.merge = table_merge(sink.label, sink.tail(), sink.merge)
-    return BatchStore(sink.data.uri_of(CONTROL), {"url": spec.database_url}, sink=sink)
+    """The store of ``spec.table`` in the PostgreSQL database at ``spec.database_url``."""
+    return open_database_store(PostgresSink(str(spec.database_url), str(spec.table), spec.merge), spec)

@@ -34,6 +34,8 @@ class OutputKind(Protocol):
     uses_catalog: bool
     #: reaches its database by a URL (a secret: ``KAFKA_BATCH_DATABASE_URL``, a file, a connection)
     uses_database: bool
+    #: that URL's scheme (``None``: no database)
+    url_scheme: str | None
     #: can merge batches into rows (``--mode upsert|changes``), and so keeps deleted keys
     merges: bool
     #: can partition a new table by the Kafka timestamp's date (``--partition-by``)
@@ -71,10 +73,11 @@ class OutputKind(Protocol):
 def kinds() -> dict[str, OutputKind]:
     from kafka_batch_provider.output.kinds.delta import DELTA_KIND
     from kafka_batch_provider.output.kinds.iceberg import ICEBERG_KIND
+    from kafka_batch_provider.output.kinds.mysql import MYSQL_KIND
     from kafka_batch_provider.output.kinds.parquet import PARQUET_KIND
     from kafka_batch_provider.output.kinds.postgres import POSTGRES_KIND
 
-    return {kind.name: kind for kind in (PARQUET_KIND, DELTA_KIND, ICEBERG_KIND, POSTGRES_KIND)}
+    return {kind.name: kind for kind in (PARQUET_KIND, DELTA_KIND, ICEBERG_KIND, POSTGRES_KIND, MYSQL_KIND)}
 
 
 def kind_of(name: str | None) -> OutputKind:

@@ -20,6 +20,7 @@ class DeltaKind:
     what = "a Delta table"
     by_table = False
     uses_database = False
+    url_scheme = None
     uses_catalog = False
     merges = True
     partitions = True

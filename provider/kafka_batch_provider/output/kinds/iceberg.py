@@ -21,6 +21,7 @@ class IcebergKind:
     what = "an Iceberg table"
     by_table = True
     uses_database = False
+    url_scheme = None
     uses_catalog = True
     merges = True
     partitions = True

@@ -19,6 +19,7 @@ class ParquetKind:
     what = "the Parquet layout"
     by_table = False
     uses_database = False
+    url_scheme = None
     uses_catalog = False
     merges = False  # (it only appends)
     partitions = False  # (by batch, not by date)

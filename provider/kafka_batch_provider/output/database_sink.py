@@ -1,0 +1,288 @@
+"""What the database outputs share (PostgreSQL: :mod:`kafka_batch_provider.output.postgres`, MariaDB and
+MySQL: :mod:`kafka_batch_provider.output.mariadb`): a batch's rows and its offsets in one database
+transaction, the source articles' recipe for exactly once.
+
+Where everything lives, all in the target's database (no filesystem):
+
+* the rows: the target table, created from the first batch's columns (each sink's ``column_type``);
+* the offset log: ``kafka_batch_log`` beside it (``output``, ``seq``, ``batch_id``, ``entry`` JSON),
+  one row per batch, its primary key ``(output, seq)``;
+* plans, Kafka commit records, the Spark tasks' staged Parquet files and dead letters:
+  ``kafka_batch_files`` beside it (:mod:`kafka_batch_provider.output.database_files`).
+
+The Spark tasks stage each attempt's rows as Parquet files in the database, as they stage them in
+a bucket for the other outputs. :meth:`DatabaseSink.append` then takes one transaction holding the
+output's writer lock: it checks that the batch's entry is the next free one (a compare-and-set on
+the log's newest entry; the log's primary key refuses a second row besides), loads the sealed
+attempt's files into the table (or merges them), inserts the log entry, deletes the staged files,
+and commits. Two writers of one entry: the second finds the entry taken (``False``, nothing of its
+rows stays). A crash before ``COMMIT`` leaves nothing but staged files, which the retry's attempt
+replaces. Readers never see part of a batch. The Kafka commit follows and mirrors the log, as for
+every output; the plan takes the log's offsets as the truth.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kafka_batch_provider.core.merging import MergeSpec
+from kafka_batch_provider.core.settings import Setting
+from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
+from kafka_batch_provider.fail_points import fail_point
+from kafka_batch_provider.output.database_files import FILES_TABLE, files_uri
+from kafka_batch_provider.output.databases import Database, connection_of, one_line
+from kafka_batch_provider.output.location import Location
+from kafka_batch_provider.output.tables import StagedInPlace, table_merge
+
+LOG_TABLE = "kafka_batch_log"
+CONTROL = "_kafka_batch"
+#: Rows loaded at a time: what the driver holds at once.
+LOAD_ROWS = 50_000
+
+
+def split_table(table: str, what: str) -> tuple[str, str]:
+    """``(schema, name)`` of ``SCHEMA.NAME`` (``what``: how the database names the first part)."""
+    schema, _, name = table.strip().partition(".")
+    if not schema or not name or "." in name:
+        raise ConfigError(f"{Setting('table')} names the table as {what}.NAME, got {table!r}")
+    return schema, name
+
+
+class DatabaseSink(StagedInPlace):
+    """The sink of one database table (see the module docstring); a subclass per database says how
+    its log is created, how its writer lock is taken, how rows are loaded and merged, and what
+    types its columns get.
+
+    :param url: ``SCHEME://USER:PASSWORD@HOST:PORT/DB`` (a secret: never shown).
+    :param table: ``SCHEMA.NAME`` (MariaDB: ``DB.NAME``).
+    """
+
+    database: Database
+    #: the output's ``--format``
+    format: str
+    #: how the first part of a table's name is called (SCHEMA, DB)
+    schema_word = "SCHEMA"
+    #: the longest column name, in bytes
+    name_bytes: int
+    dead_letter_root = f"{CONTROL}/_dead_letters"
+
+    def __init__(self, url: str, table: str, merge: MergeSpec | None = None) -> None:
+        self._url = url
+        self.schema, self.table_name = split_table(table, self.schema_word)
+        self.name = f"{self.schema}.{self.table_name}"
+        self.label = f"{self.database.label} table {self.name}"
+        self.merge = merge
+        self.partition_by = None
+        self.data = Location(files_uri(url, self.name), {"url": url})
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.data.uri!r})"
+
+    # -- what each database does its own way -----------------------------------------------------
+
+    def ensure_log(self, conn: Any) -> None:
+        """The log table beside the target, unless it exists (safe for writers racing)."""
+        raise NotImplementedError
+
+    def writer_lock(self, conn: Any) -> AbstractContextManager[Any]:
+        """This output's writer lock, held around everything :meth:`append` does, where the database
+        takes it outside a transaction (none where :meth:`transaction` takes it)."""
+        return nullcontext()
+
+    def transaction(self, conn: Any) -> AbstractContextManager[Any]:
+        """The batch's transaction, holding the writer lock (committed when the block ends, rolled
+        back when it raises)."""
+        raise NotImplementedError
+
+    def before_transaction(self, conn: Any, manifest: dict[str, Any]) -> Any:
+        """What must happen before the transaction, under the writer lock (DDL a database commits
+        implicitly); what it returns is handed to :meth:`load_rows` or :meth:`merge_rows`."""
+        return None
+
+    def load_rows(self, conn: Any, manifest: dict[str, Any], prepared: Any) -> None:
+        """The sealed attempt's rows into the table (appended)."""
+        raise NotImplementedError
+
+    def merge_rows(self, conn: Any, manifest: dict[str, Any], prepared: Any) -> None:
+        """The batch's changes merged into the table (``--mode upsert|changes``)."""
+        raise NotImplementedError
+
+    def column_type(self, kind: pa.DataType, name: str) -> str:
+        """The database's type of an Arrow column (a :class:`ConfigError` when it has none)."""
+        raise NotImplementedError
+
+    # -- SQL -----------------------------------------------------------------------------------
+
+    def connect(self) -> Any:
+        """This thread's connection to the database (autocommitted)."""
+        try:
+            return connection_of(self._url)
+        except self.database.errors as exc:
+            raise StorageError(f"{self.label}: {one_line(exc)}") from None
+
+    def quoted(self, name: str) -> str:
+        """A table of this output's schema, quoted."""
+        return self.database.quote(self.schema, name)
+
+    def run(self, conn: Any, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One statement; ``{log}``, ``{files}`` and ``{target}`` in it are those tables."""
+        cursor = conn.cursor()
+        cursor.execute(
+            statement.format(
+                log=self.quoted(LOG_TABLE), files=self.quoted(FILES_TABLE), target=self.quoted(self.table_name)
+            ),
+            tuple(params),
+        )
+        return list(cursor.fetchall()) if cursor.description else []
+
+    def query(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """One read of the log (an empty answer before the log table exists)."""
+        conn = self.connect()
+        try:
+            if not self.has_table(conn, LOG_TABLE):
+                return []
+            return self.run(conn, statement, params)
+        except self.database.errors as exc:
+            raise StorageError(f"{self.label}: {one_line(exc)}") from None
+
+    def has_table(self, conn: Any, name: str) -> bool:
+        return bool(
+            self.run(
+                conn,
+                "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
+                (self.schema, name),
+            )
+        )
+
+    def table_columns(self, conn: Any) -> list[str]:
+        """The table's columns in order (none while it does not exist)."""
+        rows = self.run(
+            conn,
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+            "ORDER BY ordinal_position",
+            (self.schema, self.table_name),
+        )
+        return [name for (name,) in rows]
+
+    # -- the log -------------------------------------------------------------------------------
+
+    def entry(self, seq: int) -> dict[str, Any] | None:
+        found = self.query("SELECT entry FROM {log} WHERE output = %s AND seq = %s", (self.name, seq))
+        return entry_of(found[0][0]) if found else None
+
+    def tail_seq(self) -> int:
+        found = self.query("SELECT max(seq) FROM {log} WHERE output = %s", (self.name,))
+        return int(found[0][0]) if found and found[0][0] is not None else 0
+
+    def tail(self) -> dict[str, Any] | None:
+        found = self.query("SELECT entry FROM {log} WHERE output = %s ORDER BY seq DESC LIMIT 1", (self.name,))
+        return entry_of(found[0][0]) if found else None
+
+    def entries(self, last: int | None = None) -> Iterator[dict[str, Any]]:
+        """Every entry (``last``: the newest ones), oldest first."""
+        statement = "SELECT entry FROM {log} WHERE output = %s ORDER BY seq DESC" + (" LIMIT %s" if last else "")
+        found = self.query(statement, (self.name, last) if last else (self.name,))
+        return iter([entry_of(row[0]) for row in reversed(found)])
+
+    def append(self, manifest: dict[str, Any]) -> bool:
+        """The batch's rows and its log entry in one transaction, only while its entry is the next
+        free one (``False`` when another batch took it: nothing of this one stays)."""
+        seq = int(manifest["seq"])
+        conn = self.connect()
+        try:
+            with self.writer_lock(conn):
+                self.ensure_log(conn)
+                prepared = self.before_transaction(conn, manifest)
+                with self.transaction(conn):
+                    [(newest,)] = self.run(
+                        conn, "SELECT coalesce(max(seq), 0) FROM {log} WHERE output = %s", (self.name,)
+                    )
+                    if newest >= seq:
+                        return False
+                    if newest != seq - 1:
+                        raise ManifestError(f"{self.label} holds batch {newest} as its newest: cannot add {seq}")
+                    if self.merging:
+                        self.merge_rows(conn, manifest, prepared)
+                    else:
+                        self.load_rows(conn, manifest, prepared)
+                    self.run(
+                        conn,
+                        "INSERT INTO {log} (output, seq, batch_id, entry) VALUES (%s, %s, %s, %s)",
+                        (self.name, seq, manifest["batch_id"], json.dumps(manifest)),
+                    )
+                    for name in self.staged_paths(manifest):  # the rows are the table's now
+                        self.run(conn, "DELETE FROM {files} WHERE path = %s", (name,))
+                    fail_point("before-database-commit")
+        except self.database.errors as exc:
+            raise StorageError(f"{self.label}: {one_line(exc)}") from None
+        return True
+
+    # -- the staged rows -------------------------------------------------------------------------
+
+    def staged_paths(self, manifest: dict[str, Any]) -> list[str]:
+        return [f"{self.name}/{manifest['location']}/{f['name']}" for f in manifest.get("files") or []]
+
+    def staged_files(self, conn: Any, manifest: dict[str, Any]) -> Iterator[pq.ParquetFile]:
+        """The sealed attempt's staged Parquet files, read in this transaction."""
+        for path in self.staged_paths(manifest):
+            found = self.run(conn, "SELECT data FROM {files} WHERE path = %s", (path,))
+            if not found:
+                raise ManifestError(f"batch {manifest['batch_id']}: its staged file {path.rsplit('/', 1)[-1]} is gone")
+            yield pq.ParquetFile(io.BytesIO(found[0][0]))
+
+    # -- merged tables ---------------------------------------------------------------------------
+
+    @property
+    def merging(self) -> bool:
+        return self.merge is not None and self.merge.merges
+
+    def rows_before(
+        self, seq: int, key_columns: Sequence[str], keys: Collection[tuple], columns: Sequence[str]
+    ) -> dict:
+        """Nothing: a database table has no earlier versions to read (a moved row whose old key an
+        earlier batch deleted gets null for its unchanged TOASTed columns, counted as ``unresolved``)."""
+        return {}
+
+    # -- staging -------------------------------------------------------------------------------
+
+    def publish(self, entry: dict[str, Any]) -> None:
+        """Nothing to do: the batch's transaction made its rows visible."""
+
+    def check_published(self, entry: dict[str, Any]) -> None:
+        """Nothing to check: the rows and the entry committed together."""
+
+    def drop_saved_manifest(self, manifest: dict[str, Any]) -> None:
+        """Nothing saved: the log entry is the manifest."""
+
+    def check_columns(self, schema: pa.Schema) -> None:
+        """Refuse, before anything is read, a column the database cannot hold: a type it has not, or
+        a name longer than it takes (it would cut the name short, or refuse the table)."""
+        for f in schema:
+            self.column_type(f.type, f.name)
+            if len(f.name.encode()) > self.name_bytes:
+                raise ConfigError(
+                    f"{self.label}: column {f.name[:40]!r}... is {len(f.name.encode())} bytes long, and "
+                    f"{self.database.label} names hold at most {self.name_bytes}: rename the field, or write this "
+                    "topic to another format"
+                )
+
+
+def entry_of(value: Any) -> dict[str, Any]:
+    """A log entry as read (PostgreSQL's jsonb arrives parsed, MariaDB's JSON as text)."""
+    return dict(value) if isinstance(value, dict) else json.loads(value)
+
+
+def open_database_store(sink: DatabaseSink, spec: Any):
+    """The store of ``sink`` (the table is created by its first batch's transaction); a table keeps
+    the merge mode of its batches."""
+    from kafka_batch_provider.output.store import BatchStore
+
+    sink.merge = table_merge(sink.label, sink.tail(), sink.merge)
+    return BatchStore(sink.data.uri_of(CONTROL), {"url": spec.database_url}, sink=sink)

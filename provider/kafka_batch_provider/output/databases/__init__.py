@@ -1,0 +1,88 @@
+"""The databases a database output can live in: one small interface (:class:`Database`), one module
+per server (PostgreSQL, MariaDB/MySQL), and :func:`database_of`, which picks one by the URL's scheme.
+
+A :class:`Database` is what differs between servers below the sinks: how a URL is read (without ever
+quoting it: the password is in it), how a connection is made, how names are quoted, and the few
+statements of the protocol's files table (:mod:`kafka_batch_provider.output.database_files`). Both
+drivers take ``%s`` placeholders, so the statements the sinks share are plain text.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Protocol
+
+from kafka_batch_provider.errors import ConfigError
+
+
+class Database(Protocol):
+    #: the server's name in messages ("PostgreSQL")
+    label: str
+    #: the URL schemes it is reached by, the canonical one first
+    schemes: tuple[str, ...]
+    #: the driver's base exception (a failure of the database or the connection)
+    errors: type[BaseException]
+
+    def url_parts(self, url: str) -> tuple[str, int, str]:
+        """``(host, port, database)`` of a URL; one line that never quotes it when it cannot be read."""
+        ...
+
+    def connect(self, url: str) -> Any:
+        """A new autocommitted connection."""
+        ...
+
+    def usable(self, connection: Any) -> bool:
+        """Whether a connection made earlier can still be used."""
+        ...
+
+    def quote(self, *names: str) -> str:
+        """``names`` as one qualified, quoted identifier."""
+        ...
+
+    def create_files_table(self, connection: Any, schema: str) -> None:
+        """``<schema>.kafka_batch_files`` (``path``, ``data``, ``modified``), unless it exists; safe
+        for writers racing."""
+        ...
+
+    #: the statements of the files table (``{table}`` is its quoted name): a new file only if its
+    #: path is free (affects no row otherwise), a file written whatever was there, and the
+    #: condition "``path`` starts with ``%s``"
+    new_file: str
+    replace_file: str
+    below: str
+
+
+def database_of(url: str) -> Database:
+    """The database a URL's scheme names (one line listing the schemes otherwise, never quoting the URL)."""
+    from kafka_batch_provider.output.databases.mariadb import MARIADB
+    from kafka_batch_provider.output.databases.postgres import POSTGRES
+
+    scheme = str(url).split("://", 1)[0].lower() if "://" in str(url) else ""
+    for database in (POSTGRES, MARIADB):
+        if scheme in database.schemes:
+            return database
+    raise ConfigError(
+        "the database URL must start with postgresql:// (PostgreSQL) or mysql:// (MariaDB or MySQL), "
+        "as SCHEME://USER:PASSWORD@HOST:PORT/DB"
+    )
+
+
+#: One autocommitted connection per database URL and thread, for the thread's life (a Location, a
+#: store, a Spark task each make a filesystem: a connection each would soon use up the server's).
+_THREAD = threading.local()
+
+
+def connection_of(url: str) -> Any:
+    """This thread's connection to the database at ``url``."""
+    database = database_of(url)
+    connections = _THREAD.__dict__.setdefault("connections", {})
+    connection = connections.get(url)
+    if connection is None or not database.usable(connection):
+        connection = database.connect(url)
+        connections[url] = connection
+    return connection
+
+
+def one_line(exc: BaseException) -> str:
+    """A database error in one line (the drivers' messages hold no password; the URL is never quoted)."""
+    return " ".join(str(exc).split())

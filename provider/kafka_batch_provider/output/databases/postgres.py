@@ -1,0 +1,83 @@
+"""PostgreSQL (``postgresql://USER:PASSWORD@HOST:PORT/DB``), through psycopg 3."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from kafka_batch_provider.errors import ConfigError
+
+#: The one line for a URL that cannot be read (never quoting it: the password is in it).
+UNREADABLE_URL = (
+    "the database URL cannot be read as postgresql://USER:PASSWORD@HOST:PORT/DB: a password or user "
+    "holding '@', '/', ':', '%' or '#' must be percent-encoded (%40, %2F, %3A, %25, %23)"
+)
+
+
+class Postgres:
+    label = "PostgreSQL"
+    schemes = ("postgresql", "postgres")
+
+    @property
+    def errors(self) -> type[BaseException]:
+        import psycopg
+
+        return psycopg.Error
+
+    def url_parts(self, url: str) -> tuple[str, int, str]:
+        """Read as libpq reads it; a URL libpq and a URL parser would read differently (a password
+        with an unquoted ``@`` or ``/``) is refused."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            parts, libpq = urlsplit(url), conninfo_to_dict(url)
+            port = parts.port or 5432
+        except Exception:  # noqa: BLE001 - whatever the parsers say would quote the password
+            raise ConfigError(UNREADABLE_URL) from None
+        database = parts.path.strip("/")
+        if parts.scheme not in self.schemes or not parts.hostname or not database:
+            raise ConfigError(UNREADABLE_URL)
+        if libpq.get("host") != parts.hostname or libpq.get("dbname") != unquote(database):
+            raise ConfigError(UNREADABLE_URL)
+        return parts.hostname, port, database
+
+    def connect(self, url: str) -> Any:
+        import psycopg
+
+        return psycopg.connect(url, autocommit=True, connect_timeout=30)
+
+    def usable(self, connection: Any) -> bool:
+        return not (connection.closed or connection.broken)
+
+    def quote(self, *names: str) -> str:
+        return ".".join('"' + name.replace('"', '""') + '"' for name in names)
+
+    def create_files_table(self, connection: Any, schema: str) -> None:
+        create_once(
+            connection,
+            schema,
+            "kafka_batch_files",
+            f"CREATE TABLE IF NOT EXISTS {self.quote(schema, 'kafka_batch_files')} (path text PRIMARY KEY, "
+            "data bytea NOT NULL, modified timestamptz NOT NULL DEFAULT now())",
+        )
+
+    new_file = "INSERT INTO {table} (path, data) VALUES (%s, %s) ON CONFLICT (path) DO NOTHING"
+    replace_file = (
+        "INSERT INTO {table} (path, data) VALUES (%s, %s) "
+        "ON CONFLICT (path) DO UPDATE SET data = excluded.data, modified = now()"
+    )
+    below = "starts_with(path, %s)"
+
+
+def create_once(connection: Any, schema: str, table: str, create: Any) -> None:
+    """Run ``create`` (a ``CREATE TABLE IF NOT EXISTS``) unless ``schema.table`` exists, under the
+    schema's advisory lock: two of them at once can both fail on the catalog's unique index."""
+    found = connection.execute("SELECT to_regclass(%s)", (f'"{schema}"."{table}"',)).fetchone()
+    if found is not None and found[0] is not None:
+        return
+    with connection.transaction():
+        connection.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"kafka_batch_schema:{schema}",))
+        connection.execute(create)
+
+
+POSTGRES = Postgres()
