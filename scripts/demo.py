@@ -29,7 +29,11 @@
    '.demo/topics/{topic}'` writes three topics into a Delta table each in one Spark job, then a
    topic created since into its own in the next run; the metrics each batch sent go to a StatsD
    listener of the demo's (scripts/demo_topics.py),
-11. print a summary: batches, ranges, rows, lag before and after, lag health, where the data is,
+11. a PostgreSQL table: the `kafka_batch_ingest` DAG into `public.clicks` (a `postgres` connection),
+   each batch's rows and offsets in one database transaction; the group deleted, the next run
+   resumes from the table's offset log; `SELECT count(*)` equal to what was produced
+   (scripts/demo_database.py),
+12. print a summary: batches, ranges, rows, lag before and after, lag health, where the data is,
    and copy-paste snippets that query the Delta table.
 
 Airflow uses the project-local AIRFLOW_HOME (.airflow, SQLite); its full task logs go to
@@ -62,6 +66,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 import pyarrow.dataset as ds  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 from demo_cdc import cdc_demo  # noqa: E402 - beside this script
+from demo_database import database_demo  # noqa: E402 - beside this script
 from demo_topics import LATE, TOPICS, per_topic, topics_demo  # noqa: E402 - beside this script
 from pyarrow.fs import FSSpecHandler, PyFileSystem  # noqa: E402
 
@@ -257,6 +262,7 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str |
     avro = avro_demo(config, registry_url, spark_remote, suffix)
     cdc = cdc_demo(config, spark_remote, WORK, kafka_batch, duckdb_connection, say)
     platform = topics_demo(config, spark_remote, WORK, kafka_batch, duckdb_connection, say)
+    database = database_demo(config, WORK, airflow, say)
 
     filesystem = PyFileSystem(FSSpecHandler(store.location.fs))
     table = ds.dataset(store.location.root, filesystem=filesystem, format="parquet", partitioning="hive").to_table(
@@ -349,7 +355,17 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str |
         f"run 2 found the topic created since: {', '.join(t for t in second['tables'] if t not in first['tables'])} "
         f"({len(platform['metrics'])} StatsD lines received from both runs)"
     )
-    path = f"a Spark Connect server at {spark_remote} for all 12 batches" if spark_remote else "spark-submit per batch"
+    say(
+        f"  Kafka -> PostgreSQL table {database['table']} (the ingest DAG; rows and offsets: one transaction): "
+        f"batches {database['batches']}; the second run followed a deleted group and "
+        + ("resumed from the table's offset log" if database["resumed"] else "DID NOT RESUME")
+    )
+    say(
+        f"    SELECT count(*) FROM {database['table']}: {database['rows']:,} (produced {database['produced']:,}); "
+        f"every offset exactly once: {'yes' if database['once'] else 'NO'}; "
+        f"password in the task logs: {'YES' if database['password_shown'] else 'no'}"
+    )
+    path = f"a Spark Connect server at {spark_remote} for all 14 batches" if spark_remote else "spark-submit per batch"
     say(f"  Spark: {path}")
     say(f"  Airflow task logs: {WORK}/airflow-*.log; done in {time.perf_counter() - started:.0f}s")
     ok = (
@@ -376,6 +392,11 @@ def run_demo(bootstrap: str, s3: S3Endpoint, started: float, spark_remote: str |
         and [r["source_rows"] for r in cdc["rounds"]] == [1000, 1050, 1050]
         and platform["rows"] == {f"{platform['prefix']}.{n}": c for n, (_, c) in {**TOPICS, LATE[0]: LATE[1:]}.items()}
         and len(platform["runs"][0]["tables"]) == 3
+        and database["rows"] == database["produced"] == 4_000
+        and database["once"]
+        and database["batches"] == [3_000, 1_000]
+        and database["resumed"]
+        and not database["password_shown"]
     )
     return 0 if ok else 1
 

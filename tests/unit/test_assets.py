@@ -104,3 +104,16 @@ def test_a_postgres_table_is_named_as_airflows_postgres_provider_and_openlineage
     uri = output_asset_uri(described)
     assert uri == "postgres://db.internal:5432/shop/public/orders", uri
     assert dataset_name(uri) == ("postgres://db.internal:5432", "shop.public.orders")
+
+
+def test_a_mariadb_table_is_named_as_airflows_mysql_provider_and_openlineage_name_it():
+    from kafka_batch_provider.core.lineage import dataset_name
+    from kafka_batch_provider.operators.assets import output_asset_uri
+    from kafka_batch_provider.output.formats import OutputSpec
+
+    spec = OutputSpec(format="mysql", table="shop.orders", database_url="mysql://u:secret@db.internal/ingest")
+    described = spec.describe()
+    assert described["database"] == "mysql://db.internal:3306/ingest" and "secret" not in str(described)
+    uri = output_asset_uri(described)
+    assert uri == "mysql://db.internal:3306/shop/orders", uri  # (the table's database, not the URL's)
+    assert dataset_name(uri) == ("mysql://db.internal:3306", "shop.orders")

@@ -36,3 +36,38 @@ def test_a_batch_output_in_postgres_reads_its_connection_and_shows_no_password(m
     assert "hunter2" not in repr(spec) and "hunter2" not in str(spec.describe()) and "hunter2" not in repr(output)
     with pytest.raises(ConfigError, match="needs the database's URL"):
         BatchOutput(output_format="postgres", table="public.orders").check()
+
+
+def test_a_mysql_connection_becomes_a_mysql_url_with_its_tls_files(monkeypatch):
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MY_OUT",
+        '{"conn_type": "mysql", "host": "db.internal", "port": 3307, "login": "ingest", "password": "p@ss/word", '
+        '"schema": "shop", "extra": {"ssl": {"ca": "/etc/ca.pem", "cert": "/etc/c.pem"}, "ssl_verify_cert": true}}',
+    )
+    assert database_url_from_connection("my_out") == (
+        "mysql://ingest:p%40ss%2Fword@db.internal:3307/shop?ssl_ca=%2Fetc%2Fca.pem&ssl_cert=%2Fetc%2Fc.pem"
+        "&ssl_verify_cert=true"
+    )
+
+
+def test_a_connection_of_another_type_is_one_line_naming_the_types_taken(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_HTTP_OUT", "http://ingest:secret@db.internal:80/shop")
+    with pytest.raises(ConfigError, match="takes a postgres or mysql connection") as refused:
+        database_url_from_connection("http_out")
+    assert "secret" not in str(refused.value)
+
+
+def test_a_batch_output_in_mariadb_reads_its_connection_and_checks_at_parse_time(monkeypatch):
+    from kafka_batch_provider.operators.output import BatchOutput
+
+    monkeypatch.setenv("AIRFLOW_CONN_MY_OUT", "mysql://ingest:hunter2@db.internal:3306/shop")
+    output = BatchOutput(output_format="mysql", table="shop.orders", database_conn_id="my_out")
+    output.check()
+    spec = output.spec()
+    assert spec.database_url == "mysql://ingest:hunter2@db.internal:3306/shop"
+    assert spec.describe()["database"] == "mysql://db.internal:3306/shop"
+    assert "hunter2" not in repr(spec) and "hunter2" not in str(spec.describe()) and "hunter2" not in repr(output)
+    monkeypatch.setenv("AIRFLOW_CONN_PG_OUT", "postgresql://ingest:hunter2@db.internal:5433/shop")
+    wrong = BatchOutput(output_format="mysql", table="shop.orders", database_conn_id="pg_out")
+    with pytest.raises(ConfigError, match="writes to a mysql:// database"):
+        wrong.spec()

@@ -192,8 +192,9 @@ def add_storage_args(p: argparse.ArgumentParser, output_help: str = "") -> None:
         "--format",
         choices=tuple(kinds()),
         default=os.environ.get("KAFKA_BATCH_FORMAT", "parquet"),
-        help="parquet (a folder per batch, default), delta (a Delta Lake table), iceberg (an Iceberg table) or "
-        "postgres (a PostgreSQL table: rows and offsets in one transaction)",
+        help="parquet (a folder per batch, default), delta (a Delta Lake table), iceberg (an Iceberg table), "
+        "postgres (a PostgreSQL table) or mysql (a MariaDB or MySQL table): in a database, rows and offsets in one "
+        "transaction",
     )
     g.add_argument(
         "--output",
@@ -202,12 +203,15 @@ def add_storage_args(p: argparse.ArgumentParser, output_help: str = "") -> None:
         "for --format delta, the table's location",
     )
     g.add_argument(
-        "--table", help="--format iceberg: the table, NAMESPACE.NAME; postgres: SCHEMA.NAME (created on first use)"
+        "--table",
+        help="--format iceberg: the table, NAMESPACE.NAME; postgres: SCHEMA.NAME; mysql: DB.NAME "
+        "(created on first use)",
     )
     g.add_argument(
         "--database-url-file",
         default=os.environ.get("KAFKA_BATCH_DATABASE_URL_FILE") or None,
-        help="--format postgres: a file holding the database's URL, postgresql://USER:PASSWORD@HOST:PORT/DB "
+        help="--format postgres or mysql: a file holding the database's URL, postgresql:// or "
+        "mysql://USER:PASSWORD@HOST:PORT/DB "
         "(default: $KAFKA_BATCH_DATABASE_URL; never on the command line: it holds the password)",
     )
     add_pairs_and_file(

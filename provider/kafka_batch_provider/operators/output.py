@@ -56,7 +56,7 @@ class BatchOutput:
     :param storage_conn_id: the output's storage connection (see ``hooks/storage.py``).
     :param catalog_conn_id: the Iceberg catalog's connection (see ``hooks/catalog.py``).
     :param catalog_properties: non-secret catalog properties; override the connection's.
-    :param database_conn_id: a database output's connection (``postgres``: see ``hooks/database.py``).
+    :param database_conn_id: a database output's connection (``postgres`` or ``mysql``: see ``hooks/database.py``).
     :param mode: ``append``, ``upsert`` or ``changes`` (:mod:`kafka_batch_provider.core.merging`);
         ``None`` follows an existing table.
     :param merge_key: value columns forming the key (a list or ``"a,b"``); default: the Kafka key.
@@ -115,10 +115,11 @@ class BatchOutput:
         if any(is_template(getattr(self, name)) for name in OUTPUT_TEMPLATE_FIELDS):
             return
         # The connection is read when the task runs: here it only has to be named.
+        scheme = getattr(known_kind(self.format), "url_scheme", None) or "postgresql"
         self._spec(
             storage_options={},
             catalog_from_connection={"(from the connection)": "-"},
-            database_url="postgresql://(from-the-connection)/-" if self.database_conn_id else None,
+            database_url=f"{scheme}://(from-the-connection)/-" if self.database_conn_id else None,
         )
 
     def spec(self) -> OutputSpec:
