@@ -32,10 +32,29 @@ class PostgresDatabase:
         """The connection URL, password included (a secret: tests check it never shows)."""
         return f"postgresql://{self.name}:{PASSWORD}@127.0.0.1:{self.port}/{self.name}"
 
+    #: the output's format and where its test table lives
+    format = "postgres"
+
+    @property
+    def table(self) -> str:
+        return "public.orders"
+
     def connect(self):
         import psycopg
 
         return psycopg.connect(self.url, autocommit=True)
+
+    def quote(self, name: str) -> str:
+        return f'"{name}"'
+
+    def rows(self, statement: str, params: tuple = ()) -> list[tuple]:
+        with self.connect() as conn:
+            return conn.execute(statement, params).fetchall()
+
+    def has_table(self, name: str) -> bool:
+        schema, table = name.split(".")
+        return bool(self.rows("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
+                              (schema, table)))  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -74,6 +93,20 @@ class MariaDatabase:
     def url(self) -> str:
         """The connection URL, password included (a secret: tests check it never shows)."""
         return f"mysql://{self.name}:{PASSWORD}@127.0.0.1:{self.port}/{self.name}"
+
+    format = "mysql"
+
+    @property
+    def table(self) -> str:
+        return f"{self.name}.orders"
+
+    def quote(self, name: str) -> str:
+        return f"`{name}`"
+
+    def has_table(self, name: str) -> bool:
+        schema, table = name.split(".")
+        return bool(self.rows("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
+                              (schema, table)))  # fmt: skip
 
     def connect(self):
         import pymysql
@@ -114,3 +147,9 @@ def mariadb_database(mariadb_server: MariadbServer) -> MariaDatabase:
     name = f"out_{uuid.uuid4().hex[:10]}"
     mariadb_server.create_database(name, owner=name, password=PASSWORD)
     return MariaDatabase(mariadb_server.port, name)
+
+
+@pytest.fixture(params=["postgres", "mysql"])
+def output_database(request):
+    """Each database output's test database in turn (PostgreSQL, MariaDB)."""
+    return request.getfixturevalue("postgres_database" if request.param == "postgres" else "mariadb_database")

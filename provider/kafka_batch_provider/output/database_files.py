@@ -170,7 +170,7 @@ class DatabaseFileSystem(AbstractFileSystem):
     def rm(self, path: Any, recursive: bool = False, maxdepth: Any = None) -> None:
         for one in [path] if isinstance(path, str) else path:
             schema, key = self.key(one)
-            below = " OR starts_with(path, %s)" if recursive else ""
+            below = " OR {below}" if recursive else ""
             params = (key, key + "/") if recursive else (key,)
             self.run(schema, "DELETE FROM {table} WHERE path = %s" + below, params)
 

@@ -1,6 +1,7 @@
-"""A PostgreSQL output's batch killed at each point of its one transaction (issue 50): inside it
-before COMMIT nothing is visible and the retry lands the batch once; after COMMIT and before the
-Kafka commit the next run commits without reading again. Counted in the fault matrix."""
+"""A database output's batch (PostgreSQL, MariaDB) killed at each point of its one transaction
+(issue 50): inside it before COMMIT nothing is visible and the retry lands the batch once; after
+COMMIT and before the Kafka commit the next run commits without reading again. Counted in the fault
+matrix."""
 
 from __future__ import annotations
 
@@ -16,10 +17,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("postgres")]
 
 
 def rows_of(db) -> Counter:
-    with db.connect() as conn:
-        if conn.execute("SELECT to_regclass('public.orders')").fetchone()[0] is None:
-            return Counter()
-        return Counter(conn.execute('SELECT topic, "partition", "offset" FROM public.orders').fetchall())
+    if not db.has_table(db.table):
+        return Counter()
+    return Counter(db.rows(f"SELECT topic, {db.quote('partition')}, {db.quote('offset')} FROM {db.table}"))
 
 
 def expect_exactly_once(outcome, db, expected: set) -> None:
@@ -34,7 +34,7 @@ def expect_exactly_once(outcome, db, expected: set) -> None:
 
 
 def arguments(db, kafka_config, topic, group, remote) -> list[str]:
-    where = ["--format", "postgres", "--table", "public.orders"]
+    where = ["--format", db.format, "--table", db.table]
     return ["--bootstrap-servers", kafka_config["bootstrap.servers"], "--topic", topic, "--group", group,
             "--spark-remote", remote, "--timeout", "10", *where]  # fmt: skip
 
@@ -51,27 +51,27 @@ def killed_at(point: str, records: int, db, kafka_config, topic: str, group: str
 
 
 def test_a_kill_inside_the_database_transaction_leaves_nothing_and_the_retry_lands_once(
-    outcome, postgres_database, kafka_config, new_topic, group_id, spark_connect_remote
+    outcome, output_database, kafka_config, new_topic, group_id, spark_connect_remote
 ):
     topic = new_topic(partitions=2)
     args, env = killed_at(
-        "before-database-commit", 30, postgres_database, kafka_config, topic, group_id, spark_connect_remote
+        "before-database-commit", 30, output_database, kafka_config, topic, group_id, spark_connect_remote
     )
-    assert rows_of(postgres_database) == Counter(), "rows of an uncommitted transaction are visible"
+    assert rows_of(output_database) == Counter(), "rows of an uncommitted transaction are visible"
     assert group_offsets(kafka_config, group_id, topic, 2) == {0: None, 1: None}
     retried = run_cli(args, env).result()
     assert retried["records"] == 30 and retried["reused"], f"the retry must replay the saved plan: {retried}"
     assert group_offsets(kafka_config, group_id, topic, 2) == {0: 15, 1: 15}
-    expect_exactly_once(outcome, postgres_database, {(topic, p, o) for p in range(2) for o in range(15)})
+    expect_exactly_once(outcome, output_database, {(topic, p, o) for p in range(2) for o in range(15)})
 
 
 def test_a_kill_after_the_database_commit_is_committed_to_kafka_without_reading_again(
-    outcome, postgres_database, kafka_config, new_topic, group_id, spark_connect_remote
+    outcome, output_database, kafka_config, new_topic, group_id, spark_connect_remote
 ):
     topic = new_topic(partitions=2)
-    args, env = killed_at("after-log-entry", 20, postgres_database, kafka_config, topic, group_id, spark_connect_remote)
+    args, env = killed_at("after-log-entry", 20, output_database, kafka_config, topic, group_id, spark_connect_remote)
     assert group_offsets(kafka_config, group_id, topic, 2) == {0: None, 1: None}, "the Kafka commit must not have run"
     finished = run_cli(args, env).result()
     assert finished["repaired"] and finished["skipped"], f"the next run must only finish the commit: {finished}"
     assert group_offsets(kafka_config, group_id, topic, 2) == {0: 10, 1: 10}
-    expect_exactly_once(outcome, postgres_database, {(topic, p, o) for p in range(2) for o in range(10)})
+    expect_exactly_once(outcome, output_database, {(topic, p, o) for p in range(2) for o in range(10)})
