@@ -34,6 +34,7 @@ SETTINGS = {
     "innodb-log-file-size": "64M",
     "innodb-flush-log-at-trx-commit": "0",
     "max-connections": "200",
+    "max-allowed-packet": "1G",  # (a staged file is one value: up to --target-file-mb)
     "skip-name-resolve": "1",
     "local-infile": "1",
 }

@@ -94,6 +94,14 @@ class DatabaseFileSystem(AbstractFileSystem):
         except database.errors as exc:
             raise StorageError(f"the files of schema {schema}: {one_line(exc)}") from None
 
+    def check_size(self, schema: str, size: int) -> None:
+        """A file the server cannot store in one value: refused in one line (a ConfigError)."""
+        database = database_of(self._url)
+        try:
+            database.check_file_size(connection_of(self._url), size)
+        except database.errors as exc:
+            raise StorageError(f"the files of schema {schema}: {one_line(exc)}") from None
+
     # -- reading -------------------------------------------------------------------------------
 
     def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
@@ -154,6 +162,7 @@ class DatabaseFileSystem(AbstractFileSystem):
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
         """Write ``value`` at ``path``; ``mode="create"``: only if absent (:class:`FileExistsError`)."""
         schema, key = self.key(path)
+        self.check_size(schema, len(value))
         if mode == "create":
             [(count,)] = self.run(schema, database_of(self._url).new_file, (key, value))
             if count == 0:

@@ -71,6 +71,8 @@ class DatabaseSink(StagedInPlace):
     schema_word = "SCHEMA"
     #: the longest column name, in bytes
     name_bytes: int
+    #: whether column names are case-insensitive (MariaDB's are)
+    names_ignore_case = False
     dead_letter_root = f"{CONTROL}/_dead_letters"
 
     def __init__(self, url: str, table: str, merge: MergeSpec | None = None) -> None:
@@ -81,6 +83,7 @@ class DatabaseSink(StagedInPlace):
         self.merge = merge
         self.partition_by = None
         self.data = Location(files_uri(url, self.name), {"url": url})
+        self._log_seen = False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.data.uri!r})"
@@ -146,8 +149,10 @@ class DatabaseSink(StagedInPlace):
         """One read of the log (an empty answer before the log table exists)."""
         conn = self.connect()
         try:
-            if not self.has_table(conn, LOG_TABLE):
-                return []
+            if not self._log_seen:
+                if not self.has_table(conn, LOG_TABLE):
+                    return []
+                self._log_seen = True  # (a log table, once there, stays: no need to ask again)
             return self.run(conn, statement, params)
         except self.database.errors as exc:
             raise StorageError(f"{self.label}: {one_line(exc)}") from None
@@ -262,10 +267,21 @@ class DatabaseSink(StagedInPlace):
         """Nothing saved: the log entry is the manifest."""
 
     def check_columns(self, schema: pa.Schema) -> None:
-        """Refuse, before anything is read, a column the database cannot hold: a type it has not, or
-        a name longer than it takes (it would cut the name short, or refuse the table)."""
+        """Refuse, before anything is read, a column the database cannot hold: a type it has not, a
+        name longer than it takes (it would cut the name short, or refuse the table), or a name the
+        statements cannot carry (``{``, ``}``, ``%``: templates and the drivers' placeholders)."""
         for f in schema:
             self.column_type(f.type, f.name)
+            if any(c in f.name for c in "{}%") or not f.name.strip() or f.name != f.name.rstrip():
+                raise ConfigError(
+                    f"{self.label}: column {f.name[:40]!r}: a name that is empty, ends in a space or holds "
+                    "'{', '}' or '%' cannot be a column here: rename the field, or write this topic to another format"
+                )
+            if [g.name.lower() for g in schema].count(f.name.lower()) > 1 and self.names_ignore_case:
+                raise ConfigError(
+                    f"{self.label}: columns {f.name[:40]!r} and another differ only in case, which "
+                    f"{self.database.label} names do not tell apart"
+                )
             if len(f.name.encode()) > self.name_bytes:
                 raise ConfigError(
                     f"{self.label}: column {f.name[:40]!r}... is {len(f.name.encode())} bytes long, and "

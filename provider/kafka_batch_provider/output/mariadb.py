@@ -39,9 +39,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kafka_batch_provider.core.merging import DELETE_OP, OP_COLUMN, ORDER_COLUMN, UPSERT_OP
-from kafka_batch_provider.errors import ConfigError, StorageError
+from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
 from kafka_batch_provider.output.database_sink import LOAD_ROWS, DatabaseSink, open_database_store
-from kafka_batch_provider.output.databases.mariadb import MARIADB
+from kafka_batch_provider.output.databases.mariadb import MARIADB, binary_collation
 from kafka_batch_provider.output.mariadb_load import load_text
 from kafka_batch_provider.output.merge_source import MergeSource, merge_batch, prefetched
 
@@ -56,7 +56,8 @@ KEY_LENGTH = 255
 FOOTER_BYTES = 65_536
 #: Keys asked for at once when the merge reads rows back.
 KEYS_AT_ONCE = 1000
-TABLE_OPTIONS = "DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+#: Text key columns an index holds (3,072 bytes: three of 255 characters of 4 bytes).
+TEXT_KEYS = 3
 
 
 class MariadbSink(DatabaseSink):
@@ -67,14 +68,19 @@ class MariadbSink(DatabaseSink):
     schema_word = "DB"
     #: MariaDB's and MySQL's longest name (64 characters; counted here in bytes, the stricter)
     name_bytes = 64
+    names_ignore_case = True
+
+    def table_options(self, conn: Any) -> str:
+        """Every table transactional (InnoDB, whatever the server's default), text compared bytewise."""
+        return f"ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={binary_collation(conn)}"
 
     def ensure_log(self, conn: Any) -> None:
         self.run(
             conn,
             "CREATE TABLE IF NOT EXISTS {log} (output VARCHAR(512) NOT NULL, seq BIGINT NOT NULL, "
             "batch_id VARCHAR(255) NOT NULL, entry LONGTEXT NOT NULL, "
-            "committed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), PRIMARY KEY (output, seq)) "
-            + TABLE_OPTIONS,
+            "committed_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), PRIMARY KEY (output, seq)) "
+            + self.table_options(conn),
         )
 
     @contextmanager
@@ -86,9 +92,10 @@ class MariadbSink(DatabaseSink):
             raise StorageError(f"{self.label}: another writer held it for {LOCK_SECONDS} s")
         try:
             yield
-        finally:
-            if conn.open:
-                self.run(conn, "SELECT RELEASE_LOCK(%s)", (name,))
+        except BaseException:
+            conn.close()  # (the server releases the lock; the next use connects again, in a known state)
+            raise
+        self.run(conn, "SELECT RELEASE_LOCK(%s)", (name,))
 
     @contextmanager
     def transaction(self, conn: Any) -> Iterator[Any]:
@@ -122,7 +129,7 @@ class MariadbSink(DatabaseSink):
             (FOOTER_BYTES - 1, path),
         )  # fmt: skip
         if not found:
-            raise StorageError(f"{self.label}: a staged file of the batch is gone: {path.rsplit('/', 1)[-1]}")
+            raise ManifestError(f"{self.label}: a staged file of the batch is gone: {path.rsplit('/', 1)[-1]}")
         size, tail = found[0]
         footer = int.from_bytes(tail[-8:-4], "little") + 8
         if footer > len(tail) and footer <= size:
@@ -134,41 +141,72 @@ class MariadbSink(DatabaseSink):
         columns it lacks; its columns now, in order."""
         found = self.table_columns(conn)
         if not found:
+            texts = [k for k in key_columns if declared_type(schema.field(k), True).startswith("VARCHAR")]
+            if len(texts) > TEXT_KEYS:
+                raise ConfigError(
+                    f"{self.label}: {len(texts)} text key columns ({', '.join(texts)}); an index of "
+                    f"{self.database.label} holds at most {TEXT_KEYS}"
+                )
             columns = [f"{self.database.quote(f.name)} {declared_type(f, f.name in key_columns)}" for f in schema]
             if key_columns:
                 columns.append(f"PRIMARY KEY ({', '.join(self.database.quote(k) for k in key_columns)})")
-            self.run(conn, f"CREATE TABLE IF NOT EXISTS {{target}} ({', '.join(columns)}) {TABLE_OPTIONS}")
+            self.run(conn, f"CREATE TABLE IF NOT EXISTS {{target}} ({', '.join(columns)}) {self.table_options(conn)}")
             return self.table_columns(conn)
-        added = [f for f in schema if f.name not in set(found)]
+        self.check_engine(conn)
+        have = {name.lower() for name in found}  # (column names are case-insensitive here)
+        added = [f for f in schema if f.name.lower() not in have]
         for f in added:
             self.run(conn, f"ALTER TABLE {{target}} ADD COLUMN {self.database.quote(f.name)} {declared_type(f)}")
         return [*found, *(f.name for f in added)]
 
+    def check_engine(self, conn: Any) -> None:
+        """An existing table must be transactional, or a refused batch would leave rows behind."""
+        [(engine,)] = self.run(
+            conn,
+            "SELECT coalesce(e.transactions, 'NO') FROM information_schema.tables t "
+            "LEFT JOIN information_schema.engines e ON e.engine = t.engine "
+            "WHERE t.table_schema = %s AND t.table_name = %s",
+            (self.schema, self.table_name),
+        )
+        if engine != "YES":
+            raise ConfigError(f"{self.label} is not transactional (its engine has no transactions): make it InnoDB")
+
     def load_rows(self, conn: Any, manifest: dict[str, Any], prepared: Any = None) -> None:
         for rows in self.staged_files(conn, manifest):
-            self.load(conn, "{target}", rows.schema_arrow.names, rows.iter_batches(batch_size=LOAD_ROWS))
+            self.load(conn, self.quoted(self.table_name), rows.schema_arrow, rows.iter_batches(batch_size=LOAD_ROWS))
 
-    def load(self, conn: Any, table: str, names: Sequence[str], batches: Iterable[pa.RecordBatch]) -> None:
-        """``batches`` into ``table``'s ``names`` by ``LOAD DATA LOCAL INFILE``, one chunk at a time (the
-        next chunk's text made by a thread while this one loads); a warning refuses them."""
-        columns = ", ".join(self.database.quote(n) for n in names)
-        statement = f"LOAD DATA LOCAL INFILE %s INTO TABLE {table} CHARACTER SET binary ({columns})"
+    def load(self, conn: Any, table: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> None:
+        """``batches`` (of ``schema``) into ``table`` (quoted) by ``LOAD DATA LOCAL INFILE``, one chunk at
+        a time (the next chunk's text made by a thread while this one loads); a warning, or a row the
+        server skipped, refuses them."""
+        statement = load_statement(self.database.quote, table, schema)
         with tempfile.TemporaryDirectory(prefix="kafka-batch-load-") as folder:
             path = os.path.join(folder, "rows")
-            for text in prefetched(load_text(batch) for batch in batches):
+            for rows, text in prefetched((batch.num_rows, load_text(batch)) for batch in batches):
                 if not text:
                     continue
                 with open(path, "wb") as f:
                     f.write(text)
-                self.run(conn, statement, (path,))
+                try:
+                    loaded = conn.cursor().execute(statement, (path,))
+                except self.database.errors as exc:
+                    if exc.args and exc.args[0] in (1148, 3948):  # (the server refuses LOCAL INFILE)
+                        raise ConfigError(
+                            f"{self.label}: the server refuses LOAD DATA LOCAL: set local_infile=ON"
+                        ) from None
+                    raise
                 self.refuse_warnings(conn)
+                if loaded != rows:  # (LOCAL skips a row whose key is taken, and says so only here)
+                    raise ConfigError(f"{self.label}: {loaded} of {rows} rows loaded: the batch was not committed")
 
     def refuse_warnings(self, conn: Any) -> None:
-        """A value the server cut, changed or dropped while loading: the batch is refused in its words
-        (they name the column and the row), and every retry would be refused alike."""
-        for level, _, message in self.run(conn, "SHOW WARNINGS LIMIT 3"):
-            if level in ("Warning", "Error"):
-                raise ConfigError(f"{self.label}: {message}: the batch was not committed")
+        """A value the server cut, rounded, changed or dropped while loading (a warning or a note): the
+        batch is refused in the server's words (they name the column and the row), and every retry
+        would be refused alike."""
+        found = self.run(conn, "SHOW WARNINGS")
+        if found:
+            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+            raise ConfigError(f"{self.label}: {found[0][2]}{more}: the batch was not committed")
 
     def delete_older(self, conn: Any, truncated_at: str) -> None:
         """Rows older than a batch's newest truncate leave the table."""
@@ -179,7 +217,9 @@ class MariadbSink(DatabaseSink):
     def merge_rows(self, conn: Any, manifest: dict[str, Any], prepared: MergeSource | None = None) -> None:
         """The reduced changes (:meth:`before_transaction`) loaded into a temporary table, then a
         truncate, the deletes, the updates and the inserts, each only where newer than the row."""
-        merged = prepared if prepared is not None else merge_batch(self, manifest, conn)
+        if prepared is None:  # (reducing here would write deleted keys in the transaction, where DDL commits it)
+            raise StorageError(f"{self.label}: batch {manifest['batch_id']} was not reduced before its transaction")
+        merged = prepared
         keys = merged.key_columns
         if not keys:  # a batch of truncates only: no rows to create a table from
             if merged.truncated_at is not None and self.table_columns(conn):
@@ -190,8 +230,8 @@ class MariadbSink(DatabaseSink):
         source = q(SOURCE_TABLE)
         declared = ", ".join(f"{q(f.name)} {declared_type(f, f.name in keys)}" for f in merged.source.schema)
         self.run(conn, f"DROP TEMPORARY TABLE IF EXISTS {source}")
-        self.run(conn, f"CREATE TEMPORARY TABLE {source} ({declared}) {TABLE_OPTIONS}")
-        self.load(conn, source, merged.source.column_names, merged.source.to_batches(max_chunksize=LOAD_ROWS))
+        self.run(conn, f"CREATE TEMPORARY TABLE {source} ({declared}) {self.table_options(conn)}")
+        self.load(conn, source, merged.source.schema, merged.source.to_batches(max_chunksize=LOAD_ROWS))
         if merged.truncated_at is not None:
             self.delete_older(conn, merged.truncated_at)
         same_key = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in keys)
@@ -262,11 +302,13 @@ def column_type(kind: pa.DataType, name: str, key: bool = False) -> str:
         return f"VARCHAR({KEY_LENGTH})"
     if key and kind in (pa.binary(), pa.large_binary()):
         return f"VARBINARY({KEY_LENGTH})"
+    if key and (pa.types.is_nested(kind) or pa.types.is_null(kind)):
+        raise ConfigError(f"column {name}: a key column of type {kind} cannot be indexed by MariaDB")
     simple = {
         pa.binary(): "LONGBLOB", pa.large_binary(): "LONGBLOB", pa.string(): "LONGTEXT", pa.large_string(): "LONGTEXT",
         pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INT", pa.int64(): "BIGINT",
         pa.uint8(): "TINYINT UNSIGNED", pa.uint16(): "SMALLINT UNSIGNED", pa.uint32(): "INT UNSIGNED",
-        pa.uint64(): "BIGINT UNSIGNED", pa.float32(): "FLOAT", pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN",
+        pa.uint64(): "BIGINT UNSIGNED", pa.float32(): "DOUBLE", pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN",
         pa.date32(): "DATE", pa.null(): "LONGTEXT",
     }  # fmt: skip
     if kind in simple:
@@ -276,12 +318,26 @@ def column_type(kind: pa.DataType, name: str, key: bool = False) -> str:
     if pa.types.is_time(kind):
         return "TIME(6)"
     if pa.types.is_decimal(kind):
-        if kind.precision > 65 or kind.scale > 38:
+        if kind.precision > 65 or not 0 <= kind.scale <= 38:
             raise ConfigError(f"column {name}: {kind} does not fit MariaDB's DECIMAL (65 digits, 38 after the point)")
         return f"DECIMAL({kind.precision},{kind.scale})"
     if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_struct(kind) or pa.types.is_map(kind):
         return "JSON"
     raise ConfigError(f"column {name}: MariaDB has no type for {kind}")
+
+
+def load_statement(quote: Any, table: str, schema: pa.Schema) -> str:
+    """``LOAD DATA`` of ``schema``'s columns into ``table``; a JSON column reads its text through a
+    variable, converted from the file's bytes (MySQL takes no JSON in the binary character set)."""
+    targets, converted = [], []
+    for i, f in enumerate(schema):
+        if column_type(f.type, f.name) == "JSON":
+            targets.append(f"@v{i}")
+            converted.append(f"{quote(f.name)} = CONVERT(@v{i} USING utf8mb4)")
+        else:
+            targets.append(quote(f.name))
+    statement = f"LOAD DATA LOCAL INFILE %s INTO TABLE {table} CHARACTER SET binary ({', '.join(targets)})"
+    return statement + (f" SET {', '.join(converted)}" if converted else "")
 
 
 def declared_type(f: pa.Field, key: bool = False) -> str:

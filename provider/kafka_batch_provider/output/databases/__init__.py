@@ -44,6 +44,10 @@ class Database(Protocol):
         for writers racing."""
         ...
 
+    def check_file_size(self, connection: Any, size: int) -> None:
+        """Refuse, in one line, a file larger than the server stores in one value."""
+        ...
+
     #: the statements of the files table (``{table}`` is its quoted name): a new file only if its
     #: path is free (affects no row otherwise), a file written whatever was there, and the
     #: condition "``path`` starts with ``%s``"

@@ -10,7 +10,7 @@ has no zone) with strict SQL modes (a value that does not fit is an error, not a
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, unquote_to_bytes, urlsplit
 
 from kafka_batch_provider.errors import ConfigError
 
@@ -23,6 +23,8 @@ SSL_FILES = ("ssl_ca", "ssl_cert", "ssl_key")
 SSL_FLAGS = ("ssl_verify_cert", "ssl_verify_identity")
 #: Strict: a value that does not fit its column is an error (for LOAD DATA LOCAL, a warning the
 #: sink turns into one: see output/mariadb.py).
+#: What a packet holds besides the file (the statement, the path).
+PACKET_ROOM = 64 * 1024
 SQL_MODE = "STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
 
 
@@ -45,6 +47,8 @@ class MariaDB:
         database = unquote(parts.path.strip("/"))
         if parts.scheme not in self.schemes or not parts.hostname or not database or "/" in database:
             raise ConfigError(UNREADABLE_URL)
+        if "@" in parts.path or "@" in parts.query:  # (a '/' in the password moved the rest of it there)
+            raise ConfigError(UNREADABLE_URL)
         return parts.hostname, port, parts.path.strip("/")
 
     def connect(self, url: str) -> Any:
@@ -62,19 +66,23 @@ class MariaDB:
                 raise ConfigError(
                     f"the database URL's query may set {', '.join(SSL_FILES + SSL_FLAGS)}; {key[:40]!r} is not one"
                 )
-        return pymysql.connect(
-            host=host,
-            port=port,
-            user=unquote(parts.username or ""),
-            password=unquote(parts.password or ""),
-            database=unquote(database),
-            charset="utf8mb4",
-            autocommit=True,
-            local_infile=True,
-            connect_timeout=30,
-            init_command=f"SET time_zone = '+00:00', sql_mode = '{SQL_MODE}'",
-            **options,
-        )
+        try:
+            return pymysql.connect(
+                host=host,
+                port=port,
+                user=unquote(parts.username or ""),
+                # (bytes: PyMySQL would encode a str as latin-1, and the server hashed UTF-8)
+                password=unquote_to_bytes(parts.password or ""),
+                database=unquote(database),
+                charset="utf8mb4",
+                autocommit=True,
+                local_infile=True,
+                connect_timeout=30,
+                init_command=f"SET time_zone = '+00:00', sql_mode = '{SQL_MODE}'",
+                **options,
+            )
+        except (OSError, ValueError) as exc:  # (a TLS file missing; never the exception's words: they may quote)
+            raise ConfigError(f"cannot connect to {self.label} at {host}:{port}: {type(exc).__name__}") from None
 
     def usable(self, connection: Any) -> bool:
         return bool(connection.open)
@@ -86,9 +94,21 @@ class MariaDB:
         # (concurrent CREATE TABLE IF NOT EXISTS are safe here: the server's metadata locks order them)
         connection.cursor().execute(
             f"CREATE TABLE IF NOT EXISTS {self.quote(schema, 'kafka_batch_files')} ("
-            "path VARCHAR(700) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PRIMARY KEY, data LONGBLOB NOT NULL, "
-            "modified TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))"
+            f"path VARCHAR(700) CHARACTER SET utf8mb4 COLLATE {binary_collation(connection)} PRIMARY KEY, "
+            "data LONGBLOB NOT NULL, modified DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB"
         )
+
+    def check_file_size(self, connection: Any, size: int) -> None:
+        """A file larger than one packet the server takes cannot be stored: refused in one line."""
+        cursor = connection.cursor()
+        cursor.execute("SELECT @@max_allowed_packet")
+        [(limit,)] = cursor.fetchall()
+        if size > int(limit) - PACKET_ROOM:
+            raise ConfigError(
+                f"a staged file of {size / 2**20:.0f} MB is larger than the server's max_allowed_packet "
+                f"({int(limit) / 2**20:.0f} MB): raise it (SET GLOBAL max_allowed_packet = 1073741824), "
+                "or write smaller files (--target-file-mb)"
+            )
 
     # (without CLIENT_FOUND_ROWS, a duplicate that changes nothing affects 0 rows)
     new_file = "INSERT INTO {table} (path, data) VALUES (%s, %s) ON DUPLICATE KEY UPDATE path = path"
@@ -97,6 +117,12 @@ class MariaDB:
         "ON DUPLICATE KEY UPDATE data = VALUES(data), modified = CURRENT_TIMESTAMP(6)"
     )
     below = "LOCATE(%s, path) = 1"
+
+
+def binary_collation(connection: Any) -> str:
+    """The collation that compares text bytewise, trailing spaces included ("a" != "a "): MariaDB's
+    ``utf8mb4_nopad_bin``, MySQL 8's ``utf8mb4_0900_bin`` (``utf8mb4_bin`` pads: it ignores them)."""
+    return "utf8mb4_nopad_bin" if "MariaDB" in connection.get_server_info() else "utf8mb4_0900_bin"
 
 
 MARIADB = MariaDB()
