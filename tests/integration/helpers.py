@@ -54,13 +54,13 @@ class TableOutput(Output):
     catalog: dict[str, str] = field(default_factory=dict)
     partition_by: str | None = None
     merge: MergeSpec | None = None
-    #: (postgres) the database's URL; ``table`` is SCHEMA.NAME
+    #: (postgres, mysql) the database's URL; ``table`` is SCHEMA.NAME (DB.NAME)
     database_url: str | None = None
 
     def spec(self) -> OutputSpec:
         return OutputSpec(
             format=self.format,
-            output=None if self.format in ("iceberg", "postgres") else self.uri,
+            output=None if self.format in ("iceberg", "postgres", "mysql") else self.uri,
             database_url=self.database_url,
             table=self.table,
             catalog_properties=self.catalog,
@@ -84,6 +84,8 @@ class TableOutput(Output):
         """The table as its own reader (deltalake, pyiceberg, psycopg) sees it (``None``: no table yet)."""
         if self.format == "postgres":
             return self.read_postgres(columns)
+        if self.format == "mysql":
+            return self.read_mysql(columns)
         if self.format == "delta":
             from deltalake import DeltaTable
 
@@ -114,6 +116,25 @@ class TableOutput(Output):
             cursor = conn.execute(sql.SQL("SELECT {} FROM {}").format(selected, sql.Identifier(schema, name)))
             names, rows = [d.name for d in cursor.description], cursor.fetchall()
             return pa.table({name: [row[i] for row in rows] for i, name in enumerate(names)})
+
+    def read_mysql(self, columns: list[str] | None = None):
+        import pymysql
+
+        from kafka_batch_provider.output.databases.mariadb import MARIADB
+
+        schema, name = str(self.table).split(".", 1)
+        conn = MARIADB.connect(str(self.database_url))
+        try:
+            with conn.cursor() as cursor:
+                try:
+                    selected = ", ".join(f"`{c}`" for c in columns) if columns else "*"
+                    cursor.execute(f"SELECT {selected} FROM `{schema}`.`{name}`")
+                except pymysql.err.ProgrammingError:  # (no table yet)
+                    return None
+                names, rows = [d[0] for d in cursor.description], cursor.fetchall()
+        finally:
+            conn.close()
+        return pa.table({name: [row[i] for row in rows] for i, name in enumerate(names)})
 
 
 def read_dataset(output: Output | str, columns: list[str] | None = None):

@@ -175,15 +175,18 @@ def source_columns(source: Source) -> list[str]:
     return ["id", "name", "doc", "n"] + (["extra"] if source.extra else [])
 
 
-# The same engine merges into a PostgreSQL table (issue 50): the same streams, the same model.
-@pytest.mark.parametrize("value_format", ["bytes", "schemaless", "avro"])
+# The same engine merges into a database table (issue 50): the same streams, the same model.
+# PostgreSQL with every decoding; MariaDB with Connect JSON (its merge statements are its own).
+@pytest.mark.parametrize(
+    "fmt, value_format", [("postgres", "bytes"), ("postgres", "schemaless"), ("postgres", "avro"), ("mysql", "bytes")]
+)
 @settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(STEPS, min_size=20, max_size=80))
-def test_generated_change_streams_leave_a_postgres_table_equal_to_the_source(
-    value_format, steps, postgres_database, monkeypatch
-):
-    monkeypatch.setattr(merge_source, "CHUNK_RECORDS", 3)
-    key_type = pa.struct([("id", pa.int32())])
-    staged_as = "bytes" if value_format == "schemaless" else value_format
-    topic = staged_topic("postgres", None, CHANGES, staged_as, key_type, database_url=postgres_database.url)
-    replay(steps, topic, Source(schemas=value_format != "schemaless"), "postgres")
+def test_generated_change_streams_leave_a_database_table_equal_to_the_source(fmt, value_format, steps, request):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(merge_source, "CHUNK_RECORDS", 3)
+        database = request.getfixturevalue("postgres_database" if fmt == "postgres" else "mariadb_database")
+        key_type = pa.struct([("id", pa.int32())])
+        staged_as = "bytes" if value_format == "schemaless" else value_format
+        topic = staged_topic(fmt, None, CHANGES, staged_as, key_type, database_url=database.url)
+        replay(steps, topic, Source(schemas=value_format != "schemaless"), fmt)

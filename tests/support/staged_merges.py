@@ -150,13 +150,15 @@ def staged_topic(
     database_url: str | None = None,
 ) -> StagedTopic:
     """A topic merged into a new local Delta table or Iceberg table (SQL catalog) under ``tmp_path``,
-    or a new PostgreSQL table at ``database_url``; ``value_format`` avro: the records staged as typed
+    or a new PostgreSQL or MariaDB table at ``database_url``; ``value_format`` avro: the records staged as typed
     columns (keys and values given as Connect JSON are staged as their payloads)."""
-    if fmt == "postgres":
+    if fmt in ("postgres", "mysql"):
         import uuid
+        from urllib.parse import urlsplit
 
-        table = f"public.t_{uuid.uuid4().hex[:10]}"
-        output = TableOutput("", format="postgres", table=table, merge=merge, database_url=database_url)
+        schema = "public" if fmt == "postgres" else urlsplit(str(database_url)).path.strip("/")
+        table = f"{schema}.t_{uuid.uuid4().hex[:10]}"
+        output = TableOutput("", format=fmt, table=table, merge=merge, database_url=database_url)
     elif fmt == "delta":
         output = TableOutput(str(tmp_path / "table"), merge=merge)
     else:

@@ -45,12 +45,17 @@ def listen_ports() -> range:
     return chosen if len(chosen) >= 1000 else LISTEN_PORTS
 
 
+#: Its own source of randomness: the global one may be seeded (Hypothesis seeds it for each example,
+#: and two test workers starting servers inside examples then chose the same port).
+CHOOSER = random.SystemRandom()
+
+
 def free_port() -> int:
     """A port on 127.0.0.1 that nothing listens on now, outside the ephemeral range (:func:`listen_ports`);
     chosen at random, so that processes choosing at once rarely choose alike."""
     ports = listen_ports()
     for _ in range(200):
-        port = random.choice(ports)
+        port = CHOOSER.choice(ports)
         with socket.socket() as s:
             try:
                 s.bind((HOST, port))
