@@ -18,7 +18,7 @@ export KAFKA_BATCH_TOOLS_DIR ?= $(CURDIR)/.tools
 
 LINTED := provider dags spark_apps tests scripts bench
 
-.PHONY: venv setup setup-core jvm-tools-one-by-one test check lint bytecode kafka-archive spark-archive after-setup demo bench airflow docs dist prereqs debian-prereqs postgres-prereqs azurite jvm-tools constraints clean
+.PHONY: bench-tools venv setup setup-core jvm-tools-one-by-one test check lint bytecode kafka-archive spark-archive after-setup demo bench airflow docs dist prereqs debian-prereqs postgres-prereqs azurite jvm-tools constraints clean
 
 prereqs:
 	@scripts/check-prereqs.sh "$(PYTHON)"
@@ -77,8 +77,12 @@ azurite: $(AZURITE_STAMP)
 # cache is the user's ~/.m2; nothing is installed anywhere else. Nothing resolves at run time.
 JVM_TOOLS := kafka spark-kafka kafka-connect debezium-postgres
 JVM_STAMPS := $(JVM_TOOLS:%=.tools/%/.installed)
+# Only `make bench` needs these: the baselines the database output is measured against (Debezium's
+# JDBC sink connector, the PostgreSQL JDBC driver of Spark's JDBC writer).
+BENCH_JVM_TOOLS := debezium-jdbc jdbc-drivers
+BENCH_JVM_STAMPS := $(BENCH_JVM_TOOLS:%=.tools/%/.installed)
 
-$(JVM_STAMPS): .tools/%/.installed: jvm/%/pom.xml scripts/check-jvm-tools.sh
+$(JVM_STAMPS) $(BENCH_JVM_STAMPS): .tools/%/.installed: jvm/%/pom.xml scripts/check-jvm-tools.sh
 	@scripts/check-jvm-tools.sh
 	@echo "== fetching the jars of jvm/$*/pom.xml (Maven Central) into .tools/$*/jars"
 	@rm -rf .tools/$*.new && mkdir -p .tools/$*.new
@@ -88,6 +92,9 @@ $(JVM_STAMPS): .tools/%/.installed: jvm/%/pom.xml scripts/check-jvm-tools.sh
 	@touch $@
 
 jvm-tools: $(JVM_STAMPS)
+
+bench-tools: jvm-tools
+	@$(MAKE) --no-print-directory -j1 $(BENCH_JVM_STAMPS)
 
 lint: venv
 	$(BIN)/ruff check $(LINTED)
@@ -144,7 +151,7 @@ demo: prereqs postgres-prereqs venv jvm-tools bytecode kafka-archive spark-archi
 airflow: prereqs venv jvm-tools spark-archive
 	$(BIN)/python scripts/live_airflow.py
 
-bench: prereqs venv jvm-tools spark-archive
+bench: prereqs venv jvm-tools bench-tools spark-archive
 	$(BIN)/python bench/bench.py $(BENCH_ARGS)
 
 # The documentation site (mkdocs.yml, docs/) built into site/, offline; strict: a broken link,

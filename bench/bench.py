@@ -648,13 +648,15 @@ def merge_snapshot_measures(rows: int) -> dict:
     return json.loads(found.stdout.strip().splitlines()[-1])
 
 
-def database_measures(records: int, bootstrap: str, topic: str, spark_master: str) -> dict:
-    """``db_*``: bench/database_output.py (PostgreSQL of its own; the whole batch on the same topic)."""
-    say(f"database output: PostgreSQL, {records:,} records committed, then the whole batch against Parquet ...")
+def database_measures(records: int, bootstrap: str, topic: str, spark_master: str, keyed_records: int) -> dict:
+    """``db_*``: bench/database_output.py (PostgreSQL and MariaDB of its own; the whole batch on the same
+    topic against Parquet and Spark's JDBC writer; the upsert case against Debezium's JDBC sink)."""
+    say(f"database outputs: {records:,} records committed, the whole batch against Parquet and Spark's JDBC writer, "
+        f"{keyed_records:,} keyed records against Debezium's JDBC sink ...")  # fmt: skip
     script = Path(__file__).resolve().parent / "database_output.py"
     found = subprocess.run(
         [sys.executable, str(script), "--records", str(records), "--bootstrap", bootstrap, "--topic", topic,
-         "--spark-master", spark_master],
+         "--spark-master", spark_master, "--keyed-records", str(keyed_records)],
         stdout=subprocess.PIPE, text=True, check=True,
     )  # fmt: skip
     return json.loads(found.stdout.strip().splitlines()[-1])
@@ -698,6 +700,7 @@ def main() -> int:
     parser.add_argument("--merge-changes", type=int, default=10_000, help="changes per merged batch")
     parser.add_argument("--merge-snapshot-rows", type=int, default=2_000_000, help="Debezium snapshot events (0: skip)")
     parser.add_argument("--database-records", type=int, default=1_000_000, help="PostgreSQL output's records (0: skip)")
+    parser.add_argument("--keyed-records", type=int, default=300_000, help="the database upsert case's records")
     parser.add_argument("--many-topics", type=int, default=500, help="topics of the many-topics run (0: skip)")
     args = parser.parse_args()
     output = result_stream()
@@ -839,7 +842,9 @@ def main() -> int:
         if args.merge_snapshot_rows:
             summary.update(merge_snapshot_measures(args.merge_snapshot_rows))
         if args.database_records:
-            summary.update(database_measures(args.database_records, bootstrap, topic, args.spark_master))
+            summary.update(
+                database_measures(args.database_records, bootstrap, topic, args.spark_master, args.keyed_records)
+            )
         if args.many_topics:
             summary.update(many_topics_measures(args.many_topics, bootstrap))
         print(json.dumps(summary), file=output, flush=True)

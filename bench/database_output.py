@@ -1,16 +1,27 @@
-"""A PostgreSQL output's speed against the database's own limit and our Parquet batch (issue 50).
+"""The database outputs' speed against the database's own limit, our Parquet batch and what users
+would otherwise pick (issue 50).
 
 On a PostgreSQL server of its own (Debian's binaries, ``dev/postgres.py``), in one run:
 
 * ``db_copy_rps``: a bare binary ``COPY`` of the records from one process (psycopg 3, row by row);
 * ``db_commit_rps``: our batch transaction (``PostgresSink.append``) of the same records, staged as
   the Spark tasks stage them (a Parquet file in the database): read back, COPY as CSV text, log entry;
-* with ``--bootstrap`` and ``--topic``: the whole batch, ``kafka-batch run --format postgres``
-  (``db_postgres_rps``) against ``--format parquet`` on the same topic and Spark
-  (``db_parquet_rps``); ``db_over_parquet`` is their ratio (goal >= 0.6).
+* with ``--bootstrap`` and ``--topic``, on that topic and the same Spark:
 
-``python bench/database_output.py [--records N] [--bootstrap HOST:PORT --topic T --spark-master M]``
-prints one JSON line; bench.py runs it as its ``db_*`` keys.
+  - the whole batch, ``kafka-batch run --format postgres`` (``db_postgres_rps``) against
+    ``--format parquet`` (``db_parquet_rps``); ``db_over_parquet`` is their ratio (goal >= 0.6);
+  - Spark's own Kafka source and JDBC writer into the same server (``db_spark_jdbc_rps``,
+    spark-submit from its start, as ours; not exactly once: goal ours >= 1.0x it);
+  - ``kafka-batch run --format mysql`` into a MariaDB server of its own (``db_mariadb_rps``);
+
+* with ``--bootstrap`` and ``--keyed-records N``: a topic of N keyed Kafka Connect JSON records (with
+  schemas, ~200 bytes of payload), merged by ``kafka-batch run --mode upsert`` (``db_upsert_rps``)
+  against Debezium's JDBC sink connector 3.5.0.Final in upsert mode, two tasks, on this project's
+  Kafka Connect runtime (``db_debezium_jdbc_rps``: from the connector's creation, the worker already
+  up, to the last row; goal ours >= 10x it).
+
+``python bench/database_output.py [--records N] [--bootstrap HOST:PORT --topic T --spark-master M]
+[--keyed-records N]`` prints one JSON line; bench.py runs it as its ``db_*`` keys.
 """
 
 from __future__ import annotations
@@ -30,6 +41,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kafka_batch_provider.dev.kafka import tools_dir
+from kafka_batch_provider.dev.mariadb import MariadbServer
 from kafka_batch_provider.dev.postgres import PostgresServer
 from kafka_batch_provider.output.formats import OutputSpec, open_store
 from kafka_batch_provider.output.tables import KAFKA_SCHEMA
@@ -90,23 +103,128 @@ def commit_measures(url: str, n: int, value_size: int) -> dict[str, Any]:
     }
 
 
+def kafka_batch_run(bootstrap: str, topic: str, spark_master: str, group: str, *more: str, url: str = "") -> float:
+    """``kafka-batch run`` of the whole topic: its records a second, from the command's start."""
+    command = [shutil.which("kafka-batch") or str(Path(sys.executable).parent / "kafka-batch"), "run",
+               "--bootstrap-servers", bootstrap, "--topic", topic, "--spark-master", spark_master, "--group", group,
+               *more]  # fmt: skip
+    started = time.perf_counter()
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True,
+                          env={**os.environ, **({"KAFKA_BATCH_DATABASE_URL": url} if url else {})})  # fmt: skip
+    seconds = time.perf_counter() - started
+    records = json.loads(done.stdout.strip().splitlines()[-1])["records"]
+    say(f"  kafka-batch run {' '.join(more)}: {records:,} records in {seconds:.2f}s")
+    return records / seconds
+
+
 def pipeline_measures(url: str, bootstrap: str, topic: str, spark_master: str, work: Path) -> dict[str, Any]:
-    """The whole batch into PostgreSQL against the Parquet layout, same topic, same Spark."""
-    common = [shutil.which("kafka-batch") or str(Path(sys.executable).parent / "kafka-batch"), "run",
-              "--bootstrap-servers", bootstrap, "--topic", topic, "--spark-master", spark_master]  # fmt: skip
-    found: dict[str, Any] = {}
-    for fmt, where, env in (
-        ("parquet", ["--output", str(work / "lake")], {}),
-        ("postgres", ["--format", "postgres", "--table", "public.events"], {"KAFKA_BATCH_DATABASE_URL": url}),
-    ):
-        started = time.perf_counter()
-        done = subprocess.run([*common, "--group", f"bench-db-{fmt}", *where], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, **env}, check=True)  # fmt: skip
-        seconds = time.perf_counter() - started
-        result = json.loads(done.stdout.strip().splitlines()[-1])
-        found[f"db_{fmt}_rps"] = round(result["records"] / seconds)
-        say(f"  {fmt}: {result['records']:,} records in {seconds:.2f}s")
+    """The whole batch into PostgreSQL against the Parquet layout and Spark's JDBC writer, same topic,
+    same Spark; into MariaDB."""
+    found = {
+        "db_parquet_rps": round(kafka_batch_run(bootstrap, topic, spark_master, "bench-db-parquet",
+                                                "--output", str(work / "lake"))),
+        "db_postgres_rps": round(kafka_batch_run(bootstrap, topic, spark_master, "bench-db-postgres", "--format",
+                                                 "postgres", "--table", "public.events", url=url)),
+    }  # fmt: skip
     found["db_over_parquet"] = round(found["db_postgres_rps"] / found["db_parquet_rps"], 3)
+    found["db_spark_jdbc_rps"] = round(spark_jdbc_rps(url, bootstrap, topic, spark_master))
+    found["db_over_spark_jdbc"] = round(found["db_postgres_rps"] / found["db_spark_jdbc_rps"], 3)
+    server = MariadbServer(folder=work / "mariadb").start()
+    try:
+        server.create_database("bench", owner="bench", password=PASSWORD)
+        maria = f"mysql://bench:{PASSWORD}@127.0.0.1:{server.port}/bench"
+        found["db_mariadb_rps"] = round(kafka_batch_run(bootstrap, topic, spark_master, "bench-db-mysql", "--format",
+                                                        "mysql", "--table", "bench.events", url=maria))  # fmt: skip
+    finally:
+        server.stop()
+    return found
+
+
+def spark_jdbc_rps(url: str, bootstrap: str, topic: str, spark_master: str) -> float:
+    """Spark's Kafka source and JDBC writer (bench/spark_jdbc_writer.py) into ``public.spark_jdbc``,
+    spark-submit from its start; rows a second."""
+    import psycopg
+
+    drivers = sorted((tools_dir() / "jdbc-drivers" / "jars").glob("postgresql-*.jar"))
+    if not drivers:
+        raise SystemExit("the PostgreSQL JDBC driver is missing: make bench-tools")
+    jars = [*sorted((tools_dir() / "spark-kafka" / "jars").glob("*.jar")), *drivers]
+    parts = psycopg.conninfo.conninfo_to_dict(url)
+    jdbc = f"jdbc:postgresql://{parts['host']}:{parts['port']}/{parts['dbname']}"
+    script = Path(__file__).resolve().parent / "spark_jdbc_writer.py"
+    submit = shutil.which("spark-submit") or str(Path(sys.executable).parent / "spark-submit")
+    started = time.perf_counter()
+    subprocess.run(
+        [submit, "--master", spark_master, "--jars", ",".join(map(str, jars)), str(script), bootstrap, topic, jdbc,
+         "public.spark_jdbc"],
+        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "BENCH_JDBC_USER": parts["user"], "BENCH_JDBC_PASSWORD": parts["password"]},
+    )  # fmt: skip
+    seconds = time.perf_counter() - started
+    with psycopg.connect(url) as conn:
+        [(rows,)] = conn.execute("SELECT count(*) FROM public.spark_jdbc").fetchall()
+    say(f"  Spark's JDBC writer: {rows:,} rows in {seconds:.2f}s")
+    return rows / seconds
+
+
+def keyed_topic(bootstrap: str, records: int, partitions: int = 2) -> str:
+    """A new topic of ``records`` keyed Kafka Connect JSON records with schemas (keys 0..records-1)."""
+    from kafka_batch_provider.testing.producers import Record, create_topics, produce
+
+    topic = f"bench-keyed-{int(time.time())}"
+    create_topics({"bootstrap.servers": bootstrap}, {topic: partitions})
+    key_schema = {"type": "struct", "name": "bench.Key", "optional": False,
+                  "fields": [{"field": "id", "type": "int64", "optional": False}]}  # fmt: skip
+    value_schema = {"type": "struct", "name": "bench.Value", "optional": False, "fields": [
+        {"field": "id", "type": "int64", "optional": False}, {"field": "name", "type": "string", "optional": True},
+        {"field": "amount", "type": "double", "optional": True}]}  # fmt: skip
+
+    def record(i: int) -> Record:
+        key = json.dumps({"schema": key_schema, "payload": {"id": i}})
+        value = json.dumps({"schema": value_schema, "payload": {"id": i, "name": "n" * 160, "amount": i / 4}})
+        return Record(partition=i % partitions, key=key.encode(), value=value.encode())
+
+    produce({"bootstrap.servers": bootstrap}, topic, (record(i) for i in range(records)))
+    say(f"  produced {records:,} keyed Connect JSON records to {topic}")
+    return topic
+
+
+def upsert_measures(url: str, port: int, bootstrap: str, records: int, spark_master: str, work: Path) -> dict:
+    """``--mode upsert`` against Debezium's JDBC sink connector (upsert), the same keyed topic."""
+    import psycopg
+
+    from kafka_batch_provider.dev.kafka_connect import ConnectWorker
+
+    topic = keyed_topic(bootstrap, records)
+    found = {"db_upsert_rps": round(kafka_batch_run(bootstrap, topic, spark_master, "bench-db-upsert", "--format",
+                                                    "postgres", "--table", "public.upserts", "--mode", "upsert",
+                                                    url=url))}  # fmt: skip
+    plugin = tools_dir() / "debezium-jdbc"
+    if not any((plugin / "jars").glob("debezium-connector-jdbc-*.jar")):
+        raise SystemExit("Debezium's JDBC sink connector is missing: make bench-tools")
+    with ConnectWorker(folder=work / "connect", bootstrap_servers=bootstrap, more_plugins=(plugin,)) as worker:
+        config = {
+            "connector.class": "io.debezium.connector.jdbc.JdbcSinkConnector", "tasks.max": "2", "topics": topic,
+            "connection.url": f"jdbc:postgresql://127.0.0.1:{port}/bench", "connection.username": "bench",
+            "connection.password": PASSWORD, "insert.mode": "upsert", "primary.key.mode": "record_key",
+            "primary.key.fields": "id", "schema.evolution": "basic", "collection.name.format": "dbz_upserts",
+            "batch.size": "5000",
+        }  # fmt: skip
+        started = time.perf_counter()
+        worker.add_connector("bench-jdbc-sink", config)
+        deadline = started + max(600.0, records / 1000)
+        rows = 0
+        with psycopg.connect(url, autocommit=True) as conn:
+            while rows < records:
+                if time.perf_counter() > deadline:
+                    raise SystemExit(f"Debezium's JDBC sink wrote {rows:,} of {records:,} rows before the deadline")
+                time.sleep(0.25)
+                if conn.execute("SELECT to_regclass('public.dbz_upserts')").fetchone()[0] is not None:
+                    rows = conn.execute("SELECT count(*) FROM public.dbz_upserts").fetchone()[0]
+        seconds = time.perf_counter() - started
+    say(f"  Debezium's JDBC sink: {rows:,} rows in {seconds:.2f}s")
+    found["db_debezium_jdbc_rps"] = round(rows / seconds)
+    found["db_upsert_over_debezium_jdbc"] = round(found["db_upsert_rps"] / found["db_debezium_jdbc_rps"], 2)
     return found
 
 
@@ -117,6 +235,7 @@ def main() -> None:
     parser.add_argument("--bootstrap", help="a broker with --topic: the whole batch's measure too")
     parser.add_argument("--topic")
     parser.add_argument("--spark-master", default="local[2]")
+    parser.add_argument("--keyed-records", type=int, default=0, help="the upsert case's records (0: skip)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-db-"))
     os.chmod(work, 0o755)  # (the postgres user must reach its folder)
@@ -128,6 +247,8 @@ def main() -> None:
         found = commit_measures(url, args.records, args.value_size)
         if args.bootstrap and args.topic:
             found.update(pipeline_measures(url, args.bootstrap, args.topic, args.spark_master, work))
+        if args.bootstrap and args.keyed_records:
+            found.update(upsert_measures(url, server.port, args.bootstrap, args.keyed_records, args.spark_master, work))
         print(json.dumps(found))
     finally:
         server.stop()

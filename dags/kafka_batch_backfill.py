@@ -14,9 +14,10 @@ these is refused: it would otherwise read the whole topic by accident. `dry_run`
 the ranges appear in the log and XCom and nothing is read or written.
 
 The *Output* section chooses the format: `parquet` (a folder) or `delta` (a table location)
-in `output_path`, or `iceberg` with `table` (`NAMESPACE.NAME`, in the catalog of the
-connection `KAFKA_BATCH_CATALOG_CONN_ID`); `output_path` is used for parquet and delta only,
-`table` for iceberg only.
+in `output_path`, or a table in `table`: `iceberg` (`NAMESPACE.NAME`, in the catalog of the
+connection `KAFKA_BATCH_CATALOG_CONN_ID`), `postgres` (`SCHEMA.NAME`) or `mysql` (`DB.NAME`), both
+in the database of the connection `KAFKA_BATCH_DATABASE_CONN_ID`; `output_path` is used for the
+formats named by a path only, `table` for the tables only.
 
 Values are read as the ingest DAG reads them (`KAFKA_BATCH_VALUE_FORMAT` and, for `avro`, the
 `schema_registry` connection `KAFKA_BATCH_SCHEMA_REGISTRY_CONN_ID`, `KAFKA_BATCH_VALUE_SUBJECT`,
@@ -45,15 +46,17 @@ from kafka_batch_provider.operators.output import BatchOutput
 from kafka_batch_provider.operators.plan import KafkaReplayPlanOperator
 from kafka_batch_provider.operators.spark import KafkaSparkBatchOperator
 from kafka_batch_provider.operators.spark_connect import KafkaSparkConnectBatchOperator
-from kafka_batch_provider.output.kinds import kinds
+from kafka_batch_provider.output.kinds import kinds, named_by_table
 
+BY_TABLE = list(named_by_table())
 OUTPUT = BatchOutput(
     output_format="{{ params.output_format }}",
     # Each format reads its own field, so the other one's default does not get in the way.
-    output_path="{{ params.output_path if params.output_format != 'iceberg' else None }}",
-    table="{{ params.table if params.output_format == 'iceberg' else None }}",
+    output_path=f"{{{{ params.output_path if params.output_format not in {BY_TABLE} else None }}}}",
+    table=f"{{{{ params.table if params.output_format in {BY_TABLE} else None }}}}",
     storage_conn_id=os.environ.get("KAFKA_BATCH_STORAGE_CONN_ID") or None,
     catalog_conn_id=os.environ.get("KAFKA_BATCH_CATALOG_CONN_ID") or None,
+    database_conn_id=os.environ.get("KAFKA_BATCH_DATABASE_CONN_ID") or None,
 )
 
 VALUES = value_settings()
@@ -117,15 +120,15 @@ with DAG(
         "output_format": Param(
             OUTPUT_FORMAT,
             type="string",
-            enum=[name for name, kind in kinds().items() if not kind.uses_database],  # (databases: not yet)
-            title="Output format (parquet: a folder; delta: a table location; iceberg: a catalog table)",
+            enum=list(kinds()),
+            title="Output format (parquet: a folder; delta: a table location; iceberg, postgres, mysql: a table)",
             section="Output",
         ),
         "table": Param(
             f"{TABLE}_replay" if TABLE else None,
             type=["null", "string"],
             pattern=r"^[^.\s]+(\.[^.\s]+)+$",
-            title="Iceberg table NAMESPACE.NAME (iceberg only)",
+            title="Table: NAMESPACE.NAME (iceberg), SCHEMA.NAME (postgres), DB.NAME (mysql)",
             section="Output",
         ),
         "dry_run": Param(False, type="boolean", title="Dry run (plan only)", section="Output"),

@@ -593,3 +593,36 @@ def test_ingest_dag_into_an_iceberg_table_with_the_catalog_from_a_connection(
     task_logs = capfd.readouterr()
     assert "spark-submit" in task_logs.out + task_logs.err, "the task logs must have been captured"
     assert CATALOG_SECRET not in task_logs.out + task_logs.err, "the catalog secret leaked into the task logs"
+
+
+def test_ingest_dag_into_a_mariadb_table_then_a_backfill_into_its_replay_table(
+    airflow_env, kafka_config, new_topic, group_id, through_spark_connect, monkeypatch, mariadb_database, capfd
+):
+    from tests.support.databases import PASSWORD
+
+    db = mariadb_database
+    topic = new_topic(partitions=2)
+    connection = {"conn_type": "mysql", "host": "127.0.0.1", "port": db.port, "login": db.name,
+                  "password": PASSWORD, "schema": db.name}  # fmt: skip
+    monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", json.dumps(connection))
+    monkeypatch.setenv("KAFKA_BATCH_DATABASE_CONN_ID", "warehouse")  # (read when the DAGs are parsed)
+    monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_TOPICS", topic)
+    monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_FORMAT", "mysql")
+    monkeypatch.setenv("AIRFLOW_VAR_KAFKA_BATCH_TABLE", f"{db.name}.events")
+    produce(kafka_config, topic, sample_records(2, 20))
+    states = run("kafka_batch_ingest")
+    assert set(states.values()) == {"success"}, f"expected every task to succeed, got {states}"
+    assert committed(kafka_config, group_id, topic, [0, 1]) == {0: 10, 1: 10}
+    rows = sorted(db.rows("SELECT `partition`, `offset` FROM events"))
+    assert rows == [(p, o) for p in (0, 1) for o in range(10)], f"expected each offset once, found {rows}"
+
+    conf = {"topic": topic, "start_offsets": {"0": 2}, "end_offsets": {"0": 6}, "output_format": "mysql",
+            "table": f"{db.name}.events_replay"}  # fmt: skip
+    states = run("kafka_batch_backfill", run_conf=conf)
+    assert states == {"plan_replay": "success", "spark_write": "success"}, states
+    replayed = sorted(db.rows("SELECT `partition`, `offset` FROM events_replay"))
+    assert replayed == [(0, o) for o in range(2, 6)], f"expected partition 0's offsets 2-5 once, found {replayed}"
+    assert committed(kafka_config, group_id, topic, [0, 1]) == {0: 10, 1: 10}, "a backfill moved the group"
+    assert db.rows("SELECT count(*) FROM events") == [(20,)], "a backfill changed the ingest table"
+    out, err = capfd.readouterr()
+    assert PASSWORD not in out + err, "the database's password was shown"

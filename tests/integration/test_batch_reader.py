@@ -50,3 +50,21 @@ def test_a_batch_is_read_back_exactly_by_its_event_before_and_after_upkeep(
     assert found == expected(events[0]), f"after upkeep: expected {expected(events[0])}, found {found}"
     with pytest.raises(ManifestError, match="has no batch b-other at entry 2: the event names another output"):
         read_batch(any_output.store(), {**events[1], "batch_id": "b-other"})
+
+
+def test_a_database_batch_is_read_back_by_its_ranges(output_database):
+    from kafka_batch_provider.output.formats import OutputSpec, open_store
+    from tests.integration.test_postgres_output import staged_manifest
+
+    spec = OutputSpec(format=output_database.format, table=output_database.table, database_url=output_database.url)
+    store = open_store(spec)
+    for seq, offsets in ((1, range(0, 5)), (2, range(5, 9))):
+        assert store.log.append(staged_manifest(store, seq, f"b-{seq}", offsets)) is True
+    second = store.log.entry(2)
+    event = {"seq": 2, "batch_id": "b-2", "ranges": [{"topic": "t", "partition": 0, "start": 5, "end": 9}]}
+    rows = read_batch(store, event, ["partition", "offset", "value"])
+    assert offsets_of(rows) == [(0, o) for o in range(5, 9)], f"expected batch 2's offsets, found {offsets_of(rows)}"
+    assert rows.column("value").to_pylist() == [b"v%d" % o for o in range(5, 9)]
+    assert second["batch_id"] == "b-2"
+    with pytest.raises(ManifestError, match="names another output"):
+        read_batch(store, {**event, "batch_id": "b-other"})

@@ -79,6 +79,15 @@ def test_a_topic_lands_in_a_mariadb_table_exactly_once_and_resumes_from_the_tabl
     )
     assert [b["rows"] for b in listed["batches"]] == [40, 10], listed
     assert PASSWORD not in json.dumps(listed), listed
+    # Upkeep: a crashed attempt's staged files (older than the retention) go, the rows stay.
+    store = open_store(spec_of(db))
+    store.data.put_atomic("data/b-crashed/x1/part-0.parquet", b"PAR1")
+    db.rows("UPDATE kafka_batch_files SET modified = modified - INTERVAL 2 HOUR WHERE path LIKE '%%b-crashed%%'")
+    kept = cli("upkeep", "--format", "mysql", "--table", f"{db.name}.orders", "--retention-hours", "1",
+               env={"KAFKA_BATCH_DATABASE_URL": db.url})  # fmt: skip
+    assert kept.returncode == 0 and PASSWORD not in kept.stdout + kept.stderr, kept.stderr[-2000:]
+    assert store.data.files_below("data") == {}, "upkeep left a crashed attempt's staged files"
+    assert table_offsets(db) == [(p, o) for p in range(2) for o in range(25)], "upkeep changed rows"
 
 
 def spec_of(db, table: str = "orders", **more) -> OutputSpec:

@@ -144,6 +144,8 @@ class ConnectWorker(LocalServer):
 
     folder: Path = Path("kafka-connect")
     bootstrap_servers: str = ""
+    #: more plugin folders beside Debezium's PostgreSQL connector (each holding a ``jars`` folder)
+    more_plugins: tuple[Path, ...] = ()
 
     label: ClassVar[str] = "Kafka Connect"
 
@@ -161,7 +163,7 @@ class ConnectWorker(LocalServer):
             "bootstrap.servers": self.bootstrap_servers,
             "listeners": self.url,
             "rest.advertised.host.name": "127.0.0.1",
-            "plugin.path": str(debezium_plugins()),
+            "plugin.path": ",".join(str(p) for p in (debezium_plugins(), *self.more_plugins)),
             "plugin.discovery": "service_load",
             "key.converter": "org.apache.kafka.connect.json.JsonConverter",
             "value.converter": "org.apache.kafka.connect.json.JsonConverter",

@@ -9,7 +9,9 @@ offset ranges per partition. Those rows, and no others, are the batch:
 * Delta: the table at the batch's commit version (deltalake), filtered by the ranges (the newest
   version once that one is vacuumed away);
 * Iceberg: the batch's snapshot (pyiceberg), filtered by the ranges (the current one once that
-  snapshot expired).
+  snapshot expired);
+* a database table (PostgreSQL, MariaDB): the table as it is, filtered by the ranges in SQL (a
+  merged table holds the rows of the batch that are still each key's newest).
 
 The ranges are the filter for the tables because a table's later compaction rewrites files but
 keeps each record once: the batch's records are those of its ranges, whatever files hold them.
@@ -25,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from kafka_batch_provider.errors import ManifestError, StorageError
+from kafka_batch_provider.output.database_sink import DatabaseSink
 from kafka_batch_provider.output.sink import DELTA, ICEBERG
 from kafka_batch_provider.output.store import BatchStore
 
@@ -58,6 +61,8 @@ def read_batch(store: BatchStore, event: Mapping[str, Any], columns: Sequence[st
         return table.scan(
             row_filter=iceberg_filter(event["ranges"]), snapshot_id=snapshot, selected_fields=fields
         ).to_arrow()
+    if isinstance(store.sink, DatabaseSink):
+        return store.sink.rows_in_ranges(event["ranges"], wanted)
     if store.data_uri(entry) is None:  # a batch without files (only dead letters, or nothing to read)
         return pa.table({name: pa.array([], pa.string()) for name in wanted or ["topic"]})
     files = [store.data.path(entry["location"], f["name"]) for f in entry.get("files") or ()]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -228,6 +228,30 @@ class DatabaseSink(StagedInPlace):
         except self.database.errors as exc:
             raise StorageError(f"{self.label}: {one_line(exc)}") from None
         return True
+
+    def rows_in_ranges(self, ranges: Sequence[Mapping[str, Any]], columns: Sequence[str] | None) -> pa.Table:
+        """The table's rows of ``ranges`` (``topic``, ``partition``, ``[start, end)``): a batch read back."""
+        q = self.database.quote
+        one = f"({q('topic')} = %s AND {q('partition')} = %s AND {q('offset')} >= %s AND {q('offset')} < %s)"
+        params = [v for r in ranges for v in (r["topic"], int(r["partition"]), int(r["start"]), int(r["end"]))]
+        conn = self.connect()
+        try:
+            if not self.table_columns(conn):
+                return pa.table({name: pa.array([], pa.string()) for name in columns or ["topic"]})
+            selected = ", ".join(q(c) for c in columns) if columns else "*"
+            cursor = conn.cursor()
+            cursor.execute(
+                f"SELECT {selected} FROM {self.quoted(self.table_name)} WHERE "
+                + (" OR ".join([one] * len(ranges)) if ranges else "1 = 0"),
+                tuple(params),
+            )
+            names = [d[0] for d in cursor.description]
+            rows = cursor.fetchall()
+        except self.database.errors as exc:
+            raise StorageError(f"{self.label}: {one_line(exc)}") from None
+        return pa.table({name: [bytes(v) if isinstance(v, memoryview) else v for v in column]
+                         for name, column in zip(names, zip(*rows))} if rows else
+                        {name: pa.array([], pa.string()) for name in names})  # fmt: skip
 
     # -- the staged rows -------------------------------------------------------------------------
 
