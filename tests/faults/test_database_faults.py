@@ -1,7 +1,9 @@
-"""A database output's batch (PostgreSQL, MariaDB) killed at each point of its one transaction
-(issue 50): inside it before COMMIT nothing is visible and the retry lands the batch once; after
-COMMIT and before the Kafka commit the next run commits without reading again. Counted in the fault
-matrix."""
+"""A database output's batch (PostgreSQL, MariaDB) broken at each point of its one transaction
+(issue 50): killed inside it before COMMIT nothing is visible and the retry lands the batch once;
+killed after COMMIT and before the Kafka commit, the next run commits without reading again; its
+connection dropped, or its server restarted, while the transaction is open: one line, nothing
+committed, the retry lands it once; two runs racing for the same entry: one writes it. Counted in
+the fault matrix."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from collections import Counter
 import pytest
 
 from kafka_batch_provider.testing.producers import produce, sample_records
-from tests.faults.harness import run_cli
+from tests.faults.harness import CliRun, run_cli
 from tests.integration.helpers import group_offsets
+from tests.support.databases import PASSWORD
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("postgres")]
 
@@ -75,3 +78,106 @@ def test_a_kill_after_the_database_commit_is_committed_to_kafka_without_reading_
     assert finished["repaired"] and finished["skipped"], f"the next run must only finish the commit: {finished}"
     assert group_offsets(kafka_config, group_id, topic, 2) == {0: 10, 1: 10}
     expect_exactly_once(outcome, output_database, {(topic, p, o) for p in range(2) for o in range(10)})
+
+
+def drop_connections(db) -> int:
+    """Every connection of the test's database user ended by the server (as a network cut or a
+    database failover ends them); how many."""
+    if db.format == "postgres":
+        return len(db.rows("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s AND "
+                           "pid <> pg_backend_pid()", (db.name,)))  # fmt: skip
+    ours = db.connect()
+    try:
+        with ours.cursor() as cursor:
+            cursor.execute("SELECT id FROM information_schema.processlist WHERE user = %s AND id <> CONNECTION_ID()",
+                           (db.name,))  # fmt: skip
+            ids = [row[0] for row in cursor.fetchall()]
+            for one in ids:
+                cursor.execute(f"KILL {int(one)}")
+    finally:
+        ours.close()
+    return len(ids)
+
+
+def test_the_connection_dropped_inside_the_transaction_is_one_line_and_the_retry_lands_once(
+    outcome, output_database, kafka_config, new_topic, group_id, spark_connect_remote
+):
+    db = output_database
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 24))
+    args, env = arguments(db, kafka_config, topic, group_id, spark_connect_remote), {"KAFKA_BATCH_DATABASE_URL": db.url}
+    frozen = CliRun(args, env, fail_point="before-database-commit:stop").start()
+    frozen.wait_stopped()
+    assert drop_connections(db) >= 1, "the frozen run held no connection to drop"
+    frozen.resume()
+    frozen.finish()
+    line = frozen.error_line()
+    assert db.table in line and PASSWORD not in frozen.stderr, line
+    assert rows_of(db) == Counter() and group_offsets(kafka_config, group_id, topic, 2) == {0: None, 1: None}
+    assert run_cli(args, env).result()["records"] == 24
+    expect_exactly_once(outcome, db, {(topic, p, o) for p in range(2) for o in range(12)})
+
+
+def test_the_database_restarted_inside_the_transaction_is_one_line_and_the_retry_lands_once(
+    outcome, output_database, kafka_config, new_topic, group_id, spark_connect_remote
+):
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from kafka_batch_provider.dev.mariadb import MariadbServer
+    from kafka_batch_provider.dev.postgres import PostgresServer
+    from tests.support.databases import MariaDatabase, PostgresDatabase
+
+    # A server of its own (the session's is shared with other tests), outside pytest's 0700 folders:
+    # the database's OS user must reach its own.
+    folder = Path(tempfile.mkdtemp(prefix="kafka-batch-restarted-"))
+    os.chmod(folder, 0o755)
+    kind = PostgresServer if output_database.format == "postgres" else MariadbServer
+    server = kind(folder=folder / "db").start()
+    try:
+        server.create_database("restarted", owner="restarted", password=PASSWORD)
+        db = (PostgresDatabase if kind is PostgresServer else MariaDatabase)(server.port, "restarted")
+        topic = new_topic(partitions=2)
+        produce(kafka_config, topic, sample_records(2, 16))
+        args = arguments(db, kafka_config, topic, group_id, spark_connect_remote)
+        env = {"KAFKA_BATCH_DATABASE_URL": db.url}
+        frozen = CliRun(args, env, fail_point="before-database-commit:stop").start()
+        frozen.wait_stopped()
+        server.stop()
+        server.start()
+        frozen.resume()
+        frozen.finish()
+        line = frozen.error_line()
+        assert db.table in line and PASSWORD not in frozen.stderr, line
+        assert rows_of(db) == Counter(), "a transaction the restart cut is visible"
+        assert run_cli(args, env).result()["records"] == 16
+        expect_exactly_once(outcome, db, {(topic, p, o) for p in range(2) for o in range(8)})
+    finally:
+        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_two_runs_racing_for_one_entry_one_writes_it_and_the_other_never_does(
+    outcome, output_database, kafka_config, new_topic, group_id, spark_connect_remote
+):
+    db = output_database
+    topic = new_topic(partitions=2)
+    produce(kafka_config, topic, sample_records(2, 20))
+    args, env = arguments(db, kafka_config, topic, group_id, spark_connect_remote), {"KAFKA_BATCH_DATABASE_URL": db.url}
+    runs = [CliRun(args, env, fail_point="before-log-entry:stop").start() for _ in range(2)]
+    for run in runs:
+        run.wait_stopped()
+    for run in runs:
+        run.resume()
+    for run in runs:
+        run.finish()
+    wrote = [run for run in runs if run.process.returncode == 0 and " rows in " in run.stderr]
+    assert len(wrote) == 1, f"exactly one run must write the batch: {[r.stderr.splitlines()[-2:] for r in runs]}"
+    [other] = [run for run in runs if run not in wrote]
+    if other.process.returncode != 0:
+        line = other.error_line()
+        assert "another run" in line or "committed" in line, f"the loser must say it lost a race: {line}"
+    assert group_offsets(kafka_config, group_id, topic, 2) == {0: 10, 1: 10}
+    expect_exactly_once(outcome, db, {(topic, p, o) for p in range(2) for o in range(10)})

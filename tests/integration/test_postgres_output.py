@@ -309,3 +309,24 @@ def test_plan_write_commit_as_separate_steps_with_the_url_in_a_file(
     committed = last_json(cli("commit", "--plan", planned["plan_path"], *common, *where))
     assert committed["committed"] == {f"{topic}:0": 7}, committed
     assert group_offsets(kafka_config, group_id, topic, 1) == {0: 7}
+
+
+def test_kafka_records_go_by_binary_copy_and_a_table_of_other_types_by_text(postgres_database, monkeypatch):
+    from kafka_batch_provider.output import postgres as postgres_module
+
+    used: list[str] = []
+    binary, text = postgres_module.postgres_binary.binary_rows, postgres_module.csv_text
+    monkeypatch.setattr(postgres_module.postgres_binary, "binary_rows", lambda b: used.append("binary") or binary(b))
+    monkeypatch.setattr(postgres_module, "csv_text", lambda b: used.append("text") or text(b))
+    store = open_store(OutputSpec(format="postgres", table="public.orders", database_url=postgres_database.url))
+    assert store.log.append(staged_manifest(store, 1, "b-1", range(0, 5))) is True
+    assert used == ["binary"], f"expected the Kafka columns in binary, found {used}"
+    assert table_offsets(postgres_database) == [(0, o) for o in range(5)]
+    with postgres_database.connect() as conn:  # a column someone made text: the server converts text
+        conn.execute('ALTER TABLE public.orders ALTER COLUMN "partition" TYPE text')
+    used.clear()
+    assert store.log.append(staged_manifest(store, 2, "b-2", range(5, 9))) is True
+    assert used == ["text"], f"expected text for a table whose types differ, found {used}"
+    with postgres_database.connect() as conn:
+        found = conn.execute('SELECT "partition", "offset" FROM public.orders ORDER BY 2').fetchall()
+    assert found == [("0", o) for o in range(9)], found

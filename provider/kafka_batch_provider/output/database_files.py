@@ -51,6 +51,7 @@ class DatabaseFileSystem(AbstractFileSystem):
         super().__init__(**kwargs)
         self._url = url
         self._tables: set[str] = set()
+        self._checked = False
 
     def __repr__(self) -> str:
         return f"DatabaseFileSystem({files_uri(self._url, '')!r})"
@@ -84,7 +85,7 @@ class DatabaseFileSystem(AbstractFileSystem):
         ``{table}`` in it is that table, ``{below}`` "``path`` starts with ``%s``"."""
         database = database_of(self._url)
         try:
-            connection = connection_of(self._url)
+            connection = self.connection()
             if schema not in self._tables:
                 database.create_files_table(connection, schema)
                 self._tables.add(schema)
@@ -94,11 +95,18 @@ class DatabaseFileSystem(AbstractFileSystem):
         except database.errors as exc:
             raise StorageError(f"the files of schema {schema}: {one_line(exc)}") from None
 
+    def connection(self) -> Any:
+        """This thread's connection; each new filesystem (a Spark task's, a step's) first asks the
+        server whether it still holds it."""
+        connection = connection_of(self._url, check=not self._checked)
+        self._checked = True
+        return connection
+
     def check_size(self, schema: str, size: int) -> None:
         """A file the server cannot store in one value: refused in one line (a ConfigError)."""
         database = database_of(self._url)
         try:
-            database.check_file_size(connection_of(self._url), size)
+            database.check_file_size(self.connection(), size)
         except database.errors as exc:
             raise StorageError(f"the files of schema {schema}: {one_line(exc)}") from None
 

@@ -123,10 +123,10 @@ class DatabaseSink(StagedInPlace):
 
     # -- SQL -----------------------------------------------------------------------------------
 
-    def connect(self) -> Any:
-        """This thread's connection to the database (autocommitted)."""
+    def connect(self, check: bool = False) -> Any:
+        """This thread's connection to the database (autocommitted; ``check``: the server asked first)."""
         try:
-            return connection_of(self._url)
+            return connection_of(self._url, check)
         except self.database.errors as exc:
             raise StorageError(f"{self.label}: {one_line(exc)}") from None
 
@@ -200,7 +200,7 @@ class DatabaseSink(StagedInPlace):
         """The batch's rows and its log entry in one transaction, only while its entry is the next
         free one (``False`` when another batch took it: nothing of this one stays)."""
         seq = int(manifest["seq"])
-        conn = self.connect()
+        conn = self.connect(check=True)
         try:
             with self.writer_lock(conn):
                 self.ensure_log(conn)

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from kafka_batch_provider.core.merging import DELETE_OP, OP_COLUMN, ORDER_COLUMN, UPSERT_OP
 from kafka_batch_provider.errors import ConfigError, StorageError
+from kafka_batch_provider.output import postgres_binary
 from kafka_batch_provider.output.database_sink import LOAD_ROWS, LOG_TABLE, DatabaseSink, open_database_store
 from kafka_batch_provider.output.databases.postgres import POSTGRES as POSTGRES_DATABASE
 from kafka_batch_provider.output.databases.postgres import create_once
@@ -70,9 +71,8 @@ class PostgresSink(DatabaseSink):
         """The sealed attempt's staged files into the table (created from the first file's columns)."""
         for rows in self.staged_files(conn, manifest):
             self.ensure_table(conn, rows.schema_arrow)
-            copy_csv(
-                conn, self.identifier(self.table_name), rows.schema_arrow.names, rows.iter_batches(batch_size=LOAD_ROWS)
-            )
+            target = self.identifier(self.table_name)
+            copy_rows(conn, target, rows.schema_arrow, rows.iter_batches(batch_size=LOAD_ROWS))
 
     def ensure_table(self, conn: Any, schema: pa.Schema, key_columns: Sequence[str] = ()) -> list[str]:
         """The table with ``schema``'s columns: created (its primary key ``key_columns``), or given the
@@ -132,7 +132,7 @@ class PostgresSink(DatabaseSink):
                 sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in columns.items()),
             )
         )
-        copy_csv(conn, source, merged.source.column_names, merged.source.to_batches(max_chunksize=LOAD_ROWS))
+        copy_rows(conn, source, merged.source.schema, merged.source.to_batches(max_chunksize=LOAD_ROWS))
         if merged.truncated_at is not None:
             self.delete_older(conn, merged.truncated_at)
         same_key = sql.SQL(" AND ").join(sql.SQL("t.{0} = s.{0}").format(sql.Identifier(k)) for k in keys)
@@ -231,15 +231,46 @@ def column_type(kind: pa.DataType, name: str) -> str:
     raise ConfigError(f"column {name}: PostgreSQL has no type for {kind}")
 
 
-def copy_csv(conn: Any, target: Any, names: Sequence[str], batches: Iterable[pa.RecordBatch]) -> None:
-    """``batches`` into ``target``'s ``names`` by ``COPY`` as CSV text (output/postgres_copy.py), the
-    next batch's text made by a thread while this one is sent."""
+def copy_rows(conn: Any, target: Any, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> None:
+    """``batches`` (of ``schema``) into ``target`` by ``COPY``: in the binary format where every column
+    has one and the table's columns are of the types it encodes (output/postgres_binary.py), as CSV
+    text otherwise (output/postgres_copy.py: the server converts text to whatever type a column has);
+    the next chunk made by a thread while this one is sent."""
     from psycopg import sql
 
-    columns = sql.SQL(", ").join(map(sql.Identifier, names))
+    columns = sql.SQL(", ").join(map(sql.Identifier, schema.names))
+    types = column_types(conn, target) if postgres_binary.encodable(schema) else {}
+    if types and all(types.get(f.name) == declared_name(f) for f in schema):
+        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(target, columns)
+        with conn.cursor().copy(statement) as copy:
+            copy.write(postgres_binary.SIGNATURE)
+            for data in prefetched(postgres_binary.binary_rows(batch) for batch in batches):
+                copy.write(data)
+            copy.write(postgres_binary.TRAILER)
+        return
     with conn.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(target, columns)) as copy:
         for text in prefetched(csv_text(batch) for batch in batches):
             copy.write(text)
+
+
+def column_types(conn: Any, target: Any) -> dict[str, str]:
+    """The table's columns and their types as PostgreSQL names them (``format_type``)."""
+    return dict(
+        conn.execute(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s::regclass "
+            "AND attnum > 0 AND NOT attisdropped",
+            (target.as_string(conn),),
+        ).fetchall()
+    )
+
+
+#: How format_type spells the types column_type names otherwise.
+FORMAT_TYPE_NAMES = {"timestamptz": "timestamp with time zone", "timestamp": "timestamp without time zone"}
+
+
+def declared_name(f: pa.Field) -> str:
+    kind = column_type(f.type, f.name)
+    return FORMAT_TYPE_NAMES.get(kind, kind)
 
 
 def declared_type(f: pa.Field) -> str:

@@ -32,7 +32,12 @@ class Database(Protocol):
         ...
 
     def usable(self, connection: Any) -> bool:
-        """Whether a connection made earlier can still be used."""
+        """Whether a connection made earlier can still be used, as far as the driver knows."""
+        ...
+
+    def alive(self, connection: Any) -> bool:
+        """Whether the server still answers an idle connection (one round trip; ``True`` inside a
+        transaction, which must not move to another connection)."""
         ...
 
     def quote(self, *names: str) -> str:
@@ -76,12 +81,16 @@ def database_of(url: str) -> Database:
 _THREAD = threading.local()
 
 
-def connection_of(url: str) -> Any:
-    """This thread's connection to the database at ``url``."""
+def connection_of(url: str, check: bool = False) -> Any:
+    """This thread's connection to the database at ``url``; ``check``: first ask the server whether
+    it still holds it (a Spark worker's connection outlives its batches, and a restart or a dropped
+    connection in between would fail the next batch's first statement: the driver learns it only then)."""
     database = database_of(url)
     connections = _THREAD.__dict__.setdefault("connections", {})
     connection = connections.get(url)
-    if connection is None or not database.usable(connection):
+    if connection is not None and not (database.usable(connection) and (not check or database.alive(connection))):
+        connection = None
+    if connection is None:
         connection = database.connect(url)
         connections[url] = connection
     return connection

@@ -87,6 +87,18 @@ class MariaDB:
     def usable(self, connection: Any) -> bool:
         return bool(connection.open)
 
+    def alive(self, connection: Any) -> bool:
+        from pymysql.constants import SERVER_STATUS
+
+        if connection.server_status & SERVER_STATUS.SERVER_STATUS_IN_TRANS:
+            return True
+        try:
+            connection.ping(reconnect=False)
+            return True
+        except self.errors:
+            connection.close()
+            return False
+
     def quote(self, *names: str) -> str:
         return ".".join("`" + name.replace("`", "``") + "`" for name in names)
 

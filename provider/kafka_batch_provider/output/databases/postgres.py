@@ -49,6 +49,18 @@ class Postgres:
     def usable(self, connection: Any) -> bool:
         return not (connection.closed or connection.broken)
 
+    def alive(self, connection: Any) -> bool:
+        from psycopg.pq import TransactionStatus
+
+        if connection.info.transaction_status != TransactionStatus.IDLE:
+            return True
+        try:
+            connection.execute("SELECT 1")
+            return True
+        except self.errors:
+            connection.close()
+            return False
+
     def quote(self, *names: str) -> str:
         return ".".join('"' + name.replace('"', '""') + '"' for name in names)
 
