@@ -89,7 +89,7 @@ class DatabaseFileSystem(AbstractFileSystem):
             if schema not in self._tables:
                 database.create_files_table(connection, schema)
                 self._tables.add(schema)
-            cursor = connection.cursor()
+            cursor = database.cursor(connection)
             cursor.execute(statement.format(table=database.quote(schema, FILES_TABLE), below=database.below), params)
             return list(cursor.fetchall()) if cursor.description else [(cursor.rowcount,)]
         except database.errors as exc:

@@ -136,7 +136,7 @@ class DatabaseSink(StagedInPlace):
 
     def run(self, conn: Any, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """One statement; ``{log}``, ``{files}`` and ``{target}`` in it are those tables."""
-        cursor = conn.cursor()
+        cursor = self.database.cursor(conn)
         cursor.execute(
             statement.format(
                 log=self.quoted(LOG_TABLE), files=self.quoted(FILES_TABLE), target=self.quoted(self.table_name)

@@ -40,6 +40,10 @@ class Database(Protocol):
         transaction, which must not move to another connection)."""
         ...
 
+    def cursor(self, connection: Any) -> Any:
+        """A cursor of ``connection`` that reads bytes as bytes (no text form in between)."""
+        ...
+
     def quote(self, *names: str) -> str:
         """``names`` as one qualified, quoted identifier."""
         ...

@@ -99,6 +99,9 @@ class MariaDB:
             connection.close()
             return False
 
+    def cursor(self, connection: Any) -> Any:
+        return connection.cursor()
+
     def quote(self, *names: str) -> str:
         return ".".join("`" + name.replace("`", "``") + "`" for name in names)
 

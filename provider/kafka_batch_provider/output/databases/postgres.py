@@ -61,6 +61,10 @@ class Postgres:
             connection.close()
             return False
 
+    def cursor(self, connection: Any) -> Any:
+        # (binary results: a staged file's bytea would come as hex text, twice its size, parsed back)
+        return connection.cursor(binary=True)
+
     def quote(self, *names: str) -> str:
         return ".".join('"' + name.replace('"', '""') + '"' for name in names)
 
