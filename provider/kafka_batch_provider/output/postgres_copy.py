@@ -90,11 +90,22 @@ def bytea_hex(column: pa.Array) -> pa.Array:
 
 
 def json_text(column: pa.Array, name: str = "") -> pa.Array:
-    """Nested values as JSON text (``jsonb``); an empty list is ``[]`` without a Python object."""
+    """Nested values as JSON text (``jsonb``); an empty list is ``[]`` without a Python object, and a
+    list of flat structs of text and bytes (the Kafka headers) is turned into JSON once per distinct
+    value (:func:`distinct_rows`): a producer's headers mostly repeat."""
     if (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)) and len(column):
         empty = pc.fill_null(pc.equal(pc.list_value_length(column), 0), False)
         if pc.all(pc.or_(empty, column.is_null())).as_py():  # (Kafka headers: mostly none)
             return pc.if_else(column.is_null(), pa.scalar(None, pa.string()), pa.scalar("[]"))
+        found = distinct_rows(column)
+        if found is not None:
+            firsts, indices = found
+            return pc.take(json_texts(column.take(firsts), name), indices)
+    return json_texts(column, name)
+
+
+def json_texts(column: pa.Array, name: str) -> pa.Array:
+    """Each value's JSON, made by Python's ``json`` (bytes as base64, NaN refused)."""
     try:
         texts = [
             None if v is None else json.dumps(v, default=jsonable, separators=(",", ":"), allow_nan=False)
@@ -105,6 +116,40 @@ def json_text(column: pa.Array, name: str = "") -> pa.Array:
             f"column {name}: a nested value holds NaN or an infinite number, which jsonb cannot store"
         ) from None
     return pa.array(texts, pa.string())
+
+
+def distinct_rows(column: pa.Array) -> tuple[pa.Array, pa.Array] | None:
+    """For a list of structs whose fields are all text or bytes: the first row of each distinct
+    value and each row's index among those (``None`` for other types). A row's identity is its
+    elements' fields, each length-prefixed (so no content can pass for a separator), in compiled code."""
+    kind = column.type
+    item = kind.value_type
+    if not (pa.types.is_struct(item) and all(t in TEXTUAL for t in (f.type for f in item))):
+        return None
+    column = column.cast(pa.list_(item)) if pa.types.is_large_list(kind) else column
+    elements = column.flatten()  # (the elements of the non-null rows, in order)
+    parts = []
+    for i in range(item.num_fields):
+        values = pc.struct_field(elements, [i]).cast(pa.binary())
+        lengths = pc.fill_null(pc.binary_length(values), -1).to_numpy(zero_copy_only=False).astype("<i4")
+        prefix = pa.FixedSizeBinaryArray.from_buffers(
+            pa.binary(4), len(values), [None, pa.py_buffer(lengths.view(np.uint8).tobytes())]
+        ).cast(pa.binary())
+        parts.append(pc.binary_join_element_wise(prefix, pc.fill_null(values, b""), b""))
+    if elements.null_count:  # (a null element: its own marker)
+        parts.append(pc.if_else(elements.is_null(), pa.scalar(b"N"), pa.scalar(b"V")))
+    identity = pc.binary_join_element_wise(*parts, b"") if len(parts) > 1 else parts[0]
+    offsets = pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False).cumsum()
+    grouped = pa.ListArray.from_arrays(pa.array(np.concatenate([[0], offsets]), pa.int32()), identity)
+    rows = pc.binary_join(grouped, b"")
+    rows = pc.if_else(column.is_null(), pa.scalar(b"null"), pc.binary_join_element_wise(pa.scalar(b"["), rows, b""))
+    encoded = pc.dictionary_encode(rows)
+    indices = encoded.indices
+    firsts = pc.index_in(encoded.dictionary, rows)  # (the first row of each distinct value)
+    return firsts, indices
+
+
+TEXTUAL = (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
 
 
 def array_text(column: pa.Array) -> pa.Array:

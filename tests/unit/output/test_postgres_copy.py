@@ -40,3 +40,28 @@ def test_a_column_name_longer_than_postgresql_names_is_refused_before_anything_i
     with pytest.raises(ConfigError, match="PostgreSQL names hold at most 63") as refused:
         sink.check_columns(pa.schema([("é" * 32, pa.int32())]))  # 64 bytes
     assert "secret" not in str(refused.value)
+
+
+def test_headers_made_json_once_per_distinct_value_equal_each_rows_own_json():
+    # (output/postgres_copy.distinct_rows: rows told apart by length-prefixed fields, in compiled code)
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from kafka_batch_provider.output.postgres_copy import json_text, json_texts
+    from kafka_batch_provider.output.tables import KAFKA_SCHEMA
+
+    header = st.none() | st.fixed_dictionaries(
+        {
+            "key": st.none() | st.sampled_from(["a", "ab", "", "a\\x00"]),
+            "value": st.none() | st.sampled_from([b"", b"b", b"ab", b"\\x00"]),
+        }
+    )
+    rows = st.lists(st.none() | st.lists(header, max_size=3), max_size=12)
+
+    @settings(max_examples=200, deadline=None)
+    @given(values=rows)
+    def same(values):
+        column = pa.array(values, KAFKA_SCHEMA.field("headers").type)
+        assert json_text(column).to_pylist() == json_texts(column, "headers").to_pylist(), values
+
+    same()
