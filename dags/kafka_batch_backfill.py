@@ -111,8 +111,9 @@ with DAG(
             section="Whole topic",
         ),
         "output_path": Param(
-            f"{OUTPUT_PATH}_replay" if OUTPUT_PATH else "",
-            type="string",
+            # (none when the deployment's output is a table: "" would fail the form's own check)
+            f"{OUTPUT_PATH}_replay" if OUTPUT_PATH else None,
+            type=["null", "string"],
             minLength=1,
             title="Output (local path or URI, e.g. s3://bucket/replays)",
             section="Output",

@@ -213,6 +213,8 @@ def test_backfill_dag_validates_the_output_params(dagbag, name, value, valid):
     [
         ({"output_format": "parquet", "output_path": "/r", "table": "x.y"}, ("parquet", "/r", None)),
         ({"output_format": "iceberg", "output_path": "/r", "table": "lake.again"}, ("iceberg", None, "lake.again")),
+        ({"output_format": "postgres", "output_path": "/r", "table": "public.r"}, ("postgres", None, "public.r")),
+        ({"output_format": "mysql", "output_path": "/r", "table": "shop.r"}, ("mysql", None, "shop.r")),
     ],
 )
 def test_backfill_dag_hands_each_format_only_its_own_output_field(dagbag, params, expected):
@@ -370,3 +372,22 @@ def test_every_shipped_dag_refuses_to_parse_without_its_output_in_one_line(missi
     refused = sorted(name for name, message in errors.items() if f"{missing} is not set" in message)
     assert refused == shipped, f"expected every shipped DAG refused for {missing}, found {refused} of {shipped}"
     assert all(e.strip().splitlines()[-1].count(missing) == 1 for e in errors.values()), "one line naming it"
+
+
+def test_the_backfill_forms_defaults_validate_when_the_deployments_output_is_a_database_table(monkeypatch):
+    # (review: the output path's default was "" against its minLength=1, so every trigger failed)
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("KAFKA_BATCH_FORMAT", "postgres")
+    monkeypatch.setenv("KAFKA_BATCH_TABLE", "public.events")
+    monkeypatch.setenv("KAFKA_BATCH_DATABASE_CONN_ID", "warehouse")
+    monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", "postgresql://ingest:hunter2@db.internal:5433/shop")
+    bag = DagBag(str(DAGS))
+    assert bag.import_errors == {}, f"import errors: {bag.import_errors}"
+    params = bag.dags["kafka_batch_backfill"].params
+    params.validate()  # (what Airflow does on every trigger)
+    assert params["output_format"] == "postgres" and params["table"] == "public.events_replay"
+    assert params["output_path"] is None
+    # The downstream DAG is scheduled on the table's asset, its server read from the connection.
+    [asset] = bag.dags["kafka_batch_downstream"].timetable.asset_condition.objects
+    assert asset.uri == "postgres://db.internal:5433/shop/public/events", asset.uri

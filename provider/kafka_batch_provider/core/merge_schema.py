@@ -21,11 +21,15 @@ from kafka_batch_provider.errors import SchemaError
 
 
 def wide_type(kind: pa.DataType) -> pa.DataType:
-    """``kind`` with every integer as int64 and every floating point number as double."""
+    """``kind`` with every integer as int64, every floating point number as double, and every
+    timestamp of seconds or milliseconds in microseconds (Delta's only unit: a table created from
+    a millisecond column holds microseconds, and refused the next batch's milliseconds)."""
     if pa.types.is_integer(kind):
         return pa.int64()
     if pa.types.is_floating(kind):
         return pa.float64()
+    if pa.types.is_timestamp(kind) and kind.unit in ("s", "ms"):
+        return pa.timestamp("us", kind.tz)
     return map_children(kind, wide_type)
 
 
@@ -53,7 +57,7 @@ def map_children(kind: pa.DataType, change) -> pa.DataType:
 
 
 def widened(table: pa.Table) -> pa.Table:
-    """``table`` with its numbers wide (:func:`wide_type`); a widening never loses a value."""
+    """``table`` with its numbers and timestamps wide (:func:`wide_type`); a widening never loses a value."""
     for index, f in enumerate(table.schema):
         kind = wide_type(f.type)
         if kind != f.type:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,3 +187,40 @@ def logical(array: pa.Array, schema: Mapping[str, Any]) -> pa.Array:
     if pa.types.is_floating(target):
         return array  # (kept a double: see wire_type)
     return array if array.type == target else array.cast(target)
+
+
+def as_typed_columns(batch: pa.Table, reserved: Collection[str]) -> pa.Table | None:
+    """A batch of Connect JSON keys and values with embedded schemas as the Spark tasks stage a
+    registry format: the Kafka columns, ``key`` as its decoded payload (a struct's fields become the
+    key's columns), and the value's top-level fields as columns (null for a tombstone, whose raw
+    ``value`` stays null). ``None`` when the columns would not be the record rule's: more than one
+    schema in the batch (the record rule widens across them), a key or value without a schema, a
+    null key, a field named like a Kafka column (``reserved``), or a record this reader cannot read
+    exactly (:class:`NotColumnar`)."""
+    if not {"key", "value"} <= set(batch.column_names) or not batch.num_rows:
+        return None
+    keys, values = batch.column("key").combine_chunks(), batch.column("value").combine_chunks()
+    if keys.null_count:
+        return None
+    try:
+        key_groups, value_groups = read_groups(keys), read_groups(values)
+    except NotColumnar:
+        return None
+    if len(key_groups) != 1 or len(value_groups) > 1:
+        return None
+    [key] = key_groups
+    key_column = key.payloads.to_struct_array() if key.schema.get("type") == "struct" else None
+    if key_column is None or any(name in reserved for name in key.payloads.column_names):
+        return None
+    columns = {name: batch.column(name) for name in batch.column_names if name != "key"}
+    columns["key"] = key_column
+    if value_groups:
+        [value] = value_groups
+        if any(name in reserved for name in value.payloads.column_names):
+            return None
+        positions = np.full(len(values), -1, dtype=np.int64)
+        positions[value.positions] = np.arange(len(value.positions))
+        where = pa.array(positions, mask=positions < 0)
+        for name in value.payloads.column_names:
+            columns[name] = value.payloads.column(name).take(where)
+    return pa.table(columns)

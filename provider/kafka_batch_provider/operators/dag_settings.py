@@ -13,7 +13,7 @@ from datetime import timedelta
 from kafka_batch_provider.core.write_options import ON_BAD_RECORD, READERS
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.operators.output import BatchOutput
-from kafka_batch_provider.output.kinds import known_kind, named_by_path, named_by_table
+from kafka_batch_provider.output.kinds import kind_of, known_kind, named_by_path, named_by_table
 
 #: The words a boolean setting takes (any letter case); anything else is refused, never read as false.
 TRUE_WORDS = ("true", "1", "yes")
@@ -188,7 +188,22 @@ def ingest_output_asset():
 
     output = static_output()
     described = {"format": output.output_format, "output": output.output_path, "table": output.table or None}
+    if known_kind(output.output_format) and kind_of(output.output_format).uses_database:
+        described["database"] = parse_time_database(output.database_conn_id)
     return Asset(uri=output_asset_uri(described, {"name": os.environ.get("KAFKA_BATCH_CATALOG_NAME") or None}))
+
+
+def parse_time_database(conn_id: str | None) -> str:
+    """A database output's server and database (``SCHEME://HOST:PORT/DB``, no credentials), from its
+    connection when the DAG is parsed: a table's asset names them, and a schedule is fixed then."""
+    from kafka_batch_provider.hooks.database import database_url_from_connection
+    from kafka_batch_provider.output.formats import database_without_credentials
+
+    if not conn_id:
+        raise ConfigError(
+            "a database output's asset names its server: set KAFKA_BATCH_DATABASE_CONN_ID to its connection"
+        )
+    return database_without_credentials(str(database_url_from_connection(conn_id)))
 
 
 def static_output(output_path: str | None = None) -> BatchOutput:

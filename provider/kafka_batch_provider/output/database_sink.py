@@ -249,9 +249,12 @@ class DatabaseSink(StagedInPlace):
             rows = cursor.fetchall()
         except self.database.errors as exc:
             raise StorageError(f"{self.label}: {one_line(exc)}") from None
-        return pa.table({name: [bytes(v) if isinstance(v, memoryview) else v for v in column]
-                         for name, column in zip(names, zip(*rows))} if rows else
-                        {name: pa.array([], pa.string()) for name in names})  # fmt: skip
+        if not rows:
+            return pa.table({name: pa.array([], pa.string()) for name in names})
+        try:  # (types as the driver reads them back: nested columns come as their JSON's values)
+            return pa.table({name: list(column) for name, column in zip(names, zip(*rows))})
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise StorageError(f"{self.label}: its rows cannot be read back as columns: {one_line(exc)}") from None
 
     # -- the staged rows -------------------------------------------------------------------------
 

@@ -40,7 +40,9 @@ def encodable(schema: pa.Schema) -> bool:
 
 
 def encodable_type(kind: pa.DataType) -> bool:
-    if kind in FIXED or pa.types.is_timestamp(kind) or pa.types.is_date32(kind):
+    if pa.types.is_timestamp(kind):  # (nanoseconds go as text: the server rounds them, as it rounds text)
+        return kind.unit != "ns"
+    if kind in FIXED or pa.types.is_date32(kind):
         return True
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         return True
@@ -59,10 +61,11 @@ def binary_rows(batch: pa.RecordBatch | pa.Table) -> bytes:
     table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
     if table.num_rows == 0:
         return b""
-    count = pa.scalar(len(table.column_names).to_bytes(2, "big"), pa.binary())
+    # (large_binary: a chunk's rows may hold more than 2 GiB between them, beyond int32 offsets)
+    count = pa.scalar(len(table.column_names).to_bytes(2, "big"), pa.large_binary())
     fields = [field_bytes(table.column(i).combine_chunks(), name) for i, name in enumerate(table.column_names)]
-    rows = pc.binary_join_element_wise(count, *fields, b"")
-    offsets = np.frombuffer(rows.buffers()[1], dtype=np.int32)[rows.offset : rows.offset + len(rows) + 1]
+    rows = pc.binary_join_element_wise(count, *fields, pa.scalar(b"", pa.large_binary()))
+    offsets = np.frombuffer(rows.buffers()[1], dtype=np.int64)[rows.offset : rows.offset + len(rows) + 1]
     return bytes(memoryview(rows.buffers()[2])[offsets[0] : offsets[-1]])
 
 
@@ -70,17 +73,18 @@ def field_bytes(column: pa.Array, name: str = "") -> pa.Array:
     """Each value's field: its length (int32, big-endian; -1 for null) and its bytes."""
     payload = payload_of(column, name)
     lengths = pc.fill_null(pc.binary_length(payload), -1).to_numpy(zero_copy_only=False).astype(">i4")
-    prefix = fixed_width(lengths.view(np.uint8), 4, len(column))
-    return pc.binary_join_element_wise(prefix, pc.fill_null(payload, b""), b"")
+    prefix = fixed_width(lengths.view(np.uint8), 4, len(column)).cast(pa.large_binary())
+    filled = pc.fill_null(payload.cast(pa.large_binary()), pa.scalar(b"", pa.large_binary()))
+    return pc.binary_join_element_wise(prefix, filled, pa.scalar(b"", pa.large_binary()))
 
 
 def payload_of(column: pa.Array, name: str) -> pa.Array:
     """The column's values as the server reads them (binary; nulls stay null)."""
     kind = column.type
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
-        return column.cast(pa.binary())
+        return column.cast(pa.large_binary())
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        return no_nul(column.cast(pa.string()), name).cast(pa.binary())
+        return no_nul(column.cast(pa.large_string()), name).cast(pa.large_binary())
     if pa.types.is_struct(kind) or pa.types.is_map(kind) or pa.types.is_list(kind) or pa.types.is_large_list(kind):
         text = no_nul(json_text(column, name), name).cast(pa.binary())
         return pc.binary_join_element_wise(pa.scalar(b"\x01"), text, b"")  # (jsonb's version 1)

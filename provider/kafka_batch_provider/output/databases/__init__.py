@@ -10,6 +10,7 @@ drivers take ``%s`` placeholders, so the statements the sinks share are plain te
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Protocol
 
 from kafka_batch_provider.errors import ConfigError
@@ -83,20 +84,26 @@ def database_of(url: str) -> Database:
 #: One autocommitted connection per database URL and thread, for the thread's life (a Location, a
 #: store, a Spark task each make a filesystem: a connection each would soon use up the server's).
 _THREAD = threading.local()
+#: A connection idle longer than this is asked whether the server still holds it (one round trip).
+IDLE_SECONDS = 30.0
 
 
 def connection_of(url: str, check: bool = False) -> Any:
-    """This thread's connection to the database at ``url``; ``check``: first ask the server whether
-    it still holds it (a Spark worker's connection outlives its batches, and a restart or a dropped
-    connection in between would fail the next batch's first statement: the driver learns it only then)."""
+    """This thread's connection to the database at ``url``. Before it is used, the server is asked
+    whether it still holds it when ``check`` (a new filesystem's first use: a Spark worker's
+    connection outlives its batches) or when it sat idle for :data:`IDLE_SECONDS` (the driver's,
+    through a long Spark stage): a restart, a failover or a proxy's idle timeout in between would
+    fail the next statement, and the driver learns it only then."""
     database = database_of(url)
     connections = _THREAD.__dict__.setdefault("connections", {})
-    connection = connections.get(url)
-    if connection is not None and not (database.usable(connection) and (not check or database.alive(connection))):
+    connection, used = connections.get(url, (None, 0.0))
+    now = time.monotonic()
+    ask = check or now - used > IDLE_SECONDS
+    if connection is not None and not (database.usable(connection) and (not ask or database.alive(connection))):
         connection = None
     if connection is None:
         connection = database.connect(url)
-        connections[url] = connection
+    connections[url] = (connection, now)
     return connection
 
 

@@ -44,7 +44,8 @@ class Postgres:
     def connect(self, url: str) -> Any:
         import psycopg
 
-        return psycopg.connect(url, autocommit=True, connect_timeout=30)
+        # (UTF-8 whatever the database's default: both COPY forms send UTF-8 bytes as they are)
+        return psycopg.connect(url, autocommit=True, connect_timeout=30, client_encoding="UTF8")
 
     def usable(self, connection: Any) -> bool:
         return not (connection.closed or connection.broken)
