@@ -57,22 +57,29 @@ class PostgresDatabase:
                               (schema, table)))  # fmt: skip
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> PostgresServer:
-    def start(_: Path) -> tuple[PostgresServer, Path]:
-        # Not under pytest's temporary folder: it is 0700, and the postgres user must reach its own.
-        folder = Path(tempfile.mkdtemp(prefix="kafka-batch-db-"))
+def session_server(kind: type, name: str):
+    """The session's server of ``kind`` (PostgresServer, MariadbServer), started by the first worker
+    that asks; every worker reaches it (it is not started again)."""
+
+    def start(_: Path) -> tuple:
+        # Not under pytest's temporary folder: it is 0700, and the server's OS user must reach its own.
+        folder = Path(tempfile.mkdtemp(prefix=f"kafka-batch-{name}-"))
         os.chmod(folder, 0o755)
-        return PostgresServer(folder=folder / "postgres", detach=True).start(), folder
+        return kind(folder=folder / name, detach=True).start(), folder
 
     info = shared_servers().get(
-        "postgres",
+        name,
         start,
         lambda started: [started[0]],
         lambda started: {"port": started[0].port, "folder": str(started[0].folder)},
         leftovers=lambda started: [started[1]],
     )
-    return PostgresServer(port=int(info["port"]), folder=Path(info["folder"]))  # (reached, not started)
+    return kind(port=int(info["port"]), folder=Path(info["folder"]))  # (reached, not started)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> PostgresServer:
+    return session_server(PostgresServer, "postgres")
 
 
 @pytest.fixture
@@ -127,19 +134,7 @@ class MariaDatabase:
 
 @pytest.fixture(scope="session")
 def mariadb_server() -> MariadbServer:
-    def start(_: Path) -> tuple[MariadbServer, Path]:
-        folder = Path(tempfile.mkdtemp(prefix="kafka-batch-mariadb-"))
-        os.chmod(folder, 0o755)  # (the mysql user must reach its folder)
-        return MariadbServer(folder=folder / "mariadb", detach=True).start(), folder
-
-    info = shared_servers().get(
-        "mariadb",
-        start,
-        lambda started: [started[0]],
-        lambda started: {"port": started[0].port, "folder": str(started[0].folder)},
-        leftovers=lambda started: [started[1]],
-    )
-    return MariadbServer(port=int(info["port"]), folder=Path(info["folder"]))  # (reached, not started)
+    return session_server(MariadbServer, "mariadb")
 
 
 @pytest.fixture
