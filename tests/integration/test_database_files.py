@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from kafka_batch_provider.errors import StorageError
+from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.output.database_files import files_uri
 from kafka_batch_provider.output.location import Location
 
@@ -66,10 +66,11 @@ def test_exactly_one_of_racing_writers_creates_a_name(output_database):
     assert winner.startswith(b"writer "), winner
 
 
-def test_a_refused_login_is_one_line_without_the_password(output_database):
+def test_a_refused_login_is_one_terminal_line_without_the_password(output_database):
+    # (terminal: a ConfigError, never retried; a lost connection is a StorageError, which may pass)
     wrong = output_database.url.replace("db-output-secret", "not-the-password")
     where = Location(files_uri(wrong, output_database.table), {"url": wrong})
-    with pytest.raises(StorageError) as refused:
+    with pytest.raises(ConfigError) as refused:
         where.put_atomic("_plans/x.json", b"{}")
     message = str(refused.value)
     assert "\n" not in message and ("password authentication failed" in message or "Access denied" in message), message

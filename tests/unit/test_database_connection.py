@@ -71,3 +71,47 @@ def test_a_batch_output_in_mariadb_reads_its_connection_and_checks_at_parse_time
     wrong = BatchOutput(output_format="mysql", table="shop.orders", database_conn_id="pg_out")
     with pytest.raises(ConfigError, match="writes to a mysql:// database"):
         wrong.spec()
+
+
+@pytest.mark.parametrize(
+    "server, error, terminal",
+    [
+        ("postgres", "connection failed: at 127.0.0.1 failed: FATAL:  password authentication failed for user", True),
+        ("postgres", 'connection failed: at 127.0.0.1 failed: FATAL:  database "shop" does not exist', True),
+        ("postgres", "connection failed: at 127.0.0.1 failed: FATAL:  the database system is starting up", False),
+        ("postgres", "connection failed: at 127.0.0.1 failed: Connection refused", False),
+        ("mysql", (1045, "Access denied for user 'u'@'h' (using password: YES)"), True),
+        ("mysql", (1406, "Data too long for column 'name' at row 1"), True),
+        ("mysql", (2013, "Lost connection to MySQL server during query"), False),
+        ("mysql", (1213, "Deadlock found when trying to get lock"), False),
+    ],
+)
+def test_a_refusal_every_retry_would_meet_is_terminal_and_a_passing_failure_is_not(server, error, terminal):
+    import psycopg
+    import pymysql
+
+    from kafka_batch_provider.errors import StorageError
+    from kafka_batch_provider.output.databases import failure
+    from kafka_batch_provider.output.databases.mariadb import MARIADB
+    from kafka_batch_provider.output.databases.postgres import POSTGRES
+
+    database = POSTGRES if server == "postgres" else MARIADB
+    exc = psycopg.OperationalError(error) if server == "postgres" else pymysql.err.OperationalError(*error)
+    found = failure(database, "a table", exc)
+    assert isinstance(found, ConfigError if terminal else StorageError), f"{error!r}: got {type(found).__name__}"
+    assert "\n" not in str(found)
+
+
+def test_a_failure_with_a_sqlstate_is_judged_by_its_class():
+    import psycopg
+
+    from kafka_batch_provider.output.databases.postgres import POSTGRES
+
+    class Refused(psycopg.Error):
+        sqlstate = "42501"  # insufficient_privilege
+
+    class Serialization(psycopg.Error):
+        sqlstate = "40001"
+
+    assert POSTGRES.terminal(Refused("permission denied for schema public"))
+    assert not POSTGRES.terminal(Serialization("could not serialize access"))

@@ -24,8 +24,7 @@ from typing import Any
 
 from fsspec.spec import AbstractFileSystem
 
-from kafka_batch_provider.errors import StorageError
-from kafka_batch_provider.output.databases import connection_of, database_of, one_line
+from kafka_batch_provider.output.databases import connection_of, database_of, failure
 
 PROTOCOL = "dbfiles"
 FILES_TABLE = "kafka_batch_files"
@@ -93,7 +92,7 @@ class DatabaseFileSystem(AbstractFileSystem):
             cursor.execute(statement.format(table=database.quote(schema, FILES_TABLE), below=database.below), params)
             return list(cursor.fetchall()) if cursor.description else [(cursor.rowcount,)]
         except database.errors as exc:
-            raise StorageError(f"the files of schema {schema}: {one_line(exc)}") from None
+            raise failure(database, f"the files of schema {schema}", exc) from None
 
     def connection(self) -> Any:
         """This thread's connection; each new filesystem (a Spark task's, a step's) first asks the
@@ -108,7 +107,7 @@ class DatabaseFileSystem(AbstractFileSystem):
         try:
             database.check_file_size(self.connection(), size)
         except database.errors as exc:
-            raise StorageError(f"the files of schema {schema}: {one_line(exc)}") from None
+            raise failure(database, f"the files of schema {schema}", exc) from None
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -34,10 +34,10 @@ import pyarrow.parquet as pq
 
 from kafka_batch_provider.core.merging import MergeSpec
 from kafka_batch_provider.core.settings import Setting
-from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
+from kafka_batch_provider.errors import ConfigError, ManifestError
 from kafka_batch_provider.fail_points import fail_point
 from kafka_batch_provider.output.database_files import FILES_TABLE, files_uri
-from kafka_batch_provider.output.databases import Database, connection_of, one_line
+from kafka_batch_provider.output.databases import Database, connection_of, failure
 from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.output.tables import StagedInPlace, table_merge
 
@@ -128,7 +128,7 @@ class DatabaseSink(StagedInPlace):
         try:
             return connection_of(self._url, check)
         except self.database.errors as exc:
-            raise StorageError(f"{self.label}: {one_line(exc)}") from None
+            raise failure(self.database, f"{self.label}", exc) from None
 
     def quoted(self, name: str) -> str:
         """A table of this output's schema, quoted."""
@@ -155,7 +155,7 @@ class DatabaseSink(StagedInPlace):
                 self._log_seen = True  # (a log table, once there, stays: no need to ask again)
             return self.run(conn, statement, params)
         except self.database.errors as exc:
-            raise StorageError(f"{self.label}: {one_line(exc)}") from None
+            raise failure(self.database, f"{self.label}", exc) from None
 
     def has_table(self, conn: Any, name: str) -> bool:
         return bool(
@@ -226,7 +226,7 @@ class DatabaseSink(StagedInPlace):
                         self.run(conn, "DELETE FROM {files} WHERE path = %s", (name,))
                     fail_point("before-database-commit")
         except self.database.errors as exc:
-            raise StorageError(f"{self.label}: {one_line(exc)}") from None
+            raise failure(self.database, f"{self.label}", exc) from None
         return True
 
     def rows_in_ranges(self, ranges: Sequence[Mapping[str, Any]], columns: Sequence[str] | None) -> pa.Table:
@@ -248,13 +248,13 @@ class DatabaseSink(StagedInPlace):
             names = [d[0] for d in cursor.description]
             rows = cursor.fetchall()
         except self.database.errors as exc:
-            raise StorageError(f"{self.label}: {one_line(exc)}") from None
+            raise failure(self.database, f"{self.label}", exc) from None
         if not rows:
             return pa.table({name: pa.array([], pa.string()) for name in names})
         try:  # (types as the driver reads them back: nested columns come as their JSON's values)
             return pa.table({name: list(column) for name, column in zip(names, zip(*rows))})
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise StorageError(f"{self.label}: its rows cannot be read back as columns: {one_line(exc)}") from None
+            raise failure(self.database, f"{self.label}: its rows cannot be read back as columns", exc) from None
 
     # -- the staged rows -------------------------------------------------------------------------
 

@@ -41,6 +41,12 @@ class Database(Protocol):
         transaction, which must not move to another connection)."""
         ...
 
+    def terminal(self, exc: BaseException) -> bool:
+        """Whether the server's refusal would refuse every retry alike (a wrong password, a missing
+        privilege, schema or table, a value that does not fit), not a passing failure (a lost
+        connection, a restart, a deadlock or serialization failure, a lock's timeout)."""
+        ...
+
     def cursor(self, connection: Any) -> Any:
         """A cursor of ``connection`` that reads bytes as bytes (no text form in between)."""
         ...
@@ -105,6 +111,15 @@ def connection_of(url: str, check: bool = False) -> Any:
         connection = database.connect(url)
     connections[url] = (connection, now)
     return connection
+
+
+def failure(database: Database, where: str, exc: BaseException) -> Exception:
+    """The one-line error of a database's refusal: a :class:`ConfigError` (terminal, never retried)
+    when every retry would meet it, else a :class:`StorageError` (a retry may pass)."""
+    from kafka_batch_provider.errors import StorageError
+
+    line = f"{where}: {one_line(exc)}"
+    return ConfigError(line) if database.terminal(exc) else StorageError(line)
 
 
 def one_line(exc: BaseException) -> str:

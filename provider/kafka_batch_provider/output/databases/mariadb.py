@@ -28,6 +28,13 @@ PACKET_ROOM = 64 * 1024
 SQL_MODE = "STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
 
 
+#: Server errors every retry would meet: access denied (1044, 1045, 1142, 1143, 1227), an unknown
+#: database, table or column (1049, 1146, 1054), a value that does not fit (1048, 1264, 1292, 1366,
+#: 1406), a duplicate key (1062), LOCAL INFILE refused (1148, 3948); not a lost connection (2006,
+#: 2013), a lock's timeout (1205) or a deadlock (1213).
+TERMINAL_CODES = (1044, 1045, 1142, 1143, 1227, 1049, 1146, 1054, 1048, 1264, 1292, 1366, 1406, 1062, 1148, 3948)
+
+
 class MariaDB:
     label = "MariaDB"
     schemes = ("mysql", "mariadb")
@@ -98,6 +105,10 @@ class MariaDB:
         except self.errors:
             connection.close()
             return False
+
+    def terminal(self, exc: BaseException) -> bool:
+        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+        return code in TERMINAL_CODES
 
     def cursor(self, connection: Any) -> Any:
         return connection.cursor()

@@ -14,6 +14,13 @@ UNREADABLE_URL = (
 )
 
 
+#: The SQLSTATE classes of refusals every retry would meet (see Postgres.terminal).
+TERMINAL_CLASSES = ("28", "3D", "3F", "42", "22", "23")
+#: A refused connection's reasons that every retry would meet (not "the database system is starting
+#: up", "too many clients", "shutting down").
+TERMINAL_FATALS = ("password authentication failed", "no pg_hba.conf entry", "database", "role", "permission denied")
+
+
 class Postgres:
     label = "PostgreSQL"
     schemes = ("postgresql", "postgres")
@@ -61,6 +68,15 @@ class Postgres:
         except self.errors:
             connection.close()
             return False
+
+    def terminal(self, exc: BaseException) -> bool:
+        # SQLSTATE classes: 28 authorization, 3D/3F a missing database or schema, 42 access rules and
+        # undefined objects, 22 data that does not fit, 23 constraints; not 08 (connection), 40
+        # (serialization, deadlock), 53/57 (resources, shutdown)
+        state = getattr(exc, "sqlstate", None) or ""
+        if not state:  # (a refused connection carries no SQLSTATE: the server's FATAL line says why)
+            return any(f"FATAL:  {reason}" in str(exc) or f"FATAL: {reason}" in str(exc) for reason in TERMINAL_FATALS)
+        return state[:2] in TERMINAL_CLASSES
 
     def cursor(self, connection: Any) -> Any:
         # (binary results: a staged file's bytea would come as hex text, twice its size, parsed back)
