@@ -176,11 +176,11 @@ def source_columns(source: Source) -> list[str]:
 
 
 # The same engine merges into a database table (issue 50): the same streams, the same model.
-# PostgreSQL with every decoding; MariaDB with Connect JSON (its merge statements are its own).
-@pytest.mark.parametrize(
-    "fmt, value_format", [("postgres", "bytes"), ("postgres", "schemaless"), ("postgres", "avro"), ("mysql", "bytes")]
-)
-@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Connect JSON and typed columns into PostgreSQL, Connect JSON into MariaDB (each database's merge
+# statements are its own; the decodings are every output's, schemaless JSON's is run into Delta
+# above). 15 examples each: the suite's time.
+@pytest.mark.parametrize("fmt, value_format", [("postgres", "bytes"), ("postgres", "avro"), ("mysql", "bytes")])
+@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(STEPS, min_size=20, max_size=80))
 def test_generated_change_streams_leave_a_database_table_equal_to_the_source(fmt, value_format, steps, request):
     with pytest.MonkeyPatch.context() as monkeypatch:
