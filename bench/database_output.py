@@ -184,8 +184,10 @@ def keyed_topic(bootstrap: str, records: int, partitions: int = 2) -> str:
         {"field": "amount", "type": "double", "optional": True}]}  # fmt: skip
 
     def record(i: int) -> Record:
-        key = json.dumps({"schema": key_schema, "payload": {"id": i}})
-        value = json.dumps({"schema": value_schema, "payload": {"id": i, "name": "n" * 160, "amount": i / 4}})
+        # (compact, as Kafka Connect's JsonConverter writes them)
+        key = json.dumps({"schema": key_schema, "payload": {"id": i}}, separators=(",", ":"))
+        value = json.dumps({"schema": value_schema, "payload": {"id": i, "name": "n" * 160, "amount": i / 4}},
+                           separators=(",", ":"))  # fmt: skip
         return Record(partition=i % partitions, key=key.encode(), value=value.encode())
 
     produce({"bootstrap.servers": bootstrap}, topic, (record(i) for i in range(records)))
