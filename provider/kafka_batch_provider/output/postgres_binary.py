@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kafka_batch_provider.output.postgres_copy import json_text, no_nul
+from kafka_batch_provider.output.postgres_copy import fixed_width, json_text, large, length_prefixed, no_nul
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + (0).to_bytes(4, "big") + (0).to_bytes(4, "big")
 TRAILER = (-1).to_bytes(2, "big", signed=True)
@@ -62,20 +62,16 @@ def binary_rows(batch: pa.RecordBatch | pa.Table) -> bytes:
     if table.num_rows == 0:
         return b""
     # (large_binary: a chunk's rows may hold more than 2 GiB between them, beyond int32 offsets)
-    count = pa.scalar(len(table.column_names).to_bytes(2, "big"), pa.large_binary())
+    count = large(len(table.column_names).to_bytes(2, "big"))
     fields = [field_bytes(table.column(i).combine_chunks(), name) for i, name in enumerate(table.column_names)]
-    rows = pc.binary_join_element_wise(count, *fields, pa.scalar(b"", pa.large_binary()))
+    rows = pc.binary_join_element_wise(count, *fields, large(b""))
     offsets = np.frombuffer(rows.buffers()[1], dtype=np.int64)[rows.offset : rows.offset + len(rows) + 1]
     return bytes(memoryview(rows.buffers()[2])[offsets[0] : offsets[-1]])
 
 
 def field_bytes(column: pa.Array, name: str = "") -> pa.Array:
     """Each value's field: its length (int32, big-endian; -1 for null) and its bytes."""
-    payload = payload_of(column, name)
-    lengths = pc.fill_null(pc.binary_length(payload), -1).to_numpy(zero_copy_only=False).astype(">i4")
-    prefix = fixed_width(lengths.view(np.uint8), 4, len(column)).cast(pa.large_binary())
-    filled = pc.fill_null(payload.cast(pa.large_binary()), pa.scalar(b"", pa.large_binary()))
-    return pc.binary_join_element_wise(prefix, filled, pa.scalar(b"", pa.large_binary()))
+    return length_prefixed(payload_of(column, name))
 
 
 def payload_of(column: pa.Array, name: str) -> pa.Array:
@@ -100,9 +96,3 @@ def payload_of(column: pa.Array, name: str) -> pa.Array:
     width = np.dtype(dtype).itemsize
     encoded = fixed_width(numbers.astype(dtype).view(np.uint8), width, len(column))
     return pc.if_else(column.is_null(), pa.scalar(None, pa.binary()), encoded) if column.null_count else encoded
-
-
-def fixed_width(data: np.ndarray, width: int, n: int) -> pa.Array:
-    """``n`` values of ``width`` bytes each, back to back in ``data``, as a binary array."""
-    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, pa.py_buffer(data.tobytes())])
-    return fixed.cast(pa.binary())

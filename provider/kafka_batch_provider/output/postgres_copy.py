@@ -128,21 +128,14 @@ def distinct_rows(column: pa.Array) -> tuple[pa.Array, pa.Array] | None:
         return None
     column = column.cast(pa.list_(item)) if pa.types.is_large_list(kind) else column
     elements = column.flatten()  # (the elements of the non-null rows, in order)
-    parts = []
-    for i in range(item.num_fields):
-        values = pc.struct_field(elements, [i]).cast(pa.binary())
-        lengths = pc.fill_null(pc.binary_length(values), -1).to_numpy(zero_copy_only=False).astype("<i4")
-        prefix = pa.FixedSizeBinaryArray.from_buffers(
-            pa.binary(4), len(values), [None, pa.py_buffer(lengths.view(np.uint8).tobytes())]
-        ).cast(pa.binary())
-        parts.append(pc.binary_join_element_wise(prefix, pc.fill_null(values, b""), b""))
+    parts = [length_prefixed(pc.struct_field(elements, [i])) for i in range(item.num_fields)]
     if elements.null_count:  # (a null element: its own marker)
-        parts.append(pc.if_else(elements.is_null(), pa.scalar(b"N"), pa.scalar(b"V")))
-    identity = pc.binary_join_element_wise(*parts, b"") if len(parts) > 1 else parts[0]
+        parts.append(pc.if_else(elements.is_null(), large(b"N"), large(b"V")))
+    identity = pc.binary_join_element_wise(*parts, large(b"")) if len(parts) > 1 else parts[0]
     offsets = pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False).cumsum()
     grouped = pa.ListArray.from_arrays(pa.array(np.concatenate([[0], offsets]), pa.int32()), identity)
-    rows = pc.binary_join(grouped, b"")
-    rows = pc.if_else(column.is_null(), pa.scalar(b"null"), pc.binary_join_element_wise(pa.scalar(b"["), rows, b""))
+    rows = pc.binary_join(grouped, large(b""))
+    rows = pc.if_else(column.is_null(), large(b"null"), pc.binary_join_element_wise(large(b"["), rows, large(b"")))
     encoded = pc.dictionary_encode(rows)
     indices = encoded.indices
     firsts = pc.index_in(encoded.dictionary, rows)  # (the first row of each distinct value)
@@ -150,6 +143,26 @@ def distinct_rows(column: pa.Array) -> tuple[pa.Array, pa.Array] | None:
 
 
 TEXTUAL = (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
+
+
+def length_prefixed(values: pa.Array) -> pa.Array:
+    """Each value (text or bytes) as its length (int32, big-endian; -1 for null) and its bytes, as
+    ``large_binary`` (a chunk's values may hold more than 2 GiB between them): PostgreSQL's binary
+    ``COPY`` fields (output/postgres_binary.py), and identities no content can forge (:func:`distinct_rows`)."""
+    values = values.cast(pa.large_binary())
+    lengths = pc.fill_null(pc.binary_length(values), -1).to_numpy(zero_copy_only=False).astype(">i4")
+    prefix = fixed_width(lengths.view(np.uint8), 4, len(values)).cast(pa.large_binary())
+    return pc.binary_join_element_wise(prefix, pc.fill_null(values, large(b"")), large(b""))
+
+
+def fixed_width(data: np.ndarray, width: int, n: int) -> pa.Array:
+    """``n`` values of ``width`` bytes each, back to back in ``data``, as a binary array."""
+    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, pa.py_buffer(data.tobytes())])
+    return fixed.cast(pa.binary())
+
+
+def large(value: bytes) -> pa.Scalar:
+    return pa.scalar(value, pa.large_binary())
 
 
 def array_text(column: pa.Array) -> pa.Array:
