@@ -20,8 +20,21 @@ from kafka_batch_provider.testing.pytest_plugin import shared_servers
 PASSWORD = "db-output-secret"
 
 
+class OutputDatabase:
+    """What a test asks of its database, on either server."""
+
+    def rows(self, statement: str, params: tuple = ()) -> list[tuple]:
+        raise NotImplementedError
+
+    def has_table(self, name: str) -> bool:
+        """Whether ``SCHEMA.TABLE`` exists."""
+        schema, table = name.split(".")
+        return bool(self.rows("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
+                              (schema, table)))  # fmt: skip
+
+
 @dataclass(frozen=True)
-class PostgresDatabase:
+class PostgresDatabase(OutputDatabase):
     """One test's database, owned by a role of the same name."""
 
     port: int
@@ -50,11 +63,6 @@ class PostgresDatabase:
     def rows(self, statement: str, params: tuple = ()) -> list[tuple]:
         with self.connect() as conn:
             return conn.execute(statement, params).fetchall()
-
-    def has_table(self, name: str) -> bool:
-        schema, table = name.split(".")
-        return bool(self.rows("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
-                              (schema, table)))  # fmt: skip
 
 
 def session_server(kind: type, name: str):
@@ -90,7 +98,7 @@ def postgres_database(postgres_server: PostgresServer) -> PostgresDatabase:
 
 
 @dataclass(frozen=True)
-class MariaDatabase:
+class MariaDatabase(OutputDatabase):
     """One test's MariaDB database, reached by a user of the same name."""
 
     port: int
@@ -109,11 +117,6 @@ class MariaDatabase:
 
     def quote(self, name: str) -> str:
         return f"`{name}`"
-
-    def has_table(self, name: str) -> bool:
-        schema, table = name.split(".")
-        return bool(self.rows("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
-                              (schema, table)))  # fmt: skip
 
     def connect(self):
         import pymysql

@@ -19,6 +19,7 @@ between servers comes from :mod:`kafka_batch_provider.output.databases`.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -82,30 +83,30 @@ class DatabaseFileSystem(AbstractFileSystem):
     def run(self, schema: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """One statement on the files table of ``schema`` (created on first use), autocommitted;
         ``{table}`` in it is that table, ``{below}`` "``path`` starts with ``%s``"."""
-        database = database_of(self._url)
-        try:
-            connection = self.connection()
+
+        def execute(database: Any, connection: Any) -> list[tuple[Any, ...]]:
             if schema not in self._tables:
                 database.create_files_table(connection, schema)
                 self._tables.add(schema)
             cursor = database.cursor(connection)
             cursor.execute(statement.format(table=database.quote(schema, FILES_TABLE), below=database.below), params)
             return list(cursor.fetchall()) if cursor.description else [(cursor.rowcount,)]
-        except database.errors as exc:
-            raise failure(database, f"the files of schema {schema}", exc) from None
 
-    def connection(self) -> Any:
-        """This thread's connection; each new filesystem (a Spark task's, a step's) first asks the
-        server whether it still holds it."""
-        connection = connection_of(self._url, check=not self._checked)
-        self._checked = True
-        return connection
+        return self.on_database(schema, execute)
 
     def check_size(self, schema: str, size: int) -> None:
         """A file the server cannot store in one value: refused in one line (a ConfigError)."""
+        self.on_database(schema, lambda database, connection: database.check_file_size(connection, size))
+
+    def on_database(self, schema: str, work: Callable[[Any, Any], Any]) -> Any:
+        """``work(database, connection)``, its failure one line about the files of ``schema``. Each
+        new filesystem (a Spark task's, a step's) first asks the server whether this thread's
+        connection is still held."""
         database = database_of(self._url)
         try:
-            database.check_file_size(self.connection(), size)
+            connection = connection_of(self._url, check=not self._checked)
+            self._checked = True
+            return work(database, connection)
         except database.errors as exc:
             raise failure(database, f"the files of schema {schema}", exc) from None
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -239,7 +240,7 @@ class DatabaseSink(StagedInPlace):
             if not self.table_columns(conn):
                 return pa.table({name: pa.array([], pa.string()) for name in columns or ["topic"]})
             selected = ", ".join(q(c) for c in columns) if columns else "*"
-            cursor = conn.cursor()
+            cursor = self.database.cursor(conn)
             cursor.execute(
                 f"SELECT {selected} FROM {self.quoted(self.table_name)} WHERE "
                 + (" OR ".join([one] * len(ranges)) if ranges else "1 = 0"),
@@ -297,6 +298,7 @@ class DatabaseSink(StagedInPlace):
         """Refuse, before anything is read, a column the database cannot hold: a type it has not, a
         name longer than it takes (it would cut the name short, or refuse the table), or a name the
         statements cannot carry (``{``, ``}``, ``%``: templates and the drivers' placeholders)."""
+        names = Counter(f.name.lower() for f in schema)
         for f in schema:
             self.column_type(f.type, f.name)
             if any(c in f.name for c in "{}%") or not f.name.strip() or f.name != f.name.rstrip():
@@ -304,7 +306,7 @@ class DatabaseSink(StagedInPlace):
                     f"{self.label}: column {f.name[:40]!r}: a name that is empty, ends in a space or holds "
                     "'{', '}' or '%' cannot be a column here: rename the field, or write this topic to another format"
                 )
-            if [g.name.lower() for g in schema].count(f.name.lower()) > 1 and self.names_ignore_case:
+            if self.names_ignore_case and names[f.name.lower()] > 1:
                 raise ConfigError(
                     f"{self.label}: columns {f.name[:40]!r} and another differ only in case, which "
                     f"{self.database.label} names do not tell apart"

@@ -2,8 +2,10 @@
 (:mod:`kafka_batch_provider.output.database_sink`) in PostgreSQL.
 
 The log and the files tables live in the target's schema. The writer lock is a transaction-level
-advisory lock on the output's name; rows reach the table by ``COPY`` as CSV text built in compiled
-code (:mod:`kafka_batch_provider.output.postgres_copy`); a new column is added inside the batch's
+advisory lock on the output's name; rows reach the table by ``COPY``, built in compiled code: in the
+binary format where the table's columns are of the types it encodes
+(:mod:`kafka_batch_provider.output.postgres_binary`), as CSV text otherwise
+(:mod:`kafka_batch_provider.output.postgres_copy`); a new column is added inside the batch's
 transaction (PostgreSQL's DDL is transactional).
 
 What types the columns get (:func:`column_type`): text, bytea, smallint/integer/bigint, real,

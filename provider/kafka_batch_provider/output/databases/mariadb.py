@@ -9,6 +9,7 @@ has no zone) with strict SQL modes (a value that does not fit is an error, not a
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 from urllib.parse import parse_qsl, unquote, unquote_to_bytes, urlsplit
 
@@ -23,6 +24,8 @@ SSL_FILES = ("ssl_ca", "ssl_cert", "ssl_key")
 SSL_FLAGS = ("ssl_verify_cert", "ssl_verify_identity")
 #: Strict: a value that does not fit its column is an error (for LOAD DATA LOCAL, a warning the
 #: sink turns into one: see output/mariadb.py).
+#: Each connection's max_allowed_packet (a global setting: read once per connection).
+PACKET_LIMITS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 #: What a packet holds besides the file (the statement, the path).
 PACKET_ROOM = 64 * 1024
 SQL_MODE = "STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
@@ -125,14 +128,18 @@ class MariaDB:
         )
 
     def check_file_size(self, connection: Any, size: int) -> None:
-        """A file larger than one packet the server takes cannot be stored: refused in one line."""
-        cursor = connection.cursor()
-        cursor.execute("SELECT @@max_allowed_packet")
-        [(limit,)] = cursor.fetchall()
-        if size > int(limit) - PACKET_ROOM:
+        """A file larger than one packet the server takes cannot be stored: refused in one line
+        (the server's limit asked once per connection)."""
+        limit = PACKET_LIMITS.get(connection)
+        if limit is None:
+            cursor = connection.cursor()
+            cursor.execute("SELECT @@max_allowed_packet")
+            [(limit,)] = cursor.fetchall()
+            PACKET_LIMITS[connection] = limit = int(limit)
+        if size > limit - PACKET_ROOM:
             raise ConfigError(
                 f"a staged file of {size / 2**20:.0f} MB is larger than the server's max_allowed_packet "
-                f"({int(limit) / 2**20:.0f} MB): raise it (SET GLOBAL max_allowed_packet = 1073741824), "
+                f"({limit / 2**20:.0f} MB): raise it (SET GLOBAL max_allowed_packet = 1073741824), "
                 "or write smaller files (--target-file-mb)"
             )
 
