@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from kafka_batch_provider.errors import ConfigError
@@ -45,6 +46,11 @@ class Database(Protocol):
         """Whether the server's refusal would refuse every retry alike (a wrong password, a missing
         privilege, schema or table, a value that does not fit), not a passing failure (a lost
         connection, a restart, a deadlock or serialization failure, a lock's timeout)."""
+        ...
+
+    def tls_parameters(self, extra: Mapping[str, Any], conn_id: str) -> dict[str, str]:
+        """The URL's TLS parameters from an Airflow connection's extra, as the server's own Airflow
+        provider names them."""
         ...
 
     def cursor(self, connection: Any) -> Any:

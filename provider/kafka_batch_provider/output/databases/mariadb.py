@@ -9,7 +9,9 @@ has no zone) with strict SQL modes (a value that does not fit is an error, not a
 
 from __future__ import annotations
 
+import json
 import weakref
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, unquote, unquote_to_bytes, urlsplit
 
@@ -112,6 +114,22 @@ class MariaDB:
     def terminal(self, exc: BaseException) -> bool:
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
         return code in TERMINAL_CODES
+
+    def tls_parameters(self, extra: Mapping[str, Any], conn_id: str) -> dict[str, str]:
+        """The URL's TLS parameters from an Airflow ``mysql`` connection's extra, as the MySQL provider
+        names them: ``ssl`` as ``{"ca", "cert", "key"}`` (or its JSON text), or ``ssl_ca``, ``ssl_cert``,
+        ``ssl_key``, and ``ssl_verify_cert`` / ``ssl_verify_identity``."""
+        ssl = extra.get("ssl") or {}
+        if isinstance(ssl, str):
+            try:
+                ssl = json.loads(ssl)
+            except ValueError:
+                raise ConfigError(f"database connection {conn_id!r}: its extra's ssl is not JSON") from None
+        names = dict(zip(("ca", "cert", "key"), SSL_FILES))
+        found = {param: str(ssl[key]) for key, param in names.items() if isinstance(ssl, dict) and ssl.get(key)}
+        found.update({param: str(extra[param]) for param in SSL_FILES if extra.get(param)})
+        found.update({flag: str(extra[flag]).lower() for flag in SSL_FLAGS if flag in extra})
+        return found
 
     def cursor(self, connection: Any) -> Any:
         return connection.cursor()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -19,6 +20,10 @@ TERMINAL_CLASSES = ("28", "3D", "3F", "42", "22", "23")
 #: A refused connection's reasons that every retry would meet (not "the database system is starting
 #: up", "too many clients", "shutting down").
 TERMINAL_FATALS = ("password authentication failed", "no pg_hba.conf entry", "database", "role", "permission denied")
+
+
+#: The Airflow ``postgres`` connection's extra keys that are libpq's TLS parameters.
+SSL_KEYS = ("sslmode", "sslrootcert", "sslcert", "sslkey")
 
 
 class Postgres:
@@ -77,6 +82,10 @@ class Postgres:
         if not state:  # (a refused connection carries no SQLSTATE: the server's FATAL line says why)
             return any(f"FATAL:  {reason}" in str(exc) or f"FATAL: {reason}" in str(exc) for reason in TERMINAL_FATALS)
         return state[:2] in TERMINAL_CLASSES
+
+    def tls_parameters(self, extra: Mapping[str, Any], conn_id: str) -> dict[str, str]:
+        """libpq's TLS parameters from an Airflow ``postgres`` connection's extra."""
+        return {key: str(extra[key]) for key in SSL_KEYS if extra.get(key)}
 
     def cursor(self, connection: Any) -> Any:
         # (binary results: a staged file's bytea would come as hex text, twice its size, parsed back)
