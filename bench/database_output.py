@@ -19,7 +19,9 @@ On a PostgreSQL server of its own (Debian's binaries, ``dev/postgres.py``), in o
   against Debezium's JDBC sink connector 3.5.0.Final in upsert mode, two tasks, on this project's
   Kafka Connect runtime (``db_debezium_jdbc_rps``: from the worker's JVM start, as ours is from
   spark-submit's, to the last row; ``db_debezium_jdbc_warm_rps`` from the connector's creation, the
-  worker already up; goal ours >= 10x it).
+  worker already up; goal ours >= 10x it); beside them the database's own upsert limit here
+  (``db_upsert_limit_rps``: the same rows' three columns bare-COPYed from one process into a staging
+  table and merged by one ``INSERT ... ON CONFLICT``, no Kafka, no decoding).
 
 ``python bench/database_output.py [--records N] [--bootstrap HOST:PORT --topic T --spark-master M]
 [--keyed-records N]`` prints one JSON line; bench.py runs it as its ``db_*`` keys.
@@ -195,6 +197,30 @@ def keyed_topic(bootstrap: str, records: int, partitions: int = 2) -> str:
     return topic
 
 
+def upsert_limit_rps(url: str, records: int) -> float:
+    """The database's own upsert speed here: the keyed topic's rows (id, name, amount), built in
+    Python beforehand, binary-COPYed into a staging table and merged into an empty keyed table by one
+    ``INSERT ... ON CONFLICT DO UPDATE``, one transaction; rows a second."""
+    import psycopg
+
+    rows = [(i, "n" * 160, i / 4) for i in range(records)]
+    with psycopg.connect(url) as conn:
+        conn.execute("CREATE TABLE upsert_limit (id int8 PRIMARY KEY, name text, amount float8)")
+        conn.commit()
+        started = time.perf_counter()
+        conn.execute("CREATE TEMP TABLE staged (id int8, name text, amount float8) ON COMMIT DROP")
+        with conn.cursor().copy("COPY staged FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(["int8", "text", "float8"])
+            for row in rows:
+                copy.write_row(row)
+        conn.execute("INSERT INTO upsert_limit SELECT * FROM staged ON CONFLICT (id) DO UPDATE "
+                     "SET name = EXCLUDED.name, amount = EXCLUDED.amount")  # fmt: skip
+        conn.commit()
+        seconds = time.perf_counter() - started
+    say(f"  the database's own upsert (COPY + ON CONFLICT): {records:,} rows in {seconds:.2f}s")
+    return records / seconds
+
+
 def upsert_measures(url: str, port: int, bootstrap: str, records: int, spark_master: str, work: Path) -> dict:
     """``--mode upsert`` against Debezium's JDBC sink connector (upsert), the same keyed topic."""
     import psycopg
@@ -234,6 +260,8 @@ def upsert_measures(url: str, port: int, bootstrap: str, records: int, spark_mas
     found["db_debezium_jdbc_rps"] = round(rows / from_jvm)  # (from its JVM start, as ours from spark-submit's)
     found["db_debezium_jdbc_warm_rps"] = round(rows / seconds)
     found["db_upsert_over_debezium_jdbc"] = round(found["db_upsert_rps"] / found["db_debezium_jdbc_rps"], 2)
+    found["db_upsert_limit_rps"] = round(upsert_limit_rps(url, records))
+    found["db_upsert_over_limit"] = round(found["db_upsert_rps"] / found["db_upsert_limit_rps"], 3)
     return found
 
 
