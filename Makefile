@@ -16,23 +16,40 @@ export KAFKA_BATCH_STATE_DIR ?= $(CURDIR)/.kafka-batch
 # Kafka connector (.tools/spark-kafka/jars), fetched by `make jvm-tools`.
 export KAFKA_BATCH_TOOLS_DIR ?= $(CURDIR)/.tools
 
-LINTED := provider dags spark_apps tests scripts bench
+LINTED := provider dags spark_apps tests scripts bench native
 
-.PHONY: bench-tools venv setup setup-core jvm-tools-one-by-one test check lint bytecode kafka-archive spark-archive after-setup demo bench airflow docs dist prereqs debian-prereqs postgres-prereqs azurite jvm-tools constraints clean
+.PHONY: native native-prereqs bench-tools venv setup setup-core jvm-tools-one-by-one test check lint bytecode kafka-archive spark-archive after-setup demo bench airflow docs dist prereqs debian-prereqs postgres-prereqs azurite jvm-tools constraints clean
 
 prereqs:
 	@scripts/check-prereqs.sh "$(PYTHON)"
 
 # Debian's packages the tests run as plain processes (scripts/debian-packages.sh: installed with one
 # apt-get when run as root): the browser tests' Chromium, PostgreSQL (the change-data-capture source),
-# MariaDB (the MariaDB/MySQL output's server, issue 50).
-DEBIAN_PACKAGES := chromium postgresql mariadb-server
+# MariaDB (the MariaDB/MySQL output's server, issue 50), librdkafka's C declarations (the native
+# reader's build) and kcat (its baseline in make bench).
+DEBIAN_PACKAGES := chromium postgresql mariadb-server librdkafka-dev kcat
 
 debian-prereqs:
 	@scripts/debian-packages.sh $(DEBIAN_PACKAGES)
 
 postgres-prereqs:
 	@scripts/debian-packages.sh postgresql
+
+native-prereqs:
+	@scripts/debian-packages.sh librdkafka-dev
+
+# The native reader (native/: a C extension and a wheel of its own, airflow-provider-kafka-batch-native)
+# compiled into the venv against the librdkafka of the confluent-kafka installed there (~2 s). Without
+# it the product reads with the python reader; the suite needs it (the differential tests).
+NATIVE_STAMP := $(VENV)/.native-installed
+
+$(NATIVE_STAMP): native/pyproject.toml native/setup.py $(wildcard native/kafka_batch_native/*) $(STAMP) | native-prereqs
+	@echo "== compiling the native reader (native/) into $(VENV)"
+	$(BIN)/uv pip install --python $(BIN)/python --quiet --reinstall-package airflow-provider-kafka-batch-native \
+	  --no-build-isolation -c constraints.txt ./native
+	@touch $@
+
+native: $(NATIVE_STAMP)
 
 # _version.py holds the version the editable install's metadata carries.
 $(STAMP): setup.cfg pyproject.toml constraints.txt provider/kafka_batch_provider/_version.py scripts/check-prereqs.sh | prereqs
@@ -131,7 +148,7 @@ spark-archive: venv
 
 # What runs once the installs are done, side by side (two JVMs recording archives, lint, bytecode).
 after-setup:
-	@$(MAKE) --no-print-directory -j4 lint bytecode kafka-archive spark-archive
+	@$(MAKE) --no-print-directory -j4 lint bytecode kafka-archive spark-archive native
 
 test: setup
 	@$(MAKE) --no-print-directory after-setup
@@ -144,14 +161,14 @@ check: setup-core
 	@$(MAKE) --no-print-directory after-setup
 	$(BIN)/python -m pytest -m check $(PYTEST_ARGS)
 
-demo: prereqs postgres-prereqs venv jvm-tools bytecode kafka-archive spark-archive
+demo: prereqs postgres-prereqs venv native jvm-tools bytecode kafka-archive spark-archive
 	$(BIN)/python scripts/demo.py
 
 # The live Airflow services with the project's DAGs, Apache Kafka and the embedded S3 server (Ctrl-C stops).
-airflow: prereqs venv jvm-tools spark-archive
+airflow: prereqs venv native jvm-tools spark-archive
 	$(BIN)/python scripts/live_airflow.py
 
-bench: prereqs venv jvm-tools bench-tools spark-archive
+bench: prereqs venv native jvm-tools bench-tools spark-archive
 	$(BIN)/python bench/bench.py $(BENCH_ARGS)
 
 # The documentation site (mkdocs.yml, docs/) built into site/, offline; strict: a broken link,
@@ -170,9 +187,11 @@ $(DIST_VENV)/.installed: constraints.txt
 	$(DIST_VENV)/bin/python -m pip install --quiet -c constraints.txt uv twine
 	@touch $@
 
-dist: $(DIST_VENV)/.installed
+dist: $(DIST_VENV)/.installed native-prereqs
 	rm -rf dist
 	$(DIST_VENV)/bin/uv build --quiet --build-constraint constraints.txt --out-dir dist
+	@# The native reader's wheel of its own (native/: needs gcc and librdkafka-dev).
+	$(DIST_VENV)/bin/uv build --quiet --build-constraint constraints.txt --out-dir dist native
 	$(DIST_VENV)/bin/python -m twine check --strict dist/*
 
 # Re-pin after changing dependencies in setup.cfg (needs the package registry).

@@ -18,8 +18,14 @@ meaningful on a shared, noisy machine:
   and by this package's writer (pyarrow in each task, reporting what it wrote), best of two
   each; ``pyarrow_over_spark`` is the ratio of their times.
 
+* ``native_reader_rps``, ``python_reader_rps``, ``kcat_rps``: the read path alone, discarding
+  (``bench/native_reader.py``): the native reader (issue 48) and the python reader through the
+  range reader's loop, and kcat (librdkafka in C) on the same topic; ``native_over_kcat`` (goal
+  >= 0.8), ``native_over_baseline``;
 * ``connect_rps``: the same batch through a warm local Spark Connect server (``local[2]``,
-  its own group; a 1,000-record batch warms it first); ``connect_over_baseline``;
+  its own group; a 1,000-record batch warms it first) with the default reader (native);
+  ``connect_over_baseline`` (goal >= 0.8); ``connect_python_reader_rps``: the same with
+  ``--reader python``, ``connect_native_over_python``;
 * ``airflow_kafka_rps``: apache-airflow-providers-apache-kafka's ``ConsumeFromTopicOperator``
   writing the same records to Parquet from its ``apply_function``, the way users do it today,
   timed from its first record (its consumer-group join, ~23 s on the embedded broker, is
@@ -95,6 +101,9 @@ from kafka_batch_provider.dev.kafka import KafkaBroker
 from kafka_batch_provider.kafka.client import KafkaOffsets
 from kafka_batch_provider.kafka.config import reader_consumer_config
 from kafka_batch_provider.testing.producers import create_topics, produce, sample_records
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import native_reader  # noqa: E402 (bench/native_reader.py, beside this file)
 
 KAFKA_BATCH = str(Path(sys.executable).parent / "kafka-batch")
 
@@ -425,6 +434,14 @@ def connect_measures(args: argparse.Namespace, config: dict, bootstrap: str, top
             )
             result["jvm_reader_rps"] = round(jvm_run["records"] / jvm_seconds)
             say(f"connect, kafka-batch run --reader jvm: {jvm_run['records']:,} records in {jvm_seconds:.2f}s")
+            python_run, python_seconds = run_cli(
+                bootstrap, topic, "bench-connect-python", work / "connect-python", *remote, "--reader", "python"
+            )
+            result["connect_python_reader_rps"] = round(python_run["records"] / python_seconds)
+            result["connect_native_over_python"] = round(
+                (run["records"] / seconds) / result["connect_python_reader_rps"], 3
+            )
+            say(f"connect, --reader python: {python_run['records']:,} records in {python_seconds:.2f}s")
             result.update(avro_measure(config, bootstrap, args, work, remote, run["records"] / seconds))
             _, empty = run_cli(bootstrap, topic, f"bench-connect-{cores}", work / f"connect-{cores}", *remote)
             result["empty_batch_seconds"] = round(empty, 3)
@@ -739,6 +756,9 @@ def main() -> int:
         say("baseline: plain confluent-kafka consumer reading the same ranges ...")
         base_records, base_seconds = baseline_read(config, topic, ends)
         say(f"baseline: {base_records:,} records in {base_seconds:.2f}s")
+        say("the read path alone: the native reader, the python reader and kcat, discarding ...")
+        read_path = native_reader.measures(bootstrap, topic, ends)
+        say(f"the read path alone: {read_path}")
 
         kafka_batch = str(Path(sys.executable).parent / "kafka-batch")
         common = ["run", "--bootstrap-servers", bootstrap, "--topic", topic, "--spark-master", args.spark_master]
@@ -773,6 +793,8 @@ def main() -> int:
             "baseline_rps": round(base_records / base_seconds),
             "pipeline_rps": round(run["records"] / pipe_seconds),
             "ratio": round((run["records"] / pipe_seconds) / (base_records / base_seconds), 3),
+            **read_path,
+            "native_over_baseline": round(read_path["native_reader_rps"] / (base_records / base_seconds), 3),
             "spark_master": args.spark_master,
             "timings": run.get("timings", {}),
             "formats": formats,

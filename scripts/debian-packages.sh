@@ -11,8 +11,11 @@
 #   mariadb-server  MariaDB, the server of the MariaDB/MySQL output (issue 50; installed with the
 #                rest so the set-up's time already includes it; the package's own server is never
 #                started): /usr/sbin/mariadbd, or $KAFKA_BATCH_MARIADB_BIN
+#   librdkafka-dev  librdkafka's C declarations, which the native reader (native/, issue 48) compiles
+#                against (it links the librdkafka of confluent-kafka's wheel): /usr/include/librdkafka/rdkafka.h
+#   kcat         librdkafka's command-line consumer, the native reader's baseline in `make bench`
 #
-# Usage: scripts/debian-packages.sh chromium postgresql mariadb-server
+# Usage: scripts/debian-packages.sh chromium postgresql mariadb-server librdkafka-dev kcat
 set -u
 
 found() {
@@ -22,6 +25,8 @@ found() {
       if [ -n "${KAFKA_BATCH_POSTGRES_BIN:-}" ]; then [ -x "$KAFKA_BATCH_POSTGRES_BIN/postgres" ]; return; fi
       ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 ;;
     mariadb-server) [ -x "${KAFKA_BATCH_MARIADB_BIN:-/usr/sbin}/mariadbd" ] ;;
+    librdkafka-dev) [ -f /usr/include/librdkafka/rdkafka.h ] ;;
+    kcat) command -v kcat >/dev/null ;;
     *) echo "error: scripts/debian-packages.sh knows no package '$1'" >&2; exit 2 ;;
   esac
 }
@@ -39,6 +44,8 @@ advice() {
   case "$1" in
     chromium) echo "error: Chromium not found at ${KAFKA_BATCH_CHROMIUM:-/usr/bin/chromium} (the browser tests need it): install it (Debian/Ubuntu: sudo apt-get install chromium) or set KAFKA_BATCH_CHROMIUM=/path/to/chromium" ;;
     postgresql) echo "error: PostgreSQL not found (${KAFKA_BATCH_POSTGRES_BIN:-/usr/lib/postgresql/*/bin}): install it (Debian/Ubuntu: sudo apt-get install postgresql) or set KAFKA_BATCH_POSTGRES_BIN=/path/to/its/bin" ;;
+    librdkafka-dev) echo "error: /usr/include/librdkafka/rdkafka.h not found (the native reader compiles against it): install it (Debian/Ubuntu: sudo apt-get install librdkafka-dev)" ;;
+    kcat) echo "error: kcat not found (make bench's baseline of the native reader): install it (Debian/Ubuntu: sudo apt-get install kcat)" ;;
     mariadb-server) echo "error: MariaDB not found (${KAFKA_BATCH_MARIADB_BIN:-/usr/sbin}/mariadbd): install it (Debian/Ubuntu: sudo apt-get install mariadb-server) or set KAFKA_BATCH_MARIADB_BIN=/path/to/the/folder/of/mariadbd" ;;
   esac
 }

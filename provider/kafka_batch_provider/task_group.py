@@ -9,6 +9,7 @@ from typing import Any
 from airflow.sdk import TaskGroup
 
 from kafka_batch_provider.core.file_sizing import DEFAULT_TARGET_FILE_MB
+from kafka_batch_provider.core.write_options import DEFAULT_READER
 from kafka_batch_provider.operators.commit import KafkaOffsetCommitOperator
 from kafka_batch_provider.operators.health import KafkaLagHealthOperator
 from kafka_batch_provider.operators.output import BatchOutput
@@ -40,7 +41,7 @@ def kafka_batch_ingest_group(
     max_records: int | None = None,
     replay_output_path: str | None = None,
     replay_table: str | None = None,
-    reader: str = "python",
+    reader: str = DEFAULT_READER,
     value_format: str = "bytes",
     value_schema: str | None = None,
     value_subject: str | None = None,

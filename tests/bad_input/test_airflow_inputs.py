@@ -376,7 +376,7 @@ ENV_CASES = [
     ("kafka_batch_ingest.py", "KAFKA_BATCH_SENSOR_DEFERRABLE", "on", "KAFKA_BATCH_SENSOR_DEFERRABLE must be one of"),
     ("kafka_batch_ingest.py", "KAFKA_BATCH_SENSOR_TIMEOUT_SECONDS", "ten", "KAFKA_BATCH_SENSOR_TIMEOUT_SECONDS must"),
     ("kafka_batch_ingest.py", "KAFKA_BATCH_KEEP_RAW_VALUE", "maybe", "KAFKA_BATCH_KEEP_RAW_VALUE must be one of"),
-    ("kafka_batch_backfill.py", "KAFKA_BATCH_READER", "scala", "KAFKA_BATCH_READER must be one of python, jvm"),
+    ("kafka_batch_backfill.py", "KAFKA_BATCH_READER", "scala", "KAFKA_BATCH_READER must be one of native, python, jvm"),
     ("kafka_batch_ingest_on_lag.py", "KAFKA_BATCH_IN_FLIGHT_SECONDS", "-5", "KAFKA_BATCH_IN_FLIGHT_SECONDS must be"),
     ("kafka_batch_upkeep.py", "KAFKA_BATCH_UPKEEP_RETENTION_HOURS", "nan", "KAFKA_BATCH_UPKEEP_RETENTION_HOURS must"),
 ]

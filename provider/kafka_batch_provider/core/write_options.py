@@ -18,7 +18,13 @@ from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.core.task_packing import check_max_tasks
 from kafka_batch_provider.errors import ConfigError
 
-READERS = ("python", "jvm")
+#: ``native``: librdkafka into Arrow columns in C (the kafka_batch_native wheel; without it the
+#: python reader reads, said in one log line); ``python``: confluent-kafka's messages; ``jvm``:
+#: Spark's own Kafka source.
+READERS = ("native", "python", "jvm")
+DEFAULT_READER = "native"
+#: The readers that run inside Spark's Python workers (the slice reader, receipts, one pass).
+PYTHON_WORKER_READERS = ("native", "python")
 VALUE_FORMATS = ("bytes", "string", "json", *REGISTRY_FORMATS)
 #: A key in ``json`` would need a DDL of its own: JSON keys are read as ``string``.
 KEY_FORMATS = ("bytes", "string", *REGISTRY_FORMATS)
@@ -77,7 +83,7 @@ class WriteOptions:
     How a table is partitioned belongs to the output (:class:`~kafka_batch_provider.output.formats.OutputSpec`).
     """
 
-    reader: str = "python"
+    reader: str = DEFAULT_READER
     value_format: str = "bytes"
     value_schema: str | None = None
     max_offsets_per_task: int = DEFAULT_MAX_OFFSETS_PER_TASK
@@ -142,7 +148,9 @@ class WriteOptions:
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-        parser.add_argument("--reader", choices=READERS, default="python", help="Kafka reader (default python)")
+        parser.add_argument(
+            "--reader", choices=READERS, default=DEFAULT_READER, help=f"Kafka reader (default {DEFAULT_READER})"
+        )
         parser.add_argument(
             "--value-format",
             choices=VALUE_FORMATS,
@@ -230,7 +238,7 @@ class WriteOptions:
 def check_table_per_topic(options: WriteOptions) -> None:
     """A table per topic is read and written in one pass by the python reader: the options that
     write one output (Spark's JSON parsing, Spark's Kafka source) are refused in one line."""
-    if options.reader != "python" or options.value_format == "json":
+    if options.reader not in PYTHON_WORKER_READERS or options.value_format == "json":
         raise ConfigError(
             f"a table per topic is read and written in one pass by {Setting('reader', 'python')}; "
             f"{Setting('value_format', 'json')} and {Setting('reader', 'jvm')} write one output",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
-from kafka_batch_provider.core.write_options import ON_BAD_RECORD, READERS
+from kafka_batch_provider.core.write_options import DEFAULT_READER, ON_BAD_RECORD, READERS
 from kafka_batch_provider.errors import ConfigError
 from kafka_batch_provider.operators.output import BatchOutput
 from kafka_batch_provider.output.kinds import kind_of, known_kind, named_by_path, named_by_table
@@ -130,7 +130,7 @@ def value_settings() -> dict[str, object]:
     (``KAFKA_BATCH_VALUE_FORMAT``, ``KAFKA_BATCH_KEY_FORMAT``), and for a registry format the
     schema registry connection, the subjects, pinned versions, whether the bytes stay too and what
     an undecodable record does (``KAFKA_BATCH_ON_BAD_RECORD``: ``fail`` or ``dead-letter``), and the
-    Spark task's reader (``KAFKA_BATCH_READER``: ``python``, or ``jvm`` for Spark's own Kafka source)."""
+    Spark task's reader (``KAFKA_BATCH_READER``: ``native``, ``python``, or ``jvm`` for Spark's own Kafka source)."""
     versions = {}
     for part in ("VALUE", "KEY"):
         version = os.environ.get(f"KAFKA_BATCH_{part}_SCHEMA_VERSION") or None
@@ -140,7 +140,7 @@ def value_settings() -> dict[str, object]:
     on_bad_record = os.environ.get("KAFKA_BATCH_ON_BAD_RECORD") or "fail"
     if on_bad_record not in ON_BAD_RECORD:
         raise ConfigError(f"KAFKA_BATCH_ON_BAD_RECORD must be one of {', '.join(ON_BAD_RECORD)}, got {on_bad_record!r}")
-    reader = os.environ.get("KAFKA_BATCH_READER") or "python"
+    reader = os.environ.get("KAFKA_BATCH_READER") or DEFAULT_READER
     if reader not in READERS:
         raise ConfigError(f"KAFKA_BATCH_READER must be one of {', '.join(READERS)}, got {reader!r}")
     return {

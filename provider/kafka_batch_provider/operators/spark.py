@@ -16,6 +16,7 @@ from kafka_batch_provider.core.file_sizing import DEFAULT_TARGET_FILE_MB
 from kafka_batch_provider.core.reader_schema import check_plan_formats
 from kafka_batch_provider.core.write_options import (
     DEFAULT_MAX_OFFSETS_PER_TASK,
+    DEFAULT_READER,
     DEFAULT_STALL_TIMEOUT,
     WriteOptions,
     check_table_per_topic,
@@ -145,7 +146,9 @@ class KafkaSparkBatchOperator(BatchLineage, SparkSubmitOperator):
 
     :param plan_task_id: task id of the plan operator (inside a task group: ``group.plan``).
     :param kafka_config_id: the ``kafka`` connection the plan used.
-    :param reader: ``python`` (default) or ``jvm``: Spark's Kafka source, whose connector jars
+    :param reader: ``native`` (default: librdkafka into Arrow in C, the
+        airflow-provider-kafka-batch-native wheel; without it ``python`` reads, said in one log
+        line), ``python`` (confluent-kafka's messages) or ``jvm``: Spark's Kafka source, whose connector jars
         (``make jvm-tools``, :mod:`~kafka_batch_provider.spark.kafka_connector`) are passed with
         ``--jars``; refused in one line without them (unless ``jars``, ``packages`` or the
         cluster's Spark provide ``spark-sql-kafka-0-10``).
@@ -176,7 +179,7 @@ class KafkaSparkBatchOperator(BatchLineage, SparkSubmitOperator):
         *,
         plan_task_id: str,
         kafka_config_id: str = "kafka_default",
-        reader: str = "python",
+        reader: str = DEFAULT_READER,
         value_format: str = "bytes",
         value_schema: str | None = None,
         max_offsets_per_task: int = DEFAULT_MAX_OFFSETS_PER_TASK,

@@ -10,6 +10,7 @@ from airflow.sdk import BaseOperator
 from kafka_batch_provider.core.file_sizing import DEFAULT_TARGET_FILE_MB
 from kafka_batch_provider.core.write_options import (
     DEFAULT_MAX_OFFSETS_PER_TASK,
+    DEFAULT_READER,
     DEFAULT_STALL_TIMEOUT,
     WriteOptions,
     check_table_per_topic,
@@ -63,7 +64,7 @@ class KafkaSparkConnectBatchOperator(BatchLineage, BaseOperator):
         plan_task_id: str,
         conn_id: str = "spark_connect_default",
         kafka_config_id: str = "kafka_default",
-        reader: str = "python",
+        reader: str = DEFAULT_READER,
         value_format: str = "bytes",
         value_schema: str | None = None,
         max_offsets_per_task: int = DEFAULT_MAX_OFFSETS_PER_TASK,

@@ -30,10 +30,11 @@ from kafka_batch_provider.core.offsets import OffsetRange
 from kafka_batch_provider.core.plan import OffsetPlan
 from kafka_batch_provider.core.task_packing import pack, slices_for
 from kafka_batch_provider.core.write_check import TaskReports
-from kafka_batch_provider.core.write_options import WriteOptions, check_table_per_topic
+from kafka_batch_provider.core.write_options import PYTHON_WORKER_READERS, WriteOptions, check_table_per_topic
 from kafka_batch_provider.errors import ConfigError, KafkaBatchError
 from kafka_batch_provider.output.store import BatchStore
 from kafka_batch_provider.registry.settings import RegistrySettings
+from kafka_batch_provider.spark import native_consumer
 from kafka_batch_provider.spark.jvm_observation import observed, observed_receipts
 from kafka_batch_provider.spark.jvm_options import jvm_reader_options
 from kafka_batch_provider.spark.kafka_reader import KAFKA_ARROW_SCHEMA
@@ -87,9 +88,13 @@ def slice_reader(
         slices = slices_for(plan.readable_ranges, options.max_offsets_per_task, options.max_tasks)
     tasks = len(slices) if tasks is None else tasks
     tasks = min(tasks, options.max_tasks) if options.max_tasks is not None else tasks
+    config = reader_config(plan, kafka_config)
+    if options.reader == "native" and (reason := native_consumer.why_not(config)) is not None:
+        native_consumer.fallback(reason)  # the driver's line (a worker without the package says its own)
     return SliceReader(
         tuple(slices),
-        reader_config(plan, kafka_config),
+        config,
+        reader=options.reader,
         stall_timeout=options.stall_timeout,
         receipts=receipts,
         packs=pack(slices, max(tasks, 1)),
@@ -126,13 +131,13 @@ def stage_batch(
 
     :param registry: the schema registry of values in a registry format (``--value-format avro``).
     """
-    if options.reader == "python" and options.value_format != "json":
+    if options.reader in PYTHON_WORKER_READERS and options.value_format != "json":
         # Read and write in the same Python worker: the records never go through the JVM.
         return stage_tables(spark, [(plan, store)], kafka_config, options, registry, one_output=True)[0]
     table = prepare_table(plan, store, options, registry)
     slices = slices_for(plan.readable_ranges, options.max_offsets_per_task, options.max_tasks)
     tasks = reading_tasks(spark, len(slices), [table], options)
-    receipts = options.reader == "python"
+    receipts = options.reader in PYTHON_WORKER_READERS
     observation = None
     if receipts:
         reader = slice_reader(plan, kafka_config, options, tasks=tasks, slices=slices)

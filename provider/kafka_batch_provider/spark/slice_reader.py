@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 
 from kafka_batch_provider.core.offsets import OffsetRange
+from kafka_batch_provider.core.write_options import DEFAULT_READER
 from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN, release_memory
 
 #: Spark's Kafka source schema, as DDL.
@@ -46,13 +47,17 @@ def read_slice(
     batch_size: int | None,
     stall_timeout: float,
     receipts: bool,
+    reader: str,
 ) -> Iterator[pa.RecordBatch]:
-    """The records of one slice as Arrow batches, and with ``receipts`` a last row saying what was read."""
+    """The records of one slice as Arrow batches, and with ``receipts`` a last row saying what was read.
+
+    :param reader: ``native`` or ``python`` (:func:`~kafka_batch_provider.spark.kafka_reader.range_consumer`).
+    """
     from kafka_batch_provider.spark.kafka_reader import BATCH_MESSAGES, KAFKA_ARROW_SCHEMA, ReadStats, read_range
 
     stats = ReadStats(piece.topic, piece.partition, piece.start, piece.end, piece.start)
     batch_size = batch_size or BATCH_MESSAGES
-    batches = read_range(kafka_config, piece, batch_size=batch_size, stall_timeout=stall_timeout, stats=stats)
+    batches = read_range(kafka_config, piece, batch_size, stall_timeout=stall_timeout, stats=stats, reader=reader)
     try:
         if not receipts:
             yield from batches
@@ -78,6 +83,7 @@ class SliceReader:
 
     slices: tuple[OffsetRange, ...]
     kafka_config: Mapping[str, Any] = field(repr=False)
+    reader: str = DEFAULT_READER  # native or python: whose consumer reads (kafka_reader.range_consumer)
     batch_size: int | None = None  # None: the reader's own (kafka_reader.BATCH_MESSAGES)
     stall_timeout: float = 120.0
     receipts: bool = True
@@ -105,7 +111,12 @@ class SliceReader:
             for task in batch.column(0).to_pylist():
                 for index in self.packs[task] if self.packs else (task,):
                     yield from read_slice(
-                        self.kafka_config, self.slices[index], self.batch_size, self.stall_timeout, self.receipts
+                        self.kafka_config,
+                        self.slices[index],
+                        self.batch_size,
+                        self.stall_timeout,
+                        self.receipts,
+                        self.reader,
                     )
 
 
@@ -184,7 +195,12 @@ class ReadAndWrite:
                         b
                         for index in run
                         for b in read_slice(
-                            reader.kafka_config, reader.slices[index], reader.batch_size, reader.stall_timeout, True
+                            reader.kafka_config,
+                            reader.slices[index],
+                            reader.batch_size,
+                            reader.stall_timeout,
+                            True,
+                            reader.reader,
                         )
                     )
                     decoded = (decode_in_arrow(b, self.value_format, self.key_format) for b in read)

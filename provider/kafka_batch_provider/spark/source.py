@@ -14,6 +14,7 @@ Options use the vocabulary of Spark's own Kafka source: librdkafka settings are 
 ``kafka.<key>`` options (Spark redacts option values whose keys match ``spark.redaction.regex``;
 set it to :data:`~kafka_batch_provider.kafka.config.SECRET_KEY_PATTERN` for SASL settings).
 Each range is split into slices of at most ``maxOffsetsPerTask`` offsets, one Spark task each.
+``reader`` is ``native`` (the default) or ``python`` (:mod:`kafka_batch_provider.spark.native_consumer`).
 
 With ``receipts=true`` the schema gains a ``_receipt`` column, as the ingestion's reader has
 (see :func:`~kafka_batch_provider.spark.slice_reader.read_slice`).
@@ -29,7 +30,12 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from kafka_batch_provider.core.offsets import OffsetRange
 from kafka_batch_provider.core.task_packing import slices_for
-from kafka_batch_provider.core.write_options import DEFAULT_MAX_OFFSETS_PER_TASK, DEFAULT_STALL_TIMEOUT
+from kafka_batch_provider.core.write_options import (
+    DEFAULT_MAX_OFFSETS_PER_TASK,
+    DEFAULT_READER,
+    DEFAULT_STALL_TIMEOUT,
+    PYTHON_WORKER_READERS,
+)
 from kafka_batch_provider.spark.slice_reader import KAFKA_SCHEMA_DDL, read_slice
 from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN
 
@@ -80,6 +86,9 @@ class KafkaBatchReader(DataSourceReader):
         self.batch_size = int(options["messagesPerBatch"]) if "messagesPerBatch" in options else None
         self.stall_timeout = float(options.get("stallTimeoutSeconds", DEFAULT_STALL_TIMEOUT))
         self.receipts = wants_receipts(options)
+        self.reader = options.get("reader", DEFAULT_READER)
+        if self.reader not in PYTHON_WORKER_READERS:
+            raise ValueError(f"reader must be one of {', '.join(PYTHON_WORKER_READERS)}, got {self.reader!r}")
 
     def partitions(self) -> list[KafkaRangePartition]:
         return [
@@ -89,7 +98,7 @@ class KafkaBatchReader(DataSourceReader):
 
     def read(self, partition: KafkaRangePartition) -> Iterator:
         piece = OffsetRange(partition.topic, partition.partition, partition.start, partition.end)
-        yield from read_slice(self.kafka_config, piece, self.batch_size, self.stall_timeout, self.receipts)
+        yield from read_slice(self.kafka_config, piece, self.batch_size, self.stall_timeout, self.receipts, self.reader)
 
 
 def wants_receipts(options: Mapping[str, str]) -> bool:

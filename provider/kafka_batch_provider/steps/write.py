@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -105,6 +106,11 @@ def write_batch(
         kafka.close()
 
 
+def read_with(staged: StagedBatch) -> dict[str, int]:
+    """Slices per reader that really read them, from the tasks' receipts (``{"native": 4}``)."""
+    return dict(sorted(Counter(r["reader"] for r in staged.reports.receipts if r.get("reader")).items()))
+
+
 def record_without_data(kafka: KafkaOffsets, store: BatchStore, plan: OffsetPlan) -> dict[str, Any]:
     """A plan with nothing to read becomes its log entry directly, once the plan still holds."""
     check_same_topics(kafka, plan)
@@ -130,6 +136,12 @@ def read_check_publish(
     clock = time.perf_counter()
     try:
         staged = stage(plan, store, kafka.kafka_config, options)
+        if (fell_back := read_with(staged).get("python")) and options.reader == "native":
+            why = sorted({r["not_native"] for r in staged.reports.receipts if r.get("not_native")})
+            progress(
+                f"batch {bid}: {fell_back} of {sum(read_with(staged).values())} slice(s) read with the python reader: "
+                f"the native reader does not load where they ran ({'; '.join(why) or 'no reason given'})"
+            )
         seconds = staged.seconds if staged.seconds is not None else round(time.perf_counter() - clock, 3)
         timings = {"read_write_seconds": seconds}
         check_same_topics(kafka, plan)  # a topic recreated while Spark read would pass every other check
@@ -217,6 +229,7 @@ def publish_staged(
                 **reader_schema_options(plan, options),
                 **({"on_bad_record": options.on_bad_record} if options.on_bad_record != "fail" else {}),
                 **({"tasks": staged.tasks} if staged.tasks is not None else {}),
+                **({"read_with": read_with(staged)} if read_with(staged) else {}),
                 "partition_by": store.partition_by,
                 **({"merge": store.merge} if store.merge else {}),
             },

@@ -112,13 +112,14 @@ def Message(offset=None, error=None):  # noqa: N802 - reads like the class it bu
 def test_the_reader_counts_transient_errors_and_goes_on_but_stops_at_a_final_one(monkeypatch):
     from kafka_batch_provider.core.offsets import OffsetRange
     from kafka_batch_provider.errors import ReadFailedError
-    from kafka_batch_provider.spark import kafka_reader
+    from kafka_batch_provider.spark import kafka_reader, python_consumer
 
     def read(script):
         consumer = ScriptedConsumer(script)
-        monkeypatch.setattr(kafka_reader, "Consumer", lambda config: consumer)
+        monkeypatch.setattr(python_consumer, "Consumer", lambda config: consumer)
         stats = kafka_reader.ReadStats("t", 0, 0, 2, 0)
-        rows = sum(b.num_rows for b in kafka_reader.read_range({}, OffsetRange("t", 0, 0, 2), stats=stats))
+        ranges = kafka_reader.read_range({}, OffsetRange("t", 0, 0, 2), stats=stats, reader="python")
+        rows = sum(b.num_rows for b in ranges)
         return rows, stats
 
     outage = [KafkaError(KafkaError._TRANSPORT), KafkaError(KafkaError._ALL_BROKERS_DOWN)]

@@ -31,7 +31,7 @@ def made_up_kafka(monkeypatch, stop_short: bool = False) -> None:
     """``read_range`` without a broker: the range's records, or with ``stop_short`` all but the
     last, the reader's position one short of the end (as a read that gave up would leave it)."""
 
-    def read_range(kafka_config, offset_range, batch_size=0, poll_timeout=1.0, stall_timeout=1.0, stats=None):
+    def read_range(kafka_config, offset_range, batch_size=0, poll_timeout=1.0, stall_timeout=1.0, stats=None, **_):
         offsets = list(range(offset_range.start, offset_range.end - (1 if stop_short else 0)))
         n = len(offsets)
         stamp = datetime(2026, 11, 24, tzinfo=timezone.utc)
@@ -62,7 +62,7 @@ def stage(plan, store, kafka_config, options):
     writer = TaskWriter(data.output, staging, data.storage_options)
     reports = []
     for piece in plan.readable_ranges:
-        rows = writer(read_slice(kafka_config, piece, None, 1.0, receipts=True))
+        rows = writer(read_slice(kafka_config, piece, None, 1.0, receipts=True, reader="python"))
         reports += [json.loads(report) for batch in rows for report in batch.column("report").to_pylist()]
     return StagedBatch(staging, TaskReports.merge(reports), "struct<offset:bigint>", counted_at_source=True)
 
