@@ -22,7 +22,7 @@ from packaging.utils import canonicalize_name
 
 import kafka_batch_provider
 from tests.dags.test_dag_integrity import EXPECTED_DAGS
-from tests.release.conftest import DIST_NAME, ROOT, Dists, WheelVenv, source_tree_files, tail
+from tests.release.conftest import CONSTRAINTS, DIST_NAME, ROOT, Dists, Timed, WheelVenv, source_tree_files, tail
 
 # One worker builds and installs once for every test here (the fixtures are module-scoped).
 pytestmark = pytest.mark.xdist_group("release-wheel")
@@ -497,3 +497,55 @@ def test_one_cli_batch_end_to_end_from_the_installed_wheel(
     listed = last_json(wheel_venv.run(["kafka-batch", "table", "--output", out, "--json"], timeout=120, env=env))
     rows = [(b["batch_id"], b["rows"], b["end_offsets"]) for b in listed["batches"]]
     assert rows == [(batch["batch_id"], records, ends)], f"expected kafka-batch table to list the batch, found {rows}"
+    # Without the native reader's wheel (installed apart, below) the python reader reads, and says why.
+    said = ran.stdout + ran.stderr
+    assert f"{partitions} of {partitions} slice(s) read with the python reader" in said, said[-3000:]
+    assert "pip install airflow-provider-kafka-batch-native" in said, f"expected the reason:\n{said[-3000:]}"
+
+
+@pytest.mark.integration
+def test_the_native_readers_wheel_installs_beside_the_provider_and_reads_the_batch(
+    wheel_venv: WheelVenv, kafka_config, kafka_bootstrap_servers, new_topic, group_id, tmp_path: Path
+):
+    from kafka_batch_provider.testing.producers import produce, sample_records
+
+    # Built as make dist builds it: the sdist, then the wheel from it, against the pinned confluent-kafka.
+    timing = Timed()
+    source, out = tmp_path / "native", tmp_path / "native-dist"
+    shutil.copytree(ROOT / "native", source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    built = timing.uv(
+        ["build", "--build-constraint", str(CONSTRAINTS), "--out-dir", str(out), str(source)], cwd=tmp_path, timeout=300
+    )
+    assert built.returncode == 0, f"uv build native failed:\n{tail(built, 40)}"
+    [wheel] = out.glob("airflow_provider_kafka_batch_native-*.whl")
+    python = str(wheel_venv.python)
+    installed = timing.uv(
+        ["pip", "install", "--python", python, "-c", str(CONSTRAINTS), str(wheel)], cwd=tmp_path, timeout=300
+    )
+    assert installed.returncode == 0, f"installing {wheel.name} failed:\n{tail(installed, 40)}"
+    try:
+        loaded = wheel_venv.python_json(
+            "import json, kafka_batch_native as n, confluent_kafka as c; "
+            "print(json.dumps([n.__file__, n.librdkafka_version(), c.libversion()[0]]))",
+            timeout=120,
+        )
+        assert Path(loaded[0]).is_relative_to(wheel_venv.site_packages) and loaded[1] == loaded[2], (
+            f"expected the native reader from {wheel_venv.site_packages} on confluent-kafka's librdkafka: {loaded}"
+        )
+        topic = new_topic(partitions=2)
+        produce(kafka_config, topic, sample_records(2, 40))
+        env = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
+        args = ["--bootstrap-servers", kafka_bootstrap_servers, "--topic", topic, "--group", group_id]
+        ran = wheel_venv.run(
+            ["kafka-batch", "run", *args, "--output", tmp_path / "lake", "--spark-master", "local[2]"],
+            timeout=420,
+            env=env,
+        )
+        batch = last_json(ran)
+        assert batch["records"] == 40, f"expected 40 records, found {batch}"
+        assert "python reader" not in ran.stdout + ran.stderr, f"expected the native reader to read:\n{tail(ran, 30)}"
+    finally:
+        # Back to the provider alone: the other tests of this module use the same venv.
+        timing.uv(
+            ["pip", "uninstall", "--python", python, "airflow-provider-kafka-batch-native"], cwd=tmp_path, timeout=120
+        )
