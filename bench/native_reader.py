@@ -7,8 +7,9 @@ last record:
 * ``native_reader_rps``: :func:`kafka_batch_provider.spark.kafka_reader.read_range` with the
   native reader, the partitions one after the other (as one Spark task reads its slices);
 * ``python_reader_rps``: the same with the python reader;
-* ``kcat_rps``: Debian's ``kcat`` (librdkafka in C), one consumer for all partitions, its output
-  (each offset) to /dev/null, run on the librdkafka of confluent-kafka's wheel (2.16, where
+* ``kcat_rps``: Debian's ``kcat`` (librdkafka in C), one consumer for all partitions, printing
+  every field the readers take (key, value, offset, timestamp, headers: librdkafka parses the
+  headers only when asked) to /dev/null, run on the librdkafka of confluent-kafka's wheel (2.16, where
   Debian's is 2.0.2, which knows no ``fetch.queue.backoff.ms``): the same client and settings as
   both readers; ``native_over_kcat`` (goal >= 0.8).
 
@@ -54,7 +55,22 @@ def kcat_rps(bootstrap: str, topic: str, ends: Mapping[int, int]) -> float:
         # kcat loads librdkafka.so.1: here, the wheel's.
         (Path(libs) / "librdkafka.so.1").symlink_to(wheel_librdkafka())
         started = time.perf_counter()
-        command = [kcat, "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%o\n", *settings]
+        # Every field the readers take (key, value, offset, timestamp, headers), printed to /dev/null.
+        command = [
+            kcat,
+            "-C",
+            "-b",
+            bootstrap,
+            "-t",
+            topic,
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-f",
+            "%k%s%o%T%h\n",
+            *settings,
+        ]
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "LD_LIBRARY_PATH": libs})
         return sum(ends.values()) / (time.perf_counter() - started)
 

@@ -105,7 +105,7 @@ def soak(config: dict, topic: str, work: Path, batches: int) -> dict[str, Any]:
         writer = TaskWriter(store.data.output, staging, store.data.storage_options)
         reports = []
         for piece in plan.readable_ranges:
-            for batch in writer(read_slice(kafka_config, piece, None, 1.0, receipts=True)):
+            for batch in writer(read_slice(kafka_config, piece, None, 1.0, receipts=True, reader="native")):
                 reports += [json.loads(r) for r in batch.column("report").to_pylist()]
         return StagedBatch(staging, TaskReports.merge(reports), "struct<offset:bigint>", counted_at_source=True)
 

@@ -170,8 +170,13 @@ static struct ArrowArray *var_array(VarColumn *c, int64_t length) {
         validity = NULL;
     }
     /* An empty data buffer must still be a valid pointer for some importers. */
-    if (c->data.data == NULL)
-        reserve(&c->data, 1);
+    if (c->data.data == NULL && reserve(&c->data, 1) != 0) {
+        free(validity);
+        free(c->offsets.data);
+        c->validity = NULL;
+        c->offsets.data = NULL;
+        return NULL;
+    }
     struct ArrowArray *array = new_array(length, c->nulls, 3, validity, c->offsets.data, c->data.data, 0, NULL);
     if (array == NULL) {
         free(validity);
@@ -204,10 +209,13 @@ typedef struct {
     size_t header_count, header_bits; /* headers so far; bits of the header value bitmap */
     size_t rows;
     int failed;
+    int64_t bad_timestamp_offset; /* a record whose timestamp does not fit microseconds (-1: none) */
+    int64_t bad_timestamp;
 } Batch;
 
 static void batch_start(Batch *b, size_t capacity_rows) {
     memset(b, 0, sizeof *b);
+    b->bad_timestamp_offset = -1;
     var_start(&b->key, capacity_rows);
     var_start(&b->value, capacity_rows);
     b->timestamp_validity = new_bitmap(capacity_rows);
@@ -246,6 +254,14 @@ static void batch_add(Batch *b, rd_kafka_message_t *m) {
     append_i64(&b->offsets, m->offset);
     rd_kafka_timestamp_type_t kind;
     int64_t ts = rd_kafka_message_timestamp(m, &kind);
+    if (ts > INT64_MAX / 1000) {
+        /* confluent-kafka's column refuses it (OverflowError): fail the read, never wrap */
+        if (b->bad_timestamp_offset < 0) {
+            b->bad_timestamp_offset = m->offset;
+            b->bad_timestamp = ts;
+        }
+        ts = -1;
+    }
     if (ts >= 0) {
         set_valid(b->timestamp_validity, row);
         append_i64(&b->timestamps, ts * 1000); /* Kafka's milliseconds, Spark's microseconds */
@@ -372,6 +388,7 @@ static void capsule_release(PyObject *capsule) {
 typedef struct {
     PyObject_HEAD rd_kafka_t *rk;
     rd_kafka_queue_t *queue;
+    int busy; /* a call is inside librdkafka with the GIL released: close() must wait for it */
 } RangeConsumer;
 
 static int consumer_init(RangeConsumer *self, PyObject *args, PyObject *kwargs) {
@@ -379,6 +396,10 @@ static int consumer_init(RangeConsumer *self, PyObject *args, PyObject *kwargs) 
     static char *names[] = {"config", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!", names, &PyDict_Type, &config))
         return -1;
+    if (self->rk != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the consumer is already initialized");
+        return -1;
+    }
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     char error[512];
     PyObject *key, *value;
@@ -414,6 +435,10 @@ static int check_open(RangeConsumer *self) {
         PyErr_SetString(PyExc_RuntimeError, "the consumer is closed");
         return -1;
     }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "the consumer is in use by another thread");
+        return -1;
+    }
     return 0;
 }
 
@@ -426,8 +451,10 @@ static PyObject *consumer_assign(RangeConsumer *self, PyObject *args) {
     rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(list, topic, partition)->offset = offset;
     rd_kafka_resp_err_t err;
+    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS err = rd_kafka_assign(self->rk, list);
-    Py_END_ALLOW_THREADS rd_kafka_topic_partition_list_destroy(list);
+    Py_END_ALLOW_THREADS self->busy = 0;
+    rd_kafka_topic_partition_list_destroy(list);
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
         PyErr_Format(PyExc_RuntimeError, "assign failed: %s", rd_kafka_err2str(err));
         return NULL;
@@ -485,12 +512,26 @@ static PyObject *consumer_consume(RangeConsumer *self, PyObject *args) {
     Batch batch;
     struct ArrowArray *array = NULL;
     int out_of_memory = 0;
+    int64_t bad_timestamp_offset = -1, bad_timestamp = 0;
+    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS got = rd_kafka_consume_batch_queue(self->queue, timeout_ms, messages, (size_t)n);
     if (got > 0) {
         batch_start(&batch, (size_t)got);
+        /* The keys' and values' bytes are known up front: one allocation each, no regrowth. */
+        size_t key_bytes = 0, value_bytes = 0;
+        for (ssize_t i = 0; i < got; i++) {
+            key_bytes += messages[i]->key_len;
+            value_bytes += messages[i]->len;
+        }
+        reserve(&batch.key.data, key_bytes);
+        reserve(&batch.value.data, value_bytes);
+        reserve(&batch.key.offsets, (size_t)got * 4);
+        reserve(&batch.value.offsets, (size_t)got * 4);
         for (ssize_t i = 0; i < got; i++) {
             rd_kafka_message_t *m = messages[i];
-            if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            if (batch.failed) {
+                /* out of memory: the batch is dropped; only the messages are freed */
+            } else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
                 errors[n_errors].code = m->err;
                 errors[n_errors].reason = strdup(rd_kafka_message_errstr(m));
                 n_errors++;
@@ -500,13 +541,18 @@ static PyObject *consumer_consume(RangeConsumer *self, PyObject *args) {
             }
             rd_kafka_message_destroy(m);
         }
-        if (batch_failed(&batch))
+        bad_timestamp_offset = batch.bad_timestamp_offset;
+        bad_timestamp = batch.bad_timestamp;
+        if (bad_timestamp_offset >= 0)
+            ; /* refused below */
+        else if (batch_failed(&batch))
             out_of_memory = 1;
         else if (batch.rows > 0 && (array = batch_array(&batch)) == NULL)
             out_of_memory = 1;
         batch_free(&batch);
     }
-    Py_END_ALLOW_THREADS free(messages);
+    Py_END_ALLOW_THREADS self->busy = 0;
+    free(messages);
     PyObject *error_list = PyList_New(0);
     for (size_t i = 0; error_list != NULL && i < n_errors; i++) {
         PyObject *pair = Py_BuildValue("(is)", errors[i].code, errors[i].reason ? errors[i].reason : "");
@@ -520,6 +566,12 @@ static PyObject *consumer_consume(RangeConsumer *self, PyObject *args) {
     if (got < 0) {
         Py_XDECREF(error_list);
         PyErr_Format(PyExc_RuntimeError, "consume failed: %s", rd_kafka_err2str(rd_kafka_last_error()));
+        return NULL;
+    }
+    if (bad_timestamp_offset >= 0) {
+        Py_XDECREF(error_list);
+        PyErr_Format(PyExc_OverflowError, "offset %lld: timestamp %lld ms does not fit microseconds in 64 bits",
+                     (long long)bad_timestamp_offset, (long long)bad_timestamp);
         return NULL;
     }
     if (out_of_memory || error_list == NULL) {
@@ -548,13 +600,13 @@ static PyObject *consumer_consume(RangeConsumer *self, PyObject *args) {
         }
     }
     rows = PyLong_FromLongLong(count);
-    PyObject *result = rows ? Py_BuildValue("(NNLN)", capsule, rows, last_offset, error_list) : NULL;
-    if (result == NULL) {
-        Py_XDECREF(rows);
+    if (rows == NULL) {
         Py_DECREF(capsule);
         Py_DECREF(error_list);
+        return NULL;
     }
-    return result;
+    /* "N" steals the references, also when it fails */
+    return Py_BuildValue("(NNLN)", capsule, rows, last_offset, error_list);
 }
 
 static void consumer_shut(RangeConsumer *self) {
@@ -571,6 +623,10 @@ static void consumer_shut(RangeConsumer *self) {
 }
 
 static PyObject *consumer_close(RangeConsumer *self, PyObject *Py_UNUSED(ignored)) {
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "the consumer is in use by another thread: close it after its call");
+        return NULL;
+    }
     consumer_shut(self);
     Py_RETURN_NONE;
 }

@@ -237,3 +237,12 @@ def test_without_the_native_package_a_batch_reads_with_the_python_reader_and_say
     said = ran.stdout + ran.stderr
     assert "2 of 2 slice(s) read with the python reader" in said, f"expected the batch to say so:\n{said[-3000:]}"
     assert "kafka_batch_native is hidden by the test" in said, f"expected the reason in one line:\n{said[-3000:]}"
+
+
+def test_a_timestamp_beyond_microseconds_fails_both_readers_never_wraps(kafka_config):
+    topic = new_name("far-timestamp")
+    create_topics(kafka_config, {topic: 1}, topic_config={"message.timestamp.after.max.ms": 2**63 - 1})
+    produce(kafka_config, topic, [Record(0, b"now"), Record(0, b"far", timestamp_ms=2**62)])
+    for reader in ("python", "native"):
+        with pytest.raises(OverflowError):
+            list(read_range(kafka_config, OffsetRange(topic, 0, 0, 2), stall_timeout=30.0, reader=reader))

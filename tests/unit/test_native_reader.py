@@ -89,3 +89,64 @@ def test_a_bad_setting_is_refused_by_librdkafka_without_its_value():
     with pytest.raises(ValueError) as refused:
         RangeConsumer({"sasl.password": "s3cr3t-value", "no.such.setting": "s3cr3t-value"})
     assert "no.such.setting" in str(refused.value) and "s3cr3t-value" not in str(refused.value), str(refused.value)
+
+
+def test_the_native_build_pins_the_confluent_kafka_of_the_constraints():
+    import re
+    from pathlib import Path
+
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    [pinned] = re.findall(r"^confluent-kafka==(\S+)$", (root / "constraints.txt").read_text(), re.MULTILINE)
+    requires = tomllib.loads((root / "native" / "pyproject.toml").read_text())["build-system"]["requires"]
+    assert f"confluent-kafka=={pinned}" in requires, (
+        f"expected native/pyproject.toml to build against confluent-kafka=={pinned}, found {requires}"
+    )
+
+
+@pytest.mark.parametrize(
+    "setting, why",
+    [
+        ({"sasl.oauthbearer.metadata.authentication.type": "aws_iam"}, "resolves the setting"),
+        ({"plugin.library.paths": "monitoring-interceptor"}, "resolves the setting"),
+        ({"default.topic.config": {"acks": "all"}}, "not a plain value"),
+        ({"client.id": None}, "not a plain value"),
+    ],
+    ids=["aws-iam-token", "plugins", "a-dict", "none"],
+)
+def test_settings_confluent_kafka_acts_on_in_python_send_the_read_to_the_python_reader(setting, why):
+    reason = native_consumer.why_not({"bootstrap.servers": "h:1", **setting})
+    assert reason is not None and why in reason and next(iter(setting)) in reason, reason
+
+
+def test_one_consumer_refuses_a_second_init_and_a_close_while_in_use():
+    import threading
+    import time
+
+    from kafka_batch_native import RangeConsumer
+
+    # No broker at this address: consume() waits its whole timeout with the GIL released.
+    settings = {"bootstrap.servers": "127.0.0.1:9", "group.id": "g", "log_level": "0"}
+    consumer = RangeConsumer(settings)
+    with pytest.raises(RuntimeError, match="already initialized"):
+        consumer.__init__(settings)
+    consumer.assign("t", 0, 0)
+    waiting = threading.Thread(target=consumer.consume, args=(10, 3000, 10))
+    waiting.start()
+    refused = None
+    deadline = time.monotonic() + 2
+    while refused is None and time.monotonic() < deadline and waiting.is_alive():
+        try:
+            consumer.position("t", 0)
+        except RuntimeError as error:
+            refused = error
+    try:
+        assert refused is not None and "in use" in str(refused), f"expected calls refused mid-consume, found {refused}"
+        with pytest.raises(RuntimeError, match="in use"):
+            consumer.close()
+    finally:
+        waiting.join(10)
+        consumer.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        consumer.consume(1, 0, 1)

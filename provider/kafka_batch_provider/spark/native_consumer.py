@@ -35,15 +35,25 @@ NATIVE_COLUMNS = pa.struct(
 
 #: confluent-kafka's Python-only settings: a Python callable, which C cannot call.
 _PYTHON_CALLBACKS = ("error_cb", "throttle_cb", "stats_cb", "oauth_cb", "on_commit", "on_delivery")
+#: What confluent-kafka 2.16 turns into something else before librdkafka sees it: plugin paths
+#: resolved against its wheel, the AWS IAM token flow it runs in Python (librdkafka has none).
+_RESOLVED_IN_PYTHON = frozenset({"plugin.library.paths", ("sasl.oauthbearer.metadata.authentication.type", "aws_iam")})
 #: Python's logging levels as librdkafka's syslog ``log_level``.
 _SYSLOG_LEVELS = ((logging.DEBUG, 7), (logging.INFO, 6), (logging.WARNING, 4), (logging.ERROR, 3))
 
 
 def why_not(kafka_config: Mapping[str, Any]) -> str | None:
-    """Why the native reader cannot read with these settings here (None: it can)."""
-    callbacks = sorted(k for k, v in kafka_config.items() if k in _PYTHON_CALLBACKS or (callable(v) and k != "logger"))
-    if callbacks:
-        return f"the setting {callbacks[0]!r} is a Python callback, which only confluent-kafka's client can call"
+    """Why the native reader cannot read with these settings here (None: it can): a setting that
+    confluent-kafka's Python code acts on before librdkafka sees it, or no ``kafka_batch_native``."""
+    for key, value in sorted(kafka_config.items()):
+        if key == "logger":
+            continue
+        if key in _PYTHON_CALLBACKS or callable(value):
+            return f"the setting {key!r} is a Python callback, which only confluent-kafka's client can call"
+        if key in _RESOLVED_IN_PYTHON or (key, str(value)) in _RESOLVED_IN_PYTHON:
+            return f"confluent-kafka resolves the setting {key!r} in Python"
+        if not isinstance(value, (str, int, float, bool)):
+            return f"the setting {key!r} is not a plain value (confluent-kafka interprets {type(value).__name__}s)"
     return _import_failure()
 
 
@@ -74,8 +84,9 @@ def native_settings(config: Mapping[str, Any]) -> dict[str, str]:
         if key == "logger":
             continue
         settings[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
-    if "logger" in config and "log_level" not in settings:
-        level = config["logger"].getEffectiveLevel()
+    effective_level = getattr(config.get("logger"), "getEffectiveLevel", None)
+    if effective_level is not None and "log_level" not in settings:
+        level = effective_level()
         settings["log_level"] = str(next((syslog for py, syslog in _SYSLOG_LEVELS if level <= py), 2))
     return settings
 

@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from kafka_batch_provider.core.offsets import OffsetRange
 from kafka_batch_provider.core.write_options import DEFAULT_READER
-from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN, release_memory
+from kafka_batch_provider.spark.task_writer import RECEIPT_COLUMN, freeze_imports, release_memory
 
 #: Spark's Kafka source schema, as DDL.
 KAFKA_SCHEMA_DDL = (
@@ -107,6 +107,7 @@ class SliceReader:
         return self.slice_ids(spark).mapInArrow(self, self.schema_ddl)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        freeze_imports()
         for batch in batches:
             for task in batch.column(0).to_pylist():
                 for index in self.packs[task] if self.packs else (task,):
@@ -185,6 +186,7 @@ class ReadAndWrite:
         return topic if topic in self.routes else ANY_TOPIC
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        freeze_imports()
         reader = self.reader
         for batch in batches:
             for task in batch.column(0).to_pylist():

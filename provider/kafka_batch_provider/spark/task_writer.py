@@ -17,6 +17,8 @@ never published.
 from __future__ import annotations
 
 import contextlib
+import functools
+import gc
 import json
 import uuid
 from collections.abc import Iterator, Mapping
@@ -119,6 +121,19 @@ class TaskWriter:
             "version": __version__,  # the driver refuses reports of another version
         }
         yield pa.RecordBatch.from_pylist([{"report": json.dumps(report)}])
+
+
+@functools.cache
+def freeze_imports() -> None:
+    """Take what this worker holds at its first task's start (its imports: pyspark, pyarrow, this
+    package) out of the garbage collector's sight, once per process.
+
+    pyspark's daemon runs ``gc.collect()`` after every task of a reused worker; a full collection
+    walks every object of those imports each time (~20 % of a warm batch's worker CPU, measured
+    with py-spy). Frozen, each collection walks only what the tasks made since. Objects that live
+    as long as the process lose nothing by it.
+    """
+    gc.freeze()
 
 
 def release_memory() -> None:
