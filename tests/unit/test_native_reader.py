@@ -54,8 +54,9 @@ def test_without_the_package_the_python_reader_reads_and_one_line_says_why(monke
         monkeypatch.setattr(PythonRangeConsumer, "__init__", lambda self, config, offset_range: opened.append(1))
         with caplog.at_level(logging.WARNING, logger=native_consumer.__name__):
             for _ in range(3):
-                consumer = kafka_reader.range_consumer("native", {}, OffsetRange("t", 0, 0, 1))
+                consumer, reason = kafka_reader.range_consumer("native", {}, OffsetRange("t", 0, 0, 1))
         assert isinstance(consumer, PythonRangeConsumer) and len(opened) == 3, consumer
+        assert "pip install airflow-provider-kafka-batch-native" in reason, reason
         lines = [r.getMessage() for r in caplog.records if r.name == native_consumer.__name__]
         assert len(lines) == 1, f"expected one line for three reads, found {lines}"
         assert "reader native:" in lines[0] and "pip install airflow-provider-kafka-batch-native" in lines[0], lines

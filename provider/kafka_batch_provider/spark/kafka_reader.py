@@ -1,7 +1,10 @@
-"""Read one offset range with confluent-kafka and yield Arrow record batches.
+"""Read one offset range with librdkafka and yield Arrow record batches.
 
 This is the inside of a Spark task (see :mod:`kafka_batch_provider.spark.source`) but has no
-Spark in it, so it can be tested and benchmarked alone.
+Spark in it, so it can be tested and benchmarked alone. One loop serves both readers; what
+differs is the consumer (:class:`RangeConsumer`): the ``native`` reader's builds the Arrow columns
+in C (:mod:`~kafka_batch_provider.spark.native_consumer`), the ``python`` reader's from
+confluent-kafka's messages (:mod:`~kafka_batch_provider.spark.python_consumer`).
 
 Why it looks the way it does:
 
@@ -10,8 +13,8 @@ Why it looks the way it does:
   delivered, so counting would wait forever for records that do not exist.
 * ``auto.offset.reset=error``: if the start offset is gone, fail instead of silently
   jumping to another offset.
-* Per-message Python work dominates the cost, so each message is touched once and the Arrow
-  arrays are built in bulk from plain lists.
+* Per-message Python work dominated the python reader's cost (each message touched once, the
+  Arrow arrays built in bulk from plain lists); the native reader has none (3.6x, docs/performance.md).
 * ``consume(n, timeout=1.0)``: a short timeout keeps a tight loop; 5 s was measured 4x slower.
 * ``n`` is bounded by bytes as well as by count: with 64 KB values, 10,000 messages would be
   640 MB in one Arrow batch. The first call asks for few messages, later ones for as many as
@@ -32,6 +35,7 @@ from confluent_kafka import KafkaError
 
 from kafka_batch_provider.core.offsets import OffsetRange
 from kafka_batch_provider.core.settings import Setting
+from kafka_batch_provider.core.write_options import DEFAULT_READER
 from kafka_batch_provider.errors import ReadFailedError, ReadStalledError
 from kafka_batch_provider.kafka.errors import READER_GROUP_ERRORS, is_transient
 from kafka_batch_provider.spark.kafka_columns import HEADER_TYPE, KAFKA_ARROW_SCHEMA
@@ -66,19 +70,22 @@ class RangeConsumer(Protocol):
     def close(self) -> None: ...
 
 
-def range_consumer(reader: str, kafka_config: Mapping[str, Any], offset_range: OffsetRange) -> RangeConsumer:
-    """The ``reader``'s consumer of ``offset_range`` (``native`` without its package: the python one,
-    said once in the task's log, ``native_consumer.fallback``)."""
+def range_consumer(
+    reader: str, kafka_config: Mapping[str, Any], offset_range: OffsetRange
+) -> tuple[RangeConsumer, str]:
+    """The ``reader``'s consumer of ``offset_range``, and why the python one reads instead where the
+    native one cannot here (``""``: it reads as asked; said once in the task's log, ``native_consumer.fallback``)."""
+    reason = ""
     if reader == "native":
         from kafka_batch_provider.spark import native_consumer
 
-        reason = native_consumer.why_not(kafka_config)
-        if reason is None:
-            return native_consumer.NativeRangeConsumer(kafka_config, offset_range)
+        reason = native_consumer.why_not(kafka_config) or ""
+        if not reason:
+            return native_consumer.NativeRangeConsumer(kafka_config, offset_range), ""
         native_consumer.fallback(reason)
     from kafka_batch_provider.spark.python_consumer import PythonRangeConsumer
 
-    return PythonRangeConsumer(kafka_config, offset_range)
+    return PythonRangeConsumer(kafka_config, offset_range), reason
 
 
 @dataclass
@@ -130,7 +137,7 @@ def read_range(
     poll_timeout: float = 1.0,
     stall_timeout: float = 120.0,
     stats: ReadStats | None = None,
-    reader: str = "python",
+    reader: str = DEFAULT_READER,
 ) -> Iterator[pa.RecordBatch]:
     """Yield every record of ``[start, end)`` of one partition, as Arrow batches.
 
@@ -150,12 +157,8 @@ def read_range(
     if start >= end:
         stats.position = end
         return
-    consumer = range_consumer(reader, kafka_config, offset_range)
+    consumer, stats.not_native = range_consumer(reader, kafka_config, offset_range)
     stats.reader = consumer.name
-    if reader != consumer.name:
-        from kafka_batch_provider.spark import native_consumer
-
-        stats.not_native = native_consumer.why_not(kafka_config) or ""
     position = start
     try:
         last_progress = time.monotonic()
