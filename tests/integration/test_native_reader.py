@@ -7,7 +7,7 @@ requires equal tables (every column: key, value, topic, partition, offset, times
 headers) and equal read statistics (rows, first and last offset, position reached):
 
 * generated records (hypothesis, derandomized): keys and values null, empty, small and large (up to
-  300 KB), many and repeated headers with null and empty values, create timestamps; ranges starting
+  200 KB), many and repeated headers with null and empty values, create timestamps; ranges starting
   and ending inside the log; small batch sizes, so one range takes many consume calls and fetches
   run past the range's end;
 * a log-append-time topic (the broker's timestamps and their type);
@@ -87,7 +87,7 @@ payloads = st.one_of(
     st.none(),
     st.just(b""),
     st.binary(min_size=1, max_size=64),
-    st.integers(100_000, 300_000).map(lambda n: bytes(range(256)) * (n // 256)),
+    st.integers(100_000, 200_000).map(lambda n: bytes(range(256)) * (n // 256)),
 )
 header_values = st.one_of(st.none(), st.just(b""), st.binary(min_size=1, max_size=32))
 headers = st.lists(st.tuples(st.sampled_from(["a", "b", "", "trace-id", "é"]), header_values), max_size=12)
@@ -116,7 +116,8 @@ records = st.lists(
 )
 def test_generated_records_read_the_same_with_both_readers(kafka_config, produced, cut, batch_size):
     topic = new_name("generated")
-    create_topics(kafka_config, {topic: 1})
+    # Any create timestamp is kept (Apache Kafka 4 refuses those over an hour ahead by default).
+    create_topics(kafka_config, {topic: 1}, topic_config={"message.timestamp.after.max.ms": 2**63 - 1})
     produce(kafka_config, topic, produced)
     n = len(produced)
     start, end = int(cut[0] * n), max(int(cut[1] * n), int(cut[0] * n) + 1)

@@ -504,8 +504,8 @@ def test_one_cli_batch_end_to_end_from_the_installed_wheel(
 
 
 @pytest.mark.integration
-def test_the_native_readers_wheel_installs_beside_the_provider_and_reads_the_batch(
-    wheel_venv: WheelVenv, kafka_config, kafka_bootstrap_servers, new_topic, group_id, tmp_path: Path
+def test_the_native_readers_wheel_installs_beside_the_provider_and_reads(
+    wheel_venv: WheelVenv, kafka_config, kafka_bootstrap_servers, new_topic, tmp_path: Path
 ):
     from kafka_batch_provider.testing.producers import produce, sample_records
 
@@ -532,18 +532,21 @@ def test_the_native_readers_wheel_installs_beside_the_provider_and_reads_the_bat
         assert Path(loaded[0]).is_relative_to(wheel_venv.site_packages) and loaded[1] == loaded[2], (
             f"expected the native reader from {wheel_venv.site_packages} on confluent-kafka's librdkafka: {loaded}"
         )
-        topic = new_topic(partitions=2)
-        produce(kafka_config, topic, sample_records(2, 40))
-        env = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
-        args = ["--bootstrap-servers", kafka_bootstrap_servers, "--topic", topic, "--group", group_id]
-        ran = wheel_venv.run(
-            ["kafka-batch", "run", *args, "--output", tmp_path / "lake", "--spark-master", "local[2]"],
-            timeout=420,
-            env=env,
+        # The installed provider's range reader, as each Spark task runs it (the whole spark-submit path
+        # of the installed wheel is test_one_cli_batch_end_to_end_from_the_installed_wheel's).
+        topic = new_topic(partitions=1)
+        produce(kafka_config, topic, sample_records(1, 40))
+        read = wheel_venv.python_json(
+            "import json\n"
+            "from kafka_batch_provider.core.offsets import OffsetRange\n"
+            "from kafka_batch_provider.spark.kafka_reader import ReadStats, read_range\n"
+            f"stats = ReadStats({topic!r}, 0, 0, 40, 0)\n"
+            f"rows = sum(b.num_rows for b in read_range({{'bootstrap.servers': {kafka_bootstrap_servers!r}}}, "
+            f"OffsetRange({topic!r}, 0, 0, 40), stats=stats, stall_timeout=60.0))\n"
+            "print(json.dumps([rows, stats.reader, stats.not_native]))",
+            timeout=180,
         )
-        batch = last_json(ran)
-        assert batch["records"] == 40, f"expected 40 records, found {batch}"
-        assert "python reader" not in ran.stdout + ran.stderr, f"expected the native reader to read:\n{tail(ran, 30)}"
+        assert read == [40, "native", ""], f"expected 40 rows read by the native reader, found {read}"
     finally:
         # Back to the provider alone: the other tests of this module use the same venv.
         timing.uv(
