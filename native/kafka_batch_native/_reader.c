@@ -485,6 +485,26 @@ typedef struct {
 } MessageError;
 
 /*
+ * Up to n messages within timeout_ms, as confluent-kafka's Consumer.consume waits for them: in
+ * slices of at most 200 ms, returning after the first slice that delivered any (a range's tail,
+ * fewer messages than asked, does not wait out the whole timeout).
+ */
+static ssize_t consume_in_slices(rd_kafka_queue_t *queue, int timeout_ms, rd_kafka_message_t **messages, size_t n) {
+    static const int slice_ms = 200;
+    int remaining = timeout_ms;
+    ssize_t got = 0;
+    do {
+        int wait = remaining < slice_ms ? remaining : slice_ms;
+        ssize_t more = rd_kafka_consume_batch_queue(queue, wait, messages + got, n - (size_t)got);
+        if (more < 0)
+            return got > 0 ? got : more;
+        got += more;
+        remaining -= wait;
+    } while (got == 0 && remaining > 0);
+    return got;
+}
+
+/*
  * consume(n, timeout_ms, end) -> (capsule or None, rows, last offset or -1, [(code, reason), ...])
  *
  * Up to n messages; those at or past `end` are dropped (a fetch may run past the planned range).
@@ -514,7 +534,7 @@ static PyObject *consumer_consume(RangeConsumer *self, PyObject *args) {
     int out_of_memory = 0;
     int64_t bad_timestamp_offset = -1, bad_timestamp = 0;
     self->busy = 1;
-    Py_BEGIN_ALLOW_THREADS got = rd_kafka_consume_batch_queue(self->queue, timeout_ms, messages, (size_t)n);
+    Py_BEGIN_ALLOW_THREADS got = consume_in_slices(self->queue, timeout_ms, messages, (size_t)n);
     if (got > 0) {
         batch_start(&batch, (size_t)got);
         /* The keys' and values' bytes are known up front: one allocation each, no regrowth. */
