@@ -245,6 +245,18 @@ def wait_until_tasks_write(run: CliRun, lake: Lake, timeout: float = 240) -> Non
     assert lake.staged_names(store), f"no task wrote a file within {timeout:g} s"
 
 
+def race(runs: list[CliRun]) -> list[CliRun]:
+    """Runs started frozen at a ``:stop`` fail point: each waits until it is stopped there, then all
+    resume together and finish (the runs, finished)."""
+    for run in runs:
+        run.wait_stopped()
+    for run in runs:
+        run.resume()
+    for run in runs:
+        run.finish()
+    return runs
+
+
 def run_cli(args: list[str], env: dict[str, str] | None = None, fail_point: str | None = None, timeout: float = 300):
     return CliRun(args, env or {}, fail_point).start().finish(timeout)
 

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from kafka_batch_provider.testing.producers import produce, sample_records
-from tests.faults.harness import CliRun, run_cli
+from tests.faults.harness import CliRun, race, run_cli
 from tests.integration.helpers import group_offsets
 from tests.support.databases import PASSWORD
 
@@ -166,13 +166,7 @@ def test_two_runs_racing_for_one_entry_one_writes_it_and_the_other_never_does(
     topic = new_topic(partitions=2)
     produce(kafka_config, topic, sample_records(2, 20))
     args, env = arguments(db, kafka_config, topic, group_id, spark_connect_remote), {"KAFKA_BATCH_DATABASE_URL": db.url}
-    runs = [CliRun(args, env, fail_point="before-log-entry:stop").start() for _ in range(2)]
-    for run in runs:
-        run.wait_stopped()
-    for run in runs:
-        run.resume()
-    for run in runs:
-        run.finish()
+    runs = race([CliRun(args, env, fail_point="before-log-entry:stop").start() for _ in range(2)])
     wrote = [run for run in runs if run.process.returncode == 0 and " rows in " in run.stderr]
     assert len(wrote) == 1, f"exactly one run must write the batch: {[r.stderr.splitlines()[-2:] for r in runs]}"
     [other] = [run for run in runs if run not in wrote]

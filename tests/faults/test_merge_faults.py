@@ -21,7 +21,7 @@ import pytest
 
 from kafka_batch_provider.core.merging import ORDER_COLUMN, MergeSpec
 from kafka_batch_provider.testing.producers import Record, produce
-from tests.faults.harness import CliRun, run_cli
+from tests.faults.harness import CliRun, race, run_cli
 from tests.faults.tally import Outcome
 from tests.integration.helpers import TableOutput, group_offsets
 from tests.integration.test_merged_tables import merge_commits, newest_per_key
@@ -118,13 +118,7 @@ def test_two_runs_racing_for_one_merge_apply_it_once(
     records = burst(0, 30, 1)
     produce(kafka_config, topic, records)
     args = lake.args(kafka_config, topic, group_id, spark_connect_remote)
-    runs = [CliRun(args, {}, fail_point="before-log-entry:stop").start() for _ in range(2)]
-    for run in runs:
-        run.wait_stopped()
-    for run in runs:
-        run.resume()
-    for run in runs:
-        run.finish()
+    runs = race([CliRun(args, {}, fail_point="before-log-entry:stop").start() for _ in range(2)])
 
     merged = [run for run in runs if run.process.returncode == 0 and " rows in " in run.stderr]
     assert len(merged) >= 1, f"one run must merge the batch: {[r.stderr.splitlines()[-2:] for r in runs]}"

@@ -11,7 +11,7 @@ import pytest
 
 from kafka_batch_provider.testing.producers import produce, sample_records
 from tests.dags.conftest import DAGS
-from tests.faults.harness import CliRun, expect_exactly_once, scenario_args
+from tests.faults.harness import CliRun, expect_exactly_once, race, scenario_args
 from tests.integration.helpers import group_offsets, offsets_of
 from tests.support import cli_runner
 
@@ -28,13 +28,7 @@ def test_two_runs_at_once_one_writes_the_batch_and_the_other_never_writes_it_aga
     args = scenario_args(lake, kafka_config, topic, group_id, spark_connect_remote)
 
     # Both freeze with their files staged, then race for the same log entry from the same start.
-    runs = [CliRun(args, lake.env(), fail_point="before-log-entry:stop").start() for _ in range(2)]
-    for run in runs:
-        run.wait_stopped()
-    for run in runs:
-        run.resume()
-    for run in runs:
-        run.finish()
+    runs = race([CliRun(args, lake.env(), fail_point="before-log-entry:stop").start() for _ in range(2)])
 
     # The same command planned the same batch: exactly one run writes it; the other either
     # fails in one line, or finds that batch logged and stops without writing it again.
@@ -64,21 +58,17 @@ def test_replays_of_disjoint_ranges_at_once_each_land_once_in_one_output(
     base = scenario_args(lake, kafka_config, topic, "unused", spark_connect_remote)
     base = [a for a in base if a not in ("--group", "unused")]
     windows = [(0, 10), (10, 20), (20, 30)]
-    runs = [
-        CliRun(
-            [*base, "--start-offsets", json.dumps({"0": a, "1": a}), "--end-offsets", json.dumps({"0": b, "1": b})],
-            lake.env(),
-            fail_point="before-log-entry:stop",
-            command="replay",
-        ).start()
-        for a, b in windows
-    ]
-    for run in runs:  # all three planned and staged before any of them publishes
-        run.wait_stopped()
-    for run in runs:
-        run.resume()
-    for run in runs:
-        run.finish()
+    runs = race(  # all three planned and staged before any of them publishes
+        [
+            CliRun(
+                [*base, "--start-offsets", json.dumps({"0": a, "1": a}), "--end-offsets", json.dumps({"0": b, "1": b})],
+                lake.env(),
+                fail_point="before-log-entry:stop",
+                command="replay",
+            ).start()
+            for a, b in windows
+        ]
+    )
     failed = [run.stderr.strip().splitlines()[-1:] for run in runs if run.process.returncode != 0]
     assert not failed, f"every replay must land: {failed}"
     moved = sum("it takes entry" in run.stderr for run in runs)
