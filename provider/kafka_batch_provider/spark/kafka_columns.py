@@ -19,3 +19,30 @@ KAFKA_ARROW_SCHEMA = pa.schema(
         pa.field("headers", HEADER_TYPE),
     ]
 )
+
+
+def kafka_batch(
+    topic: str,
+    partition: int,
+    key: pa.Array,
+    value: pa.Array,
+    offset: pa.Array,
+    timestamp: pa.Array,
+    timestamp_type: pa.Array,
+    headers: pa.Array,
+) -> pa.RecordBatch:
+    """One partition's records in :data:`KAFKA_ARROW_SCHEMA` (topic and partition repeated)."""
+    rows = len(offset)
+    return pa.RecordBatch.from_arrays(
+        [
+            key,
+            value,
+            pa.repeat(pa.scalar(topic, pa.string()), rows),
+            pa.repeat(pa.scalar(partition, pa.int32()), rows),
+            offset,
+            timestamp,
+            timestamp_type,
+            headers,
+        ],
+        schema=KAFKA_ARROW_SCHEMA,
+    )

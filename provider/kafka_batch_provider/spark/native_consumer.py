@@ -24,7 +24,7 @@ from confluent_kafka import KafkaError
 
 from kafka_batch_provider.core.offsets import OffsetRange
 from kafka_batch_provider.kafka.config import reader_consumer_config
-from kafka_batch_provider.spark.kafka_columns import KAFKA_ARROW_SCHEMA
+from kafka_batch_provider.spark.kafka_columns import KAFKA_ARROW_SCHEMA, kafka_batch
 
 log = logging.getLogger(__name__)
 
@@ -114,19 +114,7 @@ class NativeRangeConsumer:
         if headers.null_count < rows:
             # A header name is a string: confluent-kafka decodes it as UTF-8 and so must Arrow.
             headers.values.field(0).validate(full=True)
-        return pa.RecordBatch.from_arrays(
-            [
-                key,
-                value,
-                pa.repeat(pa.scalar(self.topic, pa.string()), rows),
-                pa.repeat(pa.scalar(self.partition, pa.int32()), rows),
-                offset,
-                timestamp,
-                timestamp_type,
-                headers,
-            ],
-            schema=KAFKA_ARROW_SCHEMA,
-        ), errors
+        return kafka_batch(self.topic, self.partition, key, value, offset, timestamp, timestamp_type, headers), errors
 
     def position(self) -> int:
         return self._consumer.position(self.topic, self.partition)

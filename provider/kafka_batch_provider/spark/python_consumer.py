@@ -15,7 +15,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from kafka_batch_provider.core.offsets import OffsetRange
 from kafka_batch_provider.kafka.config import reader_consumer_config
-from kafka_batch_provider.spark.kafka_columns import HEADER_TYPE, KAFKA_ARROW_SCHEMA
+from kafka_batch_provider.spark.kafka_columns import HEADER_TYPE, kafka_batch
 
 
 def messages_to_batch(messages: list, topic: str, partition: int) -> pa.RecordBatch:
@@ -26,24 +26,20 @@ def messages_to_batch(messages: list, topic: str, partition: int) -> pa.RecordBa
     messages: ~2.2 µs per record in all, half of it ``headers()`` and ``timestamp()``, which
     build Python objects on their first call); Arrow converts each list in C.
     """
-    n = len(messages)
     timestamps = list(map(Message.timestamp, messages))
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(list(map(Message.key, messages)), pa.binary()),
-            pa.array(list(map(Message.value, messages)), pa.binary()),
-            pa.repeat(pa.scalar(topic, pa.string()), n),
-            pa.repeat(pa.scalar(partition, pa.int32()), n),
-            pa.array(list(map(Message.offset, messages)), pa.int64()),
-            # Kafka timestamps are milliseconds; Spark's are microseconds. -1 means "none".
-            pa.array([ts * 1000 if ts >= 0 else None for _, ts in timestamps], pa.int64()).cast(
-                pa.timestamp("us", tz="UTC")
-            ),
-            pa.array([kind for kind, _ in timestamps], pa.int32()),
-            # headers() is None without headers: a null, as Spark's Kafka source gives.
-            pa.array(list(map(Message.headers, messages)), HEADER_TYPE),
-        ],
-        schema=KAFKA_ARROW_SCHEMA,
+    return kafka_batch(
+        topic,
+        partition,
+        pa.array(list(map(Message.key, messages)), pa.binary()),
+        pa.array(list(map(Message.value, messages)), pa.binary()),
+        pa.array(list(map(Message.offset, messages)), pa.int64()),
+        # Kafka timestamps are milliseconds; Spark's are microseconds. -1 means "none".
+        pa.array([ts * 1000 if ts >= 0 else None for _, ts in timestamps], pa.int64()).cast(
+            pa.timestamp("us", tz="UTC")
+        ),
+        pa.array([kind for kind, _ in timestamps], pa.int32()),
+        # headers() is None without headers: a null, as Spark's Kafka source gives.
+        pa.array(list(map(Message.headers, messages)), HEADER_TYPE),
     )
 
 

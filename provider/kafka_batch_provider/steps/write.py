@@ -136,10 +136,11 @@ def read_check_publish(
     clock = time.perf_counter()
     try:
         staged = stage(plan, store, kafka.kafka_config, options)
-        if (fell_back := read_with(staged).get("python")) and options.reader == "native":
+        readers = read_with(staged)
+        if readers.get("python") and options.reader == "native":
             why = sorted({r["not_native"] for r in staged.reports.receipts if r.get("not_native")})
             progress(
-                f"batch {bid}: {fell_back} of {sum(read_with(staged).values())} slice(s) read with the python reader: "
+                f"batch {bid}: {readers['python']} of {sum(readers.values())} slice(s) read with the python reader: "
                 f"the native reader does not load where they ran ({'; '.join(why) or 'no reason given'})"
             )
         seconds = staged.seconds if staged.seconds is not None else round(time.perf_counter() - clock, 3)
@@ -210,6 +211,7 @@ def publish_staged(
             iso_from_micros(s["min_timestamp"]),
             iso_from_micros(s["max_timestamp"]),
         )
+    readers = read_with(staged)
 
     def manifest_of(plan: OffsetPlan) -> dict[str, Any]:
         return build_manifest(
@@ -229,7 +231,7 @@ def publish_staged(
                 **reader_schema_options(plan, options),
                 **({"on_bad_record": options.on_bad_record} if options.on_bad_record != "fail" else {}),
                 **({"tasks": staged.tasks} if staged.tasks is not None else {}),
-                **({"read_with": read_with(staged)} if read_with(staged) else {}),
+                **({"read_with": readers} if readers else {}),
                 "partition_by": store.partition_by,
                 **({"merge": store.merge} if store.merge else {}),
             },
