@@ -2,8 +2,8 @@
 (issue 50): killed inside it before COMMIT nothing is visible and the retry lands the batch once;
 killed after COMMIT and before the Kafka commit, the next run commits without reading again; its
 connection dropped, or its server restarted, while the transaction is open: one line, nothing
-committed, the retry lands it once; two runs racing for the same entry: one writes it. Counted in
-the fault matrix."""
+committed, the retry lands it once; two runs racing for the same entry: one writes it; a
+serialization failure: the transaction runs again in place. Counted in the fault matrix."""
 
 from __future__ import annotations
 
@@ -175,3 +175,53 @@ def test_two_runs_racing_for_one_entry_one_writes_it_and_the_other_never_does(
         assert "another run" in line or "committed" in line, f"the loser must say it lost a race: {line}"
     assert group_offsets(kafka_config, group_id, topic, 2) == {0: 10, 1: 10}
     expect_exactly_once(outcome, db, {(topic, p, o) for p in range(2) for o in range(10)})
+
+
+def test_a_serialization_failure_runs_the_batch_transaction_again_and_it_lands_once(
+    outcome, postgres_database, kafka_config, new_topic, group_id, spark_connect_remote
+):
+    # A database whose sessions run SERIALIZABLE (a setting some teams choose): the batch's UPDATE
+    # waits for a row another application holds, which then commits: 40001 "could not serialize
+    # access", and the batch's transaction runs again in place (docs/databases.md).
+    import json
+    import time
+    from urllib.parse import quote
+
+    from kafka_batch_provider.testing.producers import Record
+
+    db = postgres_database
+    topic = new_topic(partitions=1)
+
+    def keyed(key: int, value: dict | None) -> Record:
+        return Record(0, None if value is None else json.dumps(value).encode(), json.dumps({"id": key}).encode())
+
+    produce(kafka_config, topic, [keyed(k, {"id": k, "name": f"v1-{k}"}) for k in range(6)])  # offsets 0-5
+    args = arguments(db, kafka_config, topic, group_id, spark_connect_remote)
+    assert run_cli([*args, "--mode", "upsert"], {"KAFKA_BATCH_DATABASE_URL": db.url}).result()["records"] == 6
+    produce(kafka_config, topic, [keyed(3, None), keyed(5, {"id": 5, "name": "v2-5"})])  # offsets 6, 7
+    serializable = db.url + "?options=" + quote("-c default_transaction_isolation=serializable")
+    with db.connect() as app, db.connect() as watcher:
+        app.autocommit = False
+        app.execute("UPDATE public.orders SET name = 'by the app' WHERE id = 5")
+        batch = CliRun(args, {"KAFKA_BATCH_DATABASE_URL": serializable}).start()
+        deadline = time.monotonic() + 180
+        while not watcher.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()[0]:  # fmt: skip
+            assert batch.process.poll() is None, f"the batch ended before it waited: {batch.finish().stderr[-1500:]}"
+            assert time.monotonic() < deadline, "expected the batch's transaction to wait for the application's row"
+            time.sleep(0.05)
+        app.commit()
+    assert batch.finish().result()["records"] == 2
+    retried = [line for line in batch.stderr.splitlines() if "rolled back for another's sake" in line]
+    assert len(retried) == 1 and "could not serialize access" in retried[0], f"expected one retry: {batch.stderr}"
+    # (an upsert table holds the value's columns: each key's newest row is the record of exactly once)
+    expected = {0: "v1-0", 1: "v1-1", 2: "v1-2", 4: "v1-4", 5: "v2-5"}
+    rows = db.rows("SELECT id, name FROM public.orders")
+    entries = db.rows("SELECT seq FROM public.kafka_batch_log ORDER BY seq")
+    outcome.checked = True
+    outcome.lost = sum(1 for key, name in expected.items() if (key, name) not in rows)
+    outcome.duplicated = len(rows) - len(set(rows)) + max(0, len(entries) - 2)
+    assert sorted(rows) == sorted(expected.items()), f"expected each key's newest row once: {sorted(rows)}"
+    assert entries == [(1,), (2,)], f"expected two log entries, found {entries}"
+    assert group_offsets(kafka_config, group_id, topic, 1) == {0: 8}

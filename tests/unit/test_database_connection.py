@@ -115,3 +115,32 @@ def test_a_failure_with_a_sqlstate_is_judged_by_its_class():
 
     assert POSTGRES.terminal(Refused("permission denied for schema public"))
     assert not POSTGRES.terminal(Serialization("could not serialize access"))
+
+
+@pytest.mark.parametrize(
+    "server, error, conflict",
+    [
+        ("postgres", "40001", True),  # serialization_failure
+        ("postgres", "40P01", True),  # deadlock_detected
+        ("postgres", "55P03", False),  # lock_not_available (a lock_timeout: the statement alone failed)
+        ("postgres", "08006", False),  # connection_failure: not the same transaction again
+        ("postgres", None, False),
+        ("mysql", 1213, True),  # ER_LOCK_DEADLOCK
+        ("mysql", 1020, True),  # ER_CHECKREAD (innodb_snapshot_isolation)
+        ("mysql", 1205, False),  # ER_LOCK_WAIT_TIMEOUT: InnoDB rolled back the statement only, after a long wait
+        ("mysql", 2013, False),
+    ],
+)
+def test_only_a_deadlock_or_serialization_failure_runs_the_transaction_again(server, error, conflict):
+    import psycopg
+    import pymysql
+
+    from kafka_batch_provider.output.databases.mariadb import MARIADB
+    from kafka_batch_provider.output.databases.postgres import POSTGRES
+
+    if server == "postgres":
+        exc = type("Refused", (psycopg.Error,), {"sqlstate": error})("refused")
+        found = POSTGRES.conflict(exc)
+    else:
+        found = MARIADB.conflict(pymysql.err.OperationalError(error, "refused"))
+    assert found is conflict, f"{server} {error}: expected conflict={conflict}, found {found}"

@@ -17,14 +17,18 @@ the log's newest entry; the log's primary key refuses a second row besides), loa
 attempt's files into the table (or merges them), inserts the log entry, deletes the staged files,
 and commits. Two writers of one entry: the second finds the entry taken (``False``, nothing of its
 rows stays). A crash before ``COMMIT`` leaves nothing but staged files, which the retry's attempt
-replaces. Readers never see part of a batch. The Kafka commit follows and mirrors the log, as for
-every output; the plan takes the log's offsets as the truth.
+replaces; a transaction the server rolls back for another's sake (a deadlock, a serialization
+failure) runs again in place. Readers never see part of a batch. The Kafka commit follows and
+mirrors the log, as for every output; the plan takes the log's offsets as the truth.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import logging
+import random
+import time
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -38,14 +42,21 @@ from kafka_batch_provider.core.settings import Setting
 from kafka_batch_provider.errors import ConfigError, ManifestError
 from kafka_batch_provider.fail_points import fail_point
 from kafka_batch_provider.output.database_files import FILES_TABLE, files_uri
-from kafka_batch_provider.output.databases import Database, connection_of, failure
+from kafka_batch_provider.output.databases import Database, connection_of, failure, one_line
 from kafka_batch_provider.output.location import Location
 from kafka_batch_provider.output.tables import StagedInPlace, table_merge
+
+log = logging.getLogger(__name__)
 
 LOG_TABLE = "kafka_batch_log"
 CONTROL = "_kafka_batch"
 #: Rows loaded at a time: what the driver holds at once.
 LOAD_ROWS = 50_000
+#: How many times a batch's transaction runs when the server rolls it back for another's sake, and
+#: the first pause between (seconds, x4 each time, jittered: two transactions that deadlocked once
+#: must not meet again in step).
+CONFLICT_ATTEMPTS = 4
+CONFLICT_PAUSE = 0.2
 
 
 def split_table(table: str, what: str) -> tuple[str, str]:
@@ -199,35 +210,53 @@ class DatabaseSink(StagedInPlace):
 
     def append(self, manifest: dict[str, Any]) -> bool:
         """The batch's rows and its log entry in one transaction, only while its entry is the next
-        free one (``False`` when another batch took it: nothing of this one stays)."""
+        free one (``False`` when another batch took it: nothing of this one stays). A transaction the
+        server rolled back for another's sake (a deadlock, a serialization failure) runs again, up to
+        :data:`CONFLICT_ATTEMPTS` times in all: it changed nothing, and the staged rows are still there."""
         seq = int(manifest["seq"])
         conn = self.connect(check=True)
         try:
             with self.writer_lock(conn):
                 self.ensure_log(conn)
                 prepared = self.before_transaction(conn, manifest)
-                with self.transaction(conn):
-                    [(newest,)] = self.run(
-                        conn, "SELECT coalesce(max(seq), 0) FROM {log} WHERE output = %s", (self.name,)
-                    )
-                    if newest >= seq:
-                        return False
-                    if newest != seq - 1:
-                        raise ManifestError(f"{self.label} holds batch {newest} as its newest: cannot add {seq}")
-                    if self.merging:
-                        self.merge_rows(conn, manifest, prepared)
-                    else:
-                        self.load_rows(conn, manifest, prepared)
-                    self.run(
-                        conn,
-                        "INSERT INTO {log} (output, seq, batch_id, entry) VALUES (%s, %s, %s, %s)",
-                        (self.name, seq, manifest["batch_id"], json.dumps(manifest)),
-                    )
-                    for name in self.staged_paths(manifest):  # the rows are the table's now
-                        self.run(conn, "DELETE FROM {files} WHERE path = %s", (name,))
-                    fail_point("before-database-commit")
+                attempt = 1
+                while True:
+                    try:
+                        return self.commit_batch(conn, seq, manifest, prepared)
+                    except self.database.errors as exc:
+                        if not self.database.conflict(exc) or attempt == CONFLICT_ATTEMPTS:
+                            raise
+                        pause = CONFLICT_PAUSE * 4 ** (attempt - 1) * random.uniform(0.5, 1.5)
+                        log.warning(
+                            "%s: batch %s's transaction rolled back for another's sake (%s): runs again in %.1f s "
+                            "(attempt %d of %d)", self.label, manifest["batch_id"], one_line(exc), pause, attempt + 1,
+                            CONFLICT_ATTEMPTS,
+                        )  # fmt: skip
+                        time.sleep(pause)
+                        attempt += 1
         except self.database.errors as exc:
             raise failure(self.database, f"{self.label}", exc) from None
+
+    def commit_batch(self, conn: Any, seq: int, manifest: dict[str, Any], prepared: Any) -> bool:
+        """One transaction of :meth:`append`: the compare-and-set on the log, the rows, the entry."""
+        with self.transaction(conn):
+            [(newest,)] = self.run(conn, "SELECT coalesce(max(seq), 0) FROM {log} WHERE output = %s", (self.name,))
+            if newest >= seq:
+                return False
+            if newest != seq - 1:
+                raise ManifestError(f"{self.label} holds batch {newest} as its newest: cannot add {seq}")
+            if self.merging:
+                self.merge_rows(conn, manifest, prepared)
+            else:
+                self.load_rows(conn, manifest, prepared)
+            self.run(
+                conn,
+                "INSERT INTO {log} (output, seq, batch_id, entry) VALUES (%s, %s, %s, %s)",
+                (self.name, seq, manifest["batch_id"], json.dumps(manifest)),
+            )
+            for name in self.staged_paths(manifest):  # the rows are the table's now
+                self.run(conn, "DELETE FROM {files} WHERE path = %s", (name,))
+            fail_point("before-database-commit")
         return True
 
     def rows_in_ranges(self, ranges: Sequence[Mapping[str, Any]], columns: Sequence[str] | None) -> pa.Table:

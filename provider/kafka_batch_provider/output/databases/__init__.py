@@ -48,6 +48,11 @@ class Database(Protocol):
         connection, a restart, a deadlock or serialization failure, a lock's timeout)."""
         ...
 
+    def conflict(self, exc: BaseException) -> bool:
+        """Whether the server rolled the transaction back for another transaction's sake (a deadlock,
+        a serialization failure), so that the same transaction run again may pass."""
+        ...
+
     def tls_parameters(self, extra: Mapping[str, Any], conn_id: str) -> dict[str, str]:
         """The URL's TLS parameters from an Airflow connection's extra, as the server's own Airflow
         provider names them."""

@@ -39,6 +39,12 @@ SQL_MODE = "STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY
 #: 2013), a lock's timeout (1205) or a deadlock (1213).
 TERMINAL_CODES = (1044, 1045, 1142, 1143, 1227, 1049, 1146, 1054, 1048, 1264, 1292, 1366, 1406, 1062, 1148, 3948)
 
+#: A deadlock (1213, the transaction rolled back by InnoDB) and a row changed since the transaction's
+#: snapshot read it (1020, MariaDB 11.6's ``innodb_snapshot_isolation``): the same transaction again
+#: may pass. Not a lock's timeout (1205): InnoDB rolls back only the statement, after waiting its
+#: whole ``innodb_lock_wait_timeout``.
+CONFLICT_CODES = (1213, 1020)
+
 
 class MariaDB:
     label = "MariaDB"
@@ -114,6 +120,9 @@ class MariaDB:
     def terminal(self, exc: BaseException) -> bool:
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
         return code in TERMINAL_CODES
+
+    def conflict(self, exc: BaseException) -> bool:
+        return bool(exc.args) and exc.args[0] in CONFLICT_CODES
 
     def tls_parameters(self, extra: Mapping[str, Any], conn_id: str) -> dict[str, str]:
         """The URL's TLS parameters from an Airflow ``mysql`` connection's extra, as the MySQL provider

@@ -22,6 +22,10 @@ TERMINAL_CLASSES = ("28", "3D", "3F", "42", "22", "23")
 TERMINAL_FATALS = ("password authentication failed", "no pg_hba.conf entry", "database", "role", "permission denied")
 
 
+#: A serialization failure (under REPEATABLE READ or SERIALIZABLE) and a deadlock: the server rolled
+#: the transaction back for another's sake.
+CONFLICT_STATES = ("40001", "40P01")
+
 #: The Airflow ``postgres`` connection's extra keys that are libpq's TLS parameters.
 SSL_KEYS = ("sslmode", "sslrootcert", "sslcert", "sslkey")
 
@@ -82,6 +86,9 @@ class Postgres:
         if not state:  # (a refused connection carries no SQLSTATE: the server's FATAL line says why)
             return any(f"FATAL:  {reason}" in str(exc) or f"FATAL: {reason}" in str(exc) for reason in TERMINAL_FATALS)
         return state[:2] in TERMINAL_CLASSES
+
+    def conflict(self, exc: BaseException) -> bool:
+        return getattr(exc, "sqlstate", None) in CONFLICT_STATES
 
     def tls_parameters(self, extra: Mapping[str, Any], conn_id: str) -> dict[str, str]:
         """libpq's TLS parameters from an Airflow ``postgres`` connection's extra."""
