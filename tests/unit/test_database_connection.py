@@ -144,3 +144,44 @@ def test_only_a_deadlock_or_serialization_failure_runs_the_transaction_again(ser
     else:
         found = MARIADB.conflict(pymysql.err.OperationalError(error, "refused"))
     assert found is conflict, f"{server} {error}: expected conflict={conflict}, found {found}"
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_a_conflict_runs_the_transaction_again_even_when_a_merge_read_wrapped_it(monkeypatch, wrapped):
+    # (review: the merge's own reads of the files table turn a driver error into a StorageError)
+    import contextlib
+
+    import psycopg
+
+    from kafka_batch_provider.errors import StorageError
+    from kafka_batch_provider.output import database_sink
+    from kafka_batch_provider.output.databases import failure
+    from kafka_batch_provider.output.postgres import PostgresSink
+
+    sink = PostgresSink("postgresql://u:secret@db.internal:5432/shop", "public.orders")
+    attempts: list[int] = []
+
+    def commit_batch(conn, seq, manifest, prepared):
+        attempts.append(seq)
+        if len(attempts) < 3:
+            deadlock = type("Deadlock", (psycopg.Error,), {"sqlstate": "40P01"})("deadlock detected")
+            if not wrapped:
+                raise deadlock
+            try:
+                raise deadlock
+            except psycopg.Error as exc:
+                raise failure(sink.database, sink.label, exc) from None
+        return True
+
+    monkeypatch.setattr(sink, "connect", lambda check=False: None)
+    monkeypatch.setattr(sink, "writer_lock", lambda conn: contextlib.nullcontext())
+    monkeypatch.setattr(sink, "ensure_log", lambda conn: None)
+    monkeypatch.setattr(sink, "commit_batch", commit_batch)
+    monkeypatch.setattr(database_sink.time, "sleep", lambda seconds: None)
+    assert sink.append({"seq": 7, "batch_id": "b-7"}) is True
+    assert attempts == [7, 7, 7], f"expected three attempts, found {attempts}"
+    attempts.clear()
+    monkeypatch.setattr(database_sink, "CONFLICT_ATTEMPTS", 2)
+    with pytest.raises(StorageError, match="deadlock detected") as failed:
+        sink.append({"seq": 7, "batch_id": "b-7"})
+    assert len(attempts) == 2 and "secret" not in str(failed.value)

@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 
 from kafka_batch_provider.core.merging import MergeSpec
 from kafka_batch_provider.core.settings import Setting
-from kafka_batch_provider.errors import ConfigError, ManifestError
+from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
 from kafka_batch_provider.fail_points import fail_point
 from kafka_batch_provider.output.database_files import FILES_TABLE, files_uri
 from kafka_batch_provider.output.databases import Database, connection_of, failure, one_line
@@ -223,13 +223,15 @@ class DatabaseSink(StagedInPlace):
                 while True:
                     try:
                         return self.commit_batch(conn, seq, manifest, prepared)
-                    except self.database.errors as exc:
-                        if not self.database.conflict(exc) or attempt == CONFLICT_ATTEMPTS:
+                    except (self.database.errors, StorageError) as exc:
+                        # (a statement of the merge's own reads fails as a StorageError: its cause says why)
+                        cause = exc if isinstance(exc, self.database.errors) else exc.__context__
+                        if cause is None or not self.database.conflict(cause) or attempt == CONFLICT_ATTEMPTS:
                             raise
                         pause = CONFLICT_PAUSE * 4 ** (attempt - 1) * random.uniform(0.5, 1.5)
                         log.warning(
                             "%s: batch %s's transaction rolled back for another's sake (%s): runs again in %.1f s "
-                            "(attempt %d of %d)", self.label, manifest["batch_id"], one_line(exc), pause, attempt + 1,
+                            "(attempt %d of %d)", self.label, manifest["batch_id"], one_line(cause), pause, attempt + 1,
                             CONFLICT_ATTEMPTS,
                         )  # fmt: skip
                         time.sleep(pause)

@@ -40,8 +40,8 @@ SQL_MODE = "STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY
 TERMINAL_CODES = (1044, 1045, 1142, 1143, 1227, 1049, 1146, 1054, 1048, 1264, 1292, 1366, 1406, 1062, 1148, 3948)
 
 #: A deadlock (1213, the transaction rolled back by InnoDB) and a row changed since the transaction's
-#: snapshot read it (1020, MariaDB 11.6's ``innodb_snapshot_isolation``): the same transaction again
-#: may pass. Not a lock's timeout (1205): InnoDB rolls back only the statement, after waiting its
+#: snapshot read it (1020, ``innodb_snapshot_isolation``, on by default from MariaDB 11.6.2): the
+#: same transaction again may pass. Not a lock's timeout (1205): InnoDB rolls back only the statement, after waiting its
 #: whole ``innodb_lock_wait_timeout``.
 CONFLICT_CODES = (1213, 1020)
 
