@@ -3,7 +3,8 @@
 killed after COMMIT and before the Kafka commit, the next run commits without reading again; its
 connection dropped, or its server restarted, while the transaction is open: one line, nothing
 committed, the retry lands it once; two runs racing for the same entry: one writes it; a
-serialization failure: the transaction runs again in place. Counted in the fault matrix."""
+serialization failure (PostgreSQL) or a deadlock (MariaDB) with another application: the
+transaction runs again in place. Counted in the fault matrix."""
 
 from __future__ import annotations
 
@@ -177,6 +178,19 @@ def test_two_runs_racing_for_one_entry_one_writes_it_and_the_other_never_does(
     expect_exactly_once(outcome, db, {(topic, p, o) for p in range(2) for o in range(10)})
 
 
+def check_upserted(outcome, db, table: str, log: str) -> None:
+    """The two batches of the conflict scenarios once each: keys 0-5, then key 3 deleted and key 5
+    changed (an upsert table holds the value's columns: each key's newest row is the record)."""
+    expected = {0: "v1-0", 1: "v1-1", 2: "v1-2", 4: "v1-4", 5: "v2-5"}
+    rows = db.rows(f"SELECT id, name FROM {table}")
+    entries = db.rows(f"SELECT seq FROM {log} ORDER BY seq")
+    outcome.checked = True
+    outcome.lost = sum(1 for key, name in expected.items() if (key, name) not in rows)
+    outcome.duplicated = len(rows) - len(set(rows)) + max(0, len(entries) - 2)
+    assert sorted(rows) == sorted(expected.items()), f"expected each key's newest row once: {sorted(rows)}"
+    assert entries == [(1,), (2,)], f"expected two log entries, found {entries}"
+
+
 def test_a_serialization_failure_runs_the_batch_transaction_again_and_it_lands_once(
     outcome, postgres_database, kafka_config, new_topic, group_id, spark_connect_remote
 ):
@@ -215,13 +229,59 @@ def test_a_serialization_failure_runs_the_batch_transaction_again_and_it_lands_o
     assert batch.finish().result()["records"] == 2
     retried = [line for line in batch.stderr.splitlines() if "rolled back for another's sake" in line]
     assert len(retried) == 1 and "could not serialize access" in retried[0], f"expected one retry: {batch.stderr}"
-    # (an upsert table holds the value's columns: each key's newest row is the record of exactly once)
-    expected = {0: "v1-0", 1: "v1-1", 2: "v1-2", 4: "v1-4", 5: "v2-5"}
-    rows = db.rows("SELECT id, name FROM public.orders")
-    entries = db.rows("SELECT seq FROM public.kafka_batch_log ORDER BY seq")
-    outcome.checked = True
-    outcome.lost = sum(1 for key, name in expected.items() if (key, name) not in rows)
-    outcome.duplicated = len(rows) - len(set(rows)) + max(0, len(entries) - 2)
-    assert sorted(rows) == sorted(expected.items()), f"expected each key's newest row once: {sorted(rows)}"
-    assert entries == [(1,), (2,)], f"expected two log entries, found {entries}"
+    check_upserted(outcome, db, "public.orders", "public.kafka_batch_log")
+    assert group_offsets(kafka_config, group_id, topic, 1) == {0: 8}
+
+
+def test_a_deadlock_runs_the_batch_transaction_again_and_it_lands_once(
+    outcome, mariadb_database, mariadb_server, kafka_config, new_topic, group_id, spark_connect_remote
+):
+    # The batch deletes key 3, then waits for key 5, which another application holds; the application
+    # then asks for key 3: a deadlock, and InnoDB rolls back the lighter transaction, the batch's (the
+    # application changed 5,000 rows before), which runs again in place once the application commits.
+    import json
+    import time
+
+    from kafka_batch_provider.testing.producers import Record
+
+    db = mariadb_database
+    topic = new_topic(partitions=1)
+
+    def keyed(key: int, value: dict | None) -> Record:
+        return Record(0, None if value is None else json.dumps(value).encode(), json.dumps({"id": key}).encode())
+
+    produce(kafka_config, topic, [keyed(k, {"id": k, "name": f"v1-{k}"}) for k in range(6)])
+    args, env = arguments(db, kafka_config, topic, group_id, spark_connect_remote), {"KAFKA_BATCH_DATABASE_URL": db.url}
+    assert run_cli([*args, "--mode", "upsert"], env).result()["records"] == 6
+    produce(kafka_config, topic, [keyed(3, None), keyed(5, {"id": 5, "name": "v2-5"})])
+    db.rows("CREATE TABLE app_work (n INT PRIMARY KEY) ENGINE=InnoDB")
+    app, watcher = db.connect(), mariadb_server.admin()
+    try:
+        app.autocommit(False)
+        with app.cursor() as cursor:
+            cursor.execute("INSERT INTO app_work SELECT seq FROM seq_1_to_5000")
+            cursor.execute("UPDATE orders SET name = 'by the app' WHERE id = 5")
+        batch = CliRun(args, env).start()
+        deadline = time.monotonic() + 180
+        while True:
+            with watcher.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT' "
+                    "AND trx_query LIKE 'UPDATE%'"
+                )
+                if cursor.fetchone()[0]:
+                    break
+            assert batch.process.poll() is None, f"the batch ended before it waited: {batch.finish().stderr[-1500:]}"
+            assert time.monotonic() < deadline, "expected the batch's UPDATE to wait for the application's row"
+            time.sleep(0.3)  # (InnoDB refreshes innodb_trx only when it was last read over 0.1 s before)
+        with app.cursor() as cursor:
+            cursor.execute("UPDATE orders SET name = 'by the app' WHERE id = 3")  # (the batch is the victim)
+        app.commit()
+    finally:
+        app.close()
+        watcher.close()
+    assert batch.finish().result()["records"] == 2
+    retried = [line for line in batch.stderr.splitlines() if "rolled back for another's sake" in line]
+    assert len(retried) == 1 and "Deadlock found" in retried[0], f"expected one retry: {batch.stderr}"
+    check_upserted(outcome, db, "orders", "kafka_batch_log")
     assert group_offsets(kafka_config, group_id, topic, 1) == {0: 8}
