@@ -19,7 +19,9 @@ On a PostgreSQL server of its own (Debian's binaries, ``dev/postgres.py``), in o
   against Debezium's JDBC sink connector 3.5.0.Final in upsert mode, two tasks, on this project's
   Kafka Connect runtime (``db_debezium_jdbc_rps``: from the worker's JVM start, as ours is from
   spark-submit's, to the last row; ``db_debezium_jdbc_warm_rps`` from the connector's creation, the
-  worker already up; goal ours >= 10x it); beside them the database's own upsert limit here
+  worker already up; goal ours >= 10x it); the same batch through a warm Spark Connect server
+  (``db_upsert_connect_rps``, over Debezium's warm figure: ``db_upsert_connect_over_debezium_warm``);
+  beside them the database's own upsert limit here
   (``db_upsert_limit_rps``: the same rows' three columns bare-COPYed from one process into a staging
   table and merged by one ``INSERT ... ON CONFLICT``, no Kafka, no decoding).
 
@@ -109,8 +111,8 @@ def commit_measures(url: str, n: int, value_size: int) -> dict[str, Any]:
 def kafka_batch_run(bootstrap: str, topic: str, spark_master: str, group: str, *more: str, url: str = "") -> float:
     """``kafka-batch run`` of the whole topic: its records a second, from the command's start."""
     command = [shutil.which("kafka-batch") or str(Path(sys.executable).parent / "kafka-batch"), "run",
-               "--bootstrap-servers", bootstrap, "--topic", topic, "--spark-master", spark_master, "--group", group,
-               *more]  # fmt: skip
+               "--bootstrap-servers", bootstrap, "--topic", topic, "--group", group,
+               *(["--spark-master", spark_master] if spark_master else []), *more]  # fmt: skip
     started = time.perf_counter()
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True,
                           env={**os.environ, **({"KAFKA_BATCH_DATABASE_URL": url} if url else {})})  # fmt: skip
@@ -177,7 +179,7 @@ def keyed_topic(bootstrap: str, records: int, partitions: int = 2) -> str:
     """A new topic of ``records`` keyed Kafka Connect JSON records with schemas (keys 0..records-1)."""
     from kafka_batch_provider.testing.producers import Record, create_topics, produce
 
-    topic = f"bench-keyed-{int(time.time())}"
+    topic = f"bench-keyed-{records}-{int(time.time())}"
     create_topics({"bootstrap.servers": bootstrap}, {topic: partitions})
     key_schema = {"type": "struct", "name": "bench.Key", "optional": False,
                   "fields": [{"field": "id", "type": "int64", "optional": False}]}  # fmt: skip
@@ -221,6 +223,21 @@ def upsert_limit_rps(url: str, records: int) -> float:
     return records / seconds
 
 
+def upsert_connect_rps(bootstrap: str, topic: str, spark_master: str, url: str, work: Path) -> dict:
+    """The same upsert batch through a warm Spark Connect server (its first batch, of another small
+    keyed topic, beforehand): the pair of Debezium's sink on a worker already up."""
+    from kafka_batch_provider.dev.spark_connect import SparkConnectServer
+
+    warm = keyed_topic(bootstrap, 1_000)
+    with SparkConnectServer(master=spark_master, log_path=work / "connect.log") as server:
+        remote = ("--spark-remote", server.remote)
+        upsert = ("--format", "postgres", "--mode", "upsert", *remote)
+        kafka_batch_run(bootstrap, warm, "", "bench-db-upsert-warm", *upsert, "--table", "public.warm", url=url)
+        rate = kafka_batch_run(bootstrap, topic, "", "bench-db-upsert-connect", *upsert, "--table",
+                               "public.upserts_connect", url=url)  # fmt: skip
+    return {"db_upsert_connect_rps": round(rate)}
+
+
 def upsert_measures(url: str, port: int, bootstrap: str, records: int, spark_master: str, work: Path) -> dict:
     """``--mode upsert`` against Debezium's JDBC sink connector (upsert), the same keyed topic."""
     import psycopg
@@ -231,6 +248,7 @@ def upsert_measures(url: str, port: int, bootstrap: str, records: int, spark_mas
     found = {"db_upsert_rps": round(kafka_batch_run(bootstrap, topic, spark_master, "bench-db-upsert", "--format",
                                                     "postgres", "--table", "public.upserts", "--mode", "upsert",
                                                     url=url))}  # fmt: skip
+    found.update(upsert_connect_rps(bootstrap, topic, spark_master, url, work))
     plugin = tools_dir() / "debezium-jdbc"
     if not any((plugin / "jars").glob("debezium-connector-jdbc-*.jar")):
         raise SystemExit("Debezium's JDBC sink connector is missing: make bench-tools")
@@ -260,6 +278,9 @@ def upsert_measures(url: str, port: int, bootstrap: str, records: int, spark_mas
     found["db_debezium_jdbc_rps"] = round(rows / from_jvm)  # (from its JVM start, as ours from spark-submit's)
     found["db_debezium_jdbc_warm_rps"] = round(rows / seconds)
     found["db_upsert_over_debezium_jdbc"] = round(found["db_upsert_rps"] / found["db_debezium_jdbc_rps"], 2)
+    found["db_upsert_connect_over_debezium_warm"] = round(
+        found["db_upsert_connect_rps"] / found["db_debezium_jdbc_warm_rps"], 2
+    )
     found["db_upsert_limit_rps"] = round(upsert_limit_rps(url, records))
     found["db_upsert_over_limit"] = round(found["db_upsert_rps"] / found["db_upsert_limit_rps"], 3)
     return found
