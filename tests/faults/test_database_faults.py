@@ -8,7 +8,10 @@ transaction runs again in place. Counted in the fault matrix."""
 
 from __future__ import annotations
 
+import json
+import time
 from collections import Counter
+from urllib.parse import quote
 
 import pytest
 
@@ -178,9 +181,38 @@ def test_two_runs_racing_for_one_entry_one_writes_it_and_the_other_never_does(
     expect_exactly_once(outcome, db, {(topic, p, o) for p in range(2) for o in range(10)})
 
 
-def check_upserted(outcome, db, table: str, log: str) -> None:
-    """The two batches of the conflict scenarios once each: keys 0-5, then key 3 deleted and key 5
-    changed (an upsert table holds the value's columns: each key's newest row is the record)."""
+def keyed(key: int, value: dict | None):
+    """A record of key ``key`` (JSON) and ``value`` (JSON; a tombstone when ``None``) in partition 0."""
+    from kafka_batch_provider.testing.producers import Record
+
+    return Record(0, None if value is None else json.dumps(value).encode(), json.dumps({"id": key}).encode())
+
+
+def two_upsert_batches(db, kafka_config, topic: str, group: str, remote: str) -> list[str]:
+    """The conflict scenarios' topic: keys 0-5 (offsets 0-5), merged by a first ``--mode upsert`` run;
+    then key 3 deleted and key 5 changed (offsets 6, 7), for the run under test (the arguments)."""
+    produce(kafka_config, topic, [keyed(k, {"id": k, "name": f"v1-{k}"}) for k in range(6)])
+    args = arguments(db, kafka_config, topic, group, remote)
+    assert run_cli([*args, "--mode", "upsert"], {"KAFKA_BATCH_DATABASE_URL": db.url}).result()["records"] == 6
+    produce(kafka_config, topic, [keyed(3, None), keyed(5, {"id": 5, "name": "v2-5"})])
+    return args
+
+
+def wait_while_running(batch: CliRun, what: str, found, every: float = 0.05, timeout: float = 180) -> None:
+    """Until ``found()``; the batch must still be running."""
+    deadline = time.monotonic() + timeout
+    while not found():
+        assert batch.process.poll() is None, f"the batch ended before {what}: {batch.finish().stderr[-1500:]}"
+        assert time.monotonic() < deadline, f"expected {what} within {timeout:g} s"
+        time.sleep(every)
+
+
+def check_retried_once(outcome, db, batch: CliRun, reason: str, table: str, log: str) -> None:
+    """The batch ran its transaction twice (one warning line naming ``reason``) and both batches
+    landed once: each key's newest row (an upsert table holds the value's columns), two log entries."""
+    assert batch.finish().result()["records"] == 2
+    retried = [line for line in batch.stderr.splitlines() if "rolled back for another's sake" in line]
+    assert len(retried) == 1 and reason in retried[0], f"expected one retry for {reason!r}: {batch.stderr}"
     expected = {0: "v1-0", 1: "v1-1", 2: "v1-2", 4: "v1-4", 5: "v2-5"}
     rows = db.rows(f"SELECT id, name FROM {table}")
     entries = db.rows(f"SELECT seq FROM {log} ORDER BY seq")
@@ -197,39 +229,20 @@ def test_a_serialization_failure_runs_the_batch_transaction_again_and_it_lands_o
     # A database whose sessions run SERIALIZABLE (a setting some teams choose): the batch's UPDATE
     # waits for a row another application holds, which then commits: 40001 "could not serialize
     # access", and the batch's transaction runs again in place (docs/databases.md).
-    import json
-    import time
-    from urllib.parse import quote
-
-    from kafka_batch_provider.testing.producers import Record
-
     db = postgres_database
     topic = new_topic(partitions=1)
-
-    def keyed(key: int, value: dict | None) -> Record:
-        return Record(0, None if value is None else json.dumps(value).encode(), json.dumps({"id": key}).encode())
-
-    produce(kafka_config, topic, [keyed(k, {"id": k, "name": f"v1-{k}"}) for k in range(6)])  # offsets 0-5
-    args = arguments(db, kafka_config, topic, group_id, spark_connect_remote)
-    assert run_cli([*args, "--mode", "upsert"], {"KAFKA_BATCH_DATABASE_URL": db.url}).result()["records"] == 6
-    produce(kafka_config, topic, [keyed(3, None), keyed(5, {"id": 5, "name": "v2-5"})])  # offsets 6, 7
+    args = two_upsert_batches(db, kafka_config, topic, group_id, spark_connect_remote)
     serializable = db.url + "?options=" + quote("-c default_transaction_isolation=serializable")
     with db.connect() as app, db.connect() as watcher:
         app.autocommit = False
         app.execute("UPDATE public.orders SET name = 'by the app' WHERE id = 5")
         batch = CliRun(args, {"KAFKA_BATCH_DATABASE_URL": serializable}).start()
-        deadline = time.monotonic() + 180
-        while not watcher.execute(
+        waiting = (
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        ).fetchone()[0]:  # fmt: skip
-            assert batch.process.poll() is None, f"the batch ended before it waited: {batch.finish().stderr[-1500:]}"
-            assert time.monotonic() < deadline, "expected the batch's transaction to wait for the application's row"
-            time.sleep(0.05)
+        )
+        wait_while_running(batch, "it waited for the application's row", lambda: watcher.execute(waiting).fetchone()[0])
         app.commit()
-    assert batch.finish().result()["records"] == 2
-    retried = [line for line in batch.stderr.splitlines() if "rolled back for another's sake" in line]
-    assert len(retried) == 1 and "could not serialize access" in retried[0], f"expected one retry: {batch.stderr}"
-    check_upserted(outcome, db, "public.orders", "public.kafka_batch_log")
+    check_retried_once(outcome, db, batch, "could not serialize access", "public.orders", "public.kafka_batch_log")
     assert group_offsets(kafka_config, group_id, topic, 1) == {0: 8}
 
 
@@ -239,21 +252,9 @@ def test_a_deadlock_runs_the_batch_transaction_again_and_it_lands_once(
     # The batch deletes key 3, then waits for key 5, which another application holds; the application
     # then asks for key 3: a deadlock, and InnoDB rolls back the lighter transaction, the batch's (the
     # application changed 5,000 rows before), which runs again in place once the application commits.
-    import json
-    import time
-
-    from kafka_batch_provider.testing.producers import Record
-
     db = mariadb_database
     topic = new_topic(partitions=1)
-
-    def keyed(key: int, value: dict | None) -> Record:
-        return Record(0, None if value is None else json.dumps(value).encode(), json.dumps({"id": key}).encode())
-
-    produce(kafka_config, topic, [keyed(k, {"id": k, "name": f"v1-{k}"}) for k in range(6)])
-    args, env = arguments(db, kafka_config, topic, group_id, spark_connect_remote), {"KAFKA_BATCH_DATABASE_URL": db.url}
-    assert run_cli([*args, "--mode", "upsert"], env).result()["records"] == 6
-    produce(kafka_config, topic, [keyed(3, None), keyed(5, {"id": 5, "name": "v2-5"})])
+    args = two_upsert_batches(db, kafka_config, topic, group_id, spark_connect_remote)
     db.rows("CREATE TABLE app_work (n INT PRIMARY KEY) ENGINE=InnoDB")
     app, watcher = db.connect(), mariadb_server.admin()
     try:
@@ -261,27 +262,23 @@ def test_a_deadlock_runs_the_batch_transaction_again_and_it_lands_once(
         with app.cursor() as cursor:
             cursor.execute("INSERT INTO app_work SELECT seq FROM seq_1_to_5000")
             cursor.execute("UPDATE orders SET name = 'by the app' WHERE id = 5")
-        batch = CliRun(args, env).start()
-        deadline = time.monotonic() + 180
-        while True:
+        batch = CliRun(args, {"KAFKA_BATCH_DATABASE_URL": db.url}).start()
+
+        def update_waits() -> bool:
             with watcher.cursor() as cursor:
                 cursor.execute(
                     "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT' "
                     "AND trx_query LIKE 'UPDATE%'"
                 )
-                if cursor.fetchone()[0]:
-                    break
-            assert batch.process.poll() is None, f"the batch ended before it waited: {batch.finish().stderr[-1500:]}"
-            assert time.monotonic() < deadline, "expected the batch's UPDATE to wait for the application's row"
-            time.sleep(0.3)  # (InnoDB refreshes innodb_trx only when it was last read over 0.1 s before)
+                return bool(cursor.fetchone()[0])
+
+        # (every 0.3 s: InnoDB refreshes innodb_trx only when it was last read over 0.1 s before)
+        wait_while_running(batch, "its UPDATE waited for the application's row", update_waits, every=0.3)
         with app.cursor() as cursor:
             cursor.execute("UPDATE orders SET name = 'by the app' WHERE id = 3")  # (the batch is the victim)
         app.commit()
     finally:
         app.close()
         watcher.close()
-    assert batch.finish().result()["records"] == 2
-    retried = [line for line in batch.stderr.splitlines() if "rolled back for another's sake" in line]
-    assert len(retried) == 1 and "Deadlock found" in retried[0], f"expected one retry: {batch.stderr}"
-    check_upserted(outcome, db, "orders", "kafka_batch_log")
+    check_retried_once(outcome, db, batch, "Deadlock found", "orders", "kafka_batch_log")
     assert group_offsets(kafka_config, group_id, topic, 1) == {0: 8}
