@@ -287,3 +287,35 @@ def test_wrong_password_mismatched_format_and_unreadable_urls_are_one_line_witho
         with pytest.raises(ConfigError) as unreadable:
             OutputSpec(format="mysql", table="db.orders", database_url=url)
         assert "percent-encoded" in str(unreadable.value) and secret not in str(unreadable.value), unreadable.value
+
+
+def test_the_server_gets_no_local_file_but_the_one_the_statement_sends(mariadb_database, tmp_path):
+    # (PyMySQL alone sends whatever file a server names, at any statement: a rogue server could read
+    # a worker's secrets; here the real server asks for a file the statement did not pin)
+    import pymysql
+
+    from kafka_batch_provider.output.databases.mariadb import MARIADB
+    from kafka_batch_provider.output.databases.mariadb_local_files import REFUSED, sending
+
+    secret, rows = tmp_path / "secret.txt", tmp_path / "rows.txt"
+    secret.write_text("worker-secret\n")
+    rows.write_text("1\n2\n")
+    mariadb_database.rows("CREATE TABLE pinned (v VARCHAR(40)) ENGINE=InnoDB")
+    load = "LOAD DATA LOCAL INFILE %s INTO TABLE pinned"
+    for pinned in (None, str(rows)):
+        conn = MARIADB.connect(mariadb_database.url)
+        with pytest.raises(pymysql.err.OperationalError) as refused:
+            if pinned is None:
+                conn.cursor().execute(load, (str(secret),))
+            else:
+                with sending(conn, pinned):
+                    conn.cursor().execute(load, (str(secret),))
+        assert refused.value.args[0] == REFUSED, f"expected the request refused, got {refused.value.args}"
+        assert not conn.open, "a refused request leaves the protocol mid-statement: the connection must close"
+        assert mariadb_database.rows("SELECT v FROM pinned") == [], "the server got the file it was refused"
+    conn = MARIADB.connect(mariadb_database.url)
+    with sending(conn, str(rows)):
+        assert conn.cursor().execute(load, (str(rows),)) == 2
+    assert conn.pinned_file is None
+    assert sorted(mariadb_database.rows("SELECT v FROM pinned")) == [("1",), ("2",)]
+    conn.close()

@@ -179,6 +179,8 @@ class MariadbSink(DatabaseSink):
         """``batches`` (of ``schema``) into ``table`` (quoted) by ``LOAD DATA LOCAL INFILE``, one chunk at
         a time (the next chunk's text made by a thread while this one loads); a warning, or a row the
         server skipped, refuses them."""
+        from kafka_batch_provider.output.databases.mariadb_local_files import sending
+
         statement = load_statement(self.database.quote, table, schema)
         with tempfile.TemporaryDirectory(prefix="kafka-batch-load-") as folder:
             path = os.path.join(folder, "rows")
@@ -188,7 +190,8 @@ class MariadbSink(DatabaseSink):
                 with open(path, "wb") as f:
                     f.write(text)
                 try:
-                    loaded = conn.cursor().execute(statement, (path,))
+                    with sending(conn, path):
+                        loaded = conn.cursor().execute(statement, (path,))
                 except self.database.errors as exc:
                     if exc.args and exc.args[0] in (1148, 3948):  # (the server refuses LOCAL INFILE)
                         raise ConfigError(

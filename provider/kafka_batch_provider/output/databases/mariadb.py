@@ -1,10 +1,12 @@
 """MariaDB and MySQL (``mysql://USER:PASSWORD@HOST:PORT/DB``), through PyMySQL.
 
 PyMySQL is pure Python (no client library to build) and speaks ``LOAD DATA LOCAL INFILE``, the
-servers' fastest bulk path. Every connection runs in UTC (``time_zone = '+00:00'``: ``DATETIME``
-has no zone) with strict SQL modes (a value that does not fit is an error, not a silent cut), and
-``utf8mb4``. TLS comes from the URL's query: ``ssl_ca``, ``ssl_cert``, ``ssl_key`` (files) and
-``ssl_verify_cert`` / ``ssl_verify_identity`` (``true``/``false``).
+servers' fastest bulk path (a connection sends the one file its statement names, and only then:
+:mod:`~kafka_batch_provider.output.databases.mariadb_local_files`). Every connection runs in UTC
+(``time_zone = '+00:00'``: ``DATETIME`` has no zone) with strict SQL modes (a value that does not
+fit is an error, not a silent cut), and ``utf8mb4``. TLS comes from the URL's query: ``ssl_ca``,
+``ssl_cert``, ``ssl_key`` (files) and ``ssl_verify_cert`` / ``ssl_verify_identity``
+(``true``/``false``).
 """
 
 from __future__ import annotations
@@ -70,8 +72,6 @@ class MariaDB:
         return parts.hostname, port, parts.path.strip("/")
 
     def connect(self, url: str) -> Any:
-        import pymysql
-
         host, port, database = self.url_parts(url)
         parts = urlsplit(url)
         options: dict[str, Any] = {}
@@ -84,8 +84,11 @@ class MariaDB:
                 raise ConfigError(
                     f"the database URL's query may set {', '.join(SSL_FILES + SSL_FLAGS)}; {key[:40]!r} is not one"
                 )
+        from kafka_batch_provider.output.databases.mariadb_local_files import PinnedConnection
+
         try:
-            return pymysql.connect(
+            # (local_infile: the capability LOAD DATA LOCAL needs; which file goes is pinned per statement)
+            return PinnedConnection(
                 host=host,
                 port=port,
                 user=unquote(parts.username or ""),
