@@ -84,11 +84,11 @@ class MariaDB:
                 raise ConfigError(
                     f"the database URL's query may set {', '.join(SSL_FILES + SSL_FLAGS)}; {key[:40]!r} is not one"
                 )
-        from kafka_batch_provider.output.databases.mariadb_local_files import PinnedConnection
+        from kafka_batch_provider.output.databases.mariadb_local_files import pinned_connection
 
         try:
             # (local_infile: the capability LOAD DATA LOCAL needs; which file goes is pinned per statement)
-            return PinnedConnection(
+            return pinned_connection()(
                 host=host,
                 port=port,
                 user=unquote(parts.username or ""),
