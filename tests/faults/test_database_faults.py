@@ -3,15 +3,13 @@
 killed after COMMIT and before the Kafka commit, the next run commits without reading again; its
 connection dropped, or its server restarted, while the transaction is open: one line, nothing
 committed, the retry lands it once; two runs racing for the same entry: one writes it; a
-serialization failure (PostgreSQL) or a deadlock (MariaDB) with another application: the
-transaction runs again in place. Counted in the fault matrix."""
+deadlock with another application: the transaction runs again in place. Counted in the fault matrix."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections import Counter
-from urllib.parse import quote
 
 import pytest
 
@@ -223,26 +221,37 @@ def check_retried_once(outcome, db, batch: CliRun, reason: str, table: str, log:
     assert entries == [(1,), (2,)], f"expected two log entries, found {entries}"
 
 
-def test_a_serialization_failure_runs_the_batch_transaction_again_and_it_lands_once(
-    outcome, postgres_database, kafka_config, new_topic, group_id, spark_connect_remote
+def test_a_postgres_deadlock_runs_the_batch_transaction_again_and_it_lands_once(
+    outcome, postgres_database, postgres_server, kafka_config, new_topic, group_id, spark_connect_remote
 ):
-    # A database whose sessions run SERIALIZABLE (a setting some teams choose): the batch's UPDATE
-    # waits for a row another application holds, which then commits: 40001 "could not serialize
-    # access", and the batch's transaction runs again in place (docs/databases.md).
+    # The batch deletes key 3, then waits for key 5, which another application holds; the application
+    # then asks for key 3: a deadlock. PostgreSQL's check runs in the session that waited
+    # deadlock_timeout first: the batch's role gets 2 s, the application 60 s (both set by the
+    # superuser), so the batch is the one rolled back (40P01) and runs again in place.
     db = postgres_database
     topic = new_topic(partitions=1)
     args = two_upsert_batches(db, kafka_config, topic, group_id, spark_connect_remote)
-    serializable = db.url + "?options=" + quote("-c default_transaction_isolation=serializable")
-    with db.connect() as app, db.connect() as watcher:
-        app.autocommit = False
+    with postgres_server.admin() as admin:
+        admin.autocommit = True
+        admin.execute(f"ALTER ROLE \"{db.name}\" SET deadlock_timeout = '2s'")
+    with postgres_server.admin(db.name) as app, db.connect() as watcher:
+        app.autocommit = True
+        app.execute("SET deadlock_timeout = '60s'")
+        app.execute("BEGIN")
         app.execute("UPDATE public.orders SET name = 'by the app' WHERE id = 5")
-        batch = CliRun(args, {"KAFKA_BATCH_DATABASE_URL": serializable}).start()
+        batch = CliRun(args, {"KAFKA_BATCH_DATABASE_URL": db.url}).start()
         waiting = (
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' "
+            "AND query LIKE 'UPDATE%'"
         )
-        wait_while_running(batch, "it waited for the application's row", lambda: watcher.execute(waiting).fetchone()[0])
-        app.commit()
-    check_retried_once(outcome, db, batch, "could not serialize access", "public.orders", "public.kafka_batch_log")
+        wait_while_running(
+            batch, "its UPDATE waited for the application's row", lambda: watcher.execute(waiting).fetchone()[0]
+        )
+        app.execute(
+            "UPDATE public.orders SET name = 'by the app' WHERE id = 3"
+        )  # (waits until the batch is rolled back)
+        app.execute("COMMIT")
+    check_retried_once(outcome, db, batch, "deadlock detected", "public.orders", "public.kafka_batch_log")
     assert group_offsets(kafka_config, group_id, topic, 1) == {0: 8}
 
 

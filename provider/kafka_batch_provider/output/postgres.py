@@ -1,12 +1,12 @@
 """PostgreSQL tables (``--format postgres --table SCHEMA.NAME``): the database output
 (:mod:`kafka_batch_provider.output.database_sink`) in PostgreSQL.
 
-The log and the files tables live in the target's schema. The writer lock is a session-level
-advisory lock on the output's name, taken before the batch's transaction begins; rows reach the
-table by ``COPY``, built in compiled code: in the binary format where the table's columns are of
-the types it encodes (:mod:`kafka_batch_provider.output.postgres_binary`), as CSV text otherwise
-(:mod:`kafka_batch_provider.output.postgres_copy`); a new column is added inside the batch's
-transaction (PostgreSQL's DDL is transactional).
+The log and the files tables live in the target's schema. The batch's transaction runs READ
+COMMITTED and holds a transaction-level advisory lock on the output's name, its writer lock; rows
+reach the table by ``COPY``, built in compiled code: in the binary format where the table's columns
+are of the types it encodes (:mod:`kafka_batch_provider.output.postgres_binary`), as CSV text
+otherwise (:mod:`kafka_batch_provider.output.postgres_copy`); a new column is added inside the
+batch's transaction (PostgreSQL's DDL is transactional).
 
 What types the columns get (:func:`column_type`): text, bytea, smallint/integer/bigint, real,
 double precision, boolean, numeric(p,s), date, time, timestamp, timestamptz, arrays of those, and
@@ -59,27 +59,16 @@ class PostgresSink(DatabaseSink):
         )
 
     @contextmanager
-    def writer_lock(self, conn: Any) -> Iterator[None]:
-        """One writer at a time per output: a session-level advisory lock on the output's name, taken
-        before the transaction begins (a lock taken by its first statement would come after its
-        snapshot, and under REPEATABLE READ or SERIALIZABLE the check of the log's newest entry would
-        read the log as it was before the last holder committed). A lost connection releases it."""
-        key = f"kafka_batch:{self.name}"
-        conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (key,))
-        try:
-            yield
-        finally:
-            if self.database.usable(conn):
-                try:
-                    conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
-                except self.database.errors:
-                    conn.close()  # (the server releases it with the session)
-
-    @contextmanager
     def transaction(self, conn: Any) -> Iterator[Any]:
         from psycopg.pq import TransactionStatus
 
         with conn.transaction():
+            # READ COMMITTED whatever the database's default: the lock is the guard, and the check after it
+            # must see the last holder's commit (under REPEATABLE READ or SERIALIZABLE the lock's own
+            # statement would fix the snapshot before the wait). A transaction-level lock, so that a pooler
+            # in transaction mode (PgBouncer) keeps the lock and the statements on one server connection.
+            conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"kafka_batch:{self.name}",))
             yield conn
             if conn.info.transaction_status == TransactionStatus.INERROR:  # (an error swallowed inside the block)
                 raise StorageError(f"{self.label}: its transaction failed")
