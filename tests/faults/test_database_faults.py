@@ -221,19 +221,26 @@ def check_retried_once(outcome, db, batch: CliRun, reason: str, table: str, log:
     assert entries == [(1,), (2,)], f"expected two log entries, found {entries}"
 
 
+#: The batch's role's deadlock_timeout in the PostgreSQL scenario: the application must ask for the
+#: batch's row within it (its own is 60 s).
+BATCH_DEADLOCK_TIMEOUT = "5s"
+
+
 def test_a_postgres_deadlock_runs_the_batch_transaction_again_and_it_lands_once(
     outcome, postgres_database, postgres_server, kafka_config, new_topic, group_id, spark_connect_remote
 ):
     # The batch deletes key 3, then waits for key 5, which another application holds; the application
     # then asks for key 3: a deadlock. PostgreSQL's check runs in the session that waited
-    # deadlock_timeout first: the batch's role gets 2 s, the application 60 s (both set by the
+    # deadlock_timeout first: the batch's role gets 5 s, the application 60 s (both set by the
     # superuser), so the batch is the one rolled back (40P01) and runs again in place.
+    import psycopg
+
     db = postgres_database
     topic = new_topic(partitions=1)
     args = two_upsert_batches(db, kafka_config, topic, group_id, spark_connect_remote)
     with postgres_server.admin() as admin:
         admin.autocommit = True
-        admin.execute(f"ALTER ROLE \"{db.name}\" SET deadlock_timeout = '2s'")
+        admin.execute(f"ALTER ROLE \"{db.name}\" SET deadlock_timeout = '{BATCH_DEADLOCK_TIMEOUT}'")
     with postgres_server.admin(db.name) as app, db.connect() as watcher:
         app.autocommit = True
         app.execute("SET deadlock_timeout = '60s'")
@@ -247,9 +254,13 @@ def test_a_postgres_deadlock_runs_the_batch_transaction_again_and_it_lands_once(
         wait_while_running(
             batch, "its UPDATE waited for the application's row", lambda: watcher.execute(waiting).fetchone()[0]
         )
-        app.execute(
-            "UPDATE public.orders SET name = 'by the app' WHERE id = 3"
-        )  # (waits until the batch is rolled back)
+        try:  # (waits until the batch is rolled back)
+            app.execute("UPDATE public.orders SET name = 'by the app' WHERE id = 3")
+        except psycopg.errors.DeadlockDetected:
+            raise AssertionError(
+                "the application was rolled back, not the batch: it waited for key 3 more than "
+                f"{BATCH_DEADLOCK_TIMEOUT} after the batch began to wait, so the batch's one deadlock check found none"
+            ) from None
         app.execute("COMMIT")
     check_retried_once(outcome, db, batch, "deadlock detected", "public.orders", "public.kafka_batch_log")
     assert group_offsets(kafka_config, group_id, topic, 1) == {0: 8}

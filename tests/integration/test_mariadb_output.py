@@ -319,3 +319,11 @@ def test_the_server_gets_no_local_file_but_the_one_the_statement_sends(mariadb_d
     assert conn.pinned_file is None
     assert sorted(mariadb_database.rows("SELECT v FROM pinned")) == [("1",), ("2",)]
     conn.close()
+    # Inside the sink's writer lock, which closes its connection on any error: the refusal is what
+    # surfaces (review: a second close() raised "Already closed" over it).
+    sink = open_store(OutputSpec(format="mysql", table=mariadb_database.table, database_url=mariadb_database.url)).sink
+    conn = sink.connect()
+    with pytest.raises(pymysql.err.OperationalError) as refused:
+        with sink.writer_lock(conn):
+            conn.cursor().execute(load, (str(secret),))
+    assert refused.value.args[0] == REFUSED, f"expected the refusal to surface, got {refused.value.args}"

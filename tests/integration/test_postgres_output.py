@@ -134,9 +134,12 @@ def staged_manifest(store, seq: int, batch_id: str, offsets: range) -> dict:
 
 def race(spec: OutputSpec, racers: list[dict]) -> dict[str, bool]:
     results: dict[str, bool] = {}
+    together = threading.Barrier(len(racers), timeout=120)  # (all stores open before any appends)
 
     def append(manifest: dict) -> None:
-        results[manifest["batch_id"]] = open_store(spec).log.append(manifest)
+        store = open_store(spec)
+        together.wait()
+        results[manifest["batch_id"]] = store.log.append(manifest)
 
     threads = [threading.Thread(target=append, args=(m,)) for m in racers]
     for t in threads:

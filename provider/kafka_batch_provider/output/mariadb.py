@@ -93,7 +93,8 @@ class MariadbSink(DatabaseSink):
         try:
             yield
         except BaseException:
-            conn.close()  # (the server releases the lock; the next use connects again, in a known state)
+            if conn.open:  # (a refused local file closed it already; PyMySQL's close() twice raises)
+                conn.close()  # (the server releases the lock; the next use connects again, in a known state)
             raise
         self.run(conn, "SELECT RELEASE_LOCK(%s)", (name,))
 

@@ -65,8 +65,8 @@ class PostgresSink(DatabaseSink):
         with conn.transaction():
             # READ COMMITTED whatever the database's default: the lock is the guard, and the check after it
             # must see the last holder's commit (under REPEATABLE READ or SERIALIZABLE the lock's own
-            # statement would fix the snapshot before the wait). A transaction-level lock, so that a pooler
-            # in transaction mode (PgBouncer) keeps the lock and the statements on one server connection.
+            # statement would fix the snapshot before the wait). A transaction-level lock: nothing of it
+            # outlives the transaction (a session's lock would outlive it on a pooled server connection).
             conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"kafka_batch:{self.name}",))
             yield conn

@@ -6,6 +6,8 @@ network without TLS) could read a worker's files, ``/proc/self/environ`` and its
 them. A connection of :func:`pinned_connection` takes the capability (the server refuses ``LOAD
 DATA LOCAL`` without it) but sends a file only inside :func:`sending`, and only the file it names;
 any other request closes the connection and fails the statement in one line, having sent nothing.
+(PyMySQL's ``Connection.show_warnings`` reads its result unpinned; the sinks read warnings by a
+cursor's ``SHOW WARNINGS``, which is pinned.)
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ def pinned_connection() -> type:
             asked = LoadLocalPacketWrapper(first_packet).filename
             pinned = getattr(connection, "pinned_file", None)
             if pinned is None or asked != os.fsencode(pinned):
-                connection.close()  # (nothing sent; the protocol cannot go on without the file)
+                # (nothing sent, not even QUIT: the server waits for file data; the protocol cannot go on)
+                connection._force_close()
                 raise err.OperationalError(
                     REFUSED,
                     "the server asked for a local file this statement does not send: the connection is closed",
