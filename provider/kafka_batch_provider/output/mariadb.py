@@ -41,7 +41,8 @@ import pyarrow.parquet as pq
 from kafka_batch_provider.core.merging import DELETE_OP, OP_COLUMN, ORDER_COLUMN, UPSERT_OP
 from kafka_batch_provider.errors import ConfigError, ManifestError, StorageError
 from kafka_batch_provider.output.database_sink import LOAD_ROWS, DatabaseSink, open_database_store
-from kafka_batch_provider.output.databases.mariadb import MARIADB, binary_collation
+from kafka_batch_provider.output.databases.mariadb import LOCAL_INFILE_REFUSED, MARIADB, binary_collation, error_code
+from kafka_batch_provider.output.databases.mariadb_local_files import sending
 from kafka_batch_provider.output.mariadb_load import load_text
 from kafka_batch_provider.output.merge_source import MergeSource, merge_batch, prefetched
 
@@ -180,8 +181,6 @@ class MariadbSink(DatabaseSink):
         """``batches`` (of ``schema``) into ``table`` (quoted) by ``LOAD DATA LOCAL INFILE``, one chunk at
         a time (the next chunk's text made by a thread while this one loads); a warning, or a row the
         server skipped, refuses them."""
-        from kafka_batch_provider.output.databases.mariadb_local_files import sending
-
         statement = load_statement(self.database.quote, table, schema)
         with tempfile.TemporaryDirectory(prefix="kafka-batch-load-") as folder:
             path = os.path.join(folder, "rows")
@@ -194,7 +193,7 @@ class MariadbSink(DatabaseSink):
                     with sending(conn, path):
                         loaded = conn.cursor().execute(statement, (path,))
                 except self.database.errors as exc:
-                    if exc.args and exc.args[0] in (1148, 3948):  # (the server refuses LOCAL INFILE)
+                    if error_code(exc) in LOCAL_INFILE_REFUSED:
                         raise ConfigError(
                             f"{self.label}: the server refuses LOAD DATA LOCAL: set local_infile=ON"
                         ) from None

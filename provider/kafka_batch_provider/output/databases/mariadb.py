@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, unquote_to_bytes, urlsplit
 
 from kafka_batch_provider.errors import ConfigError
+from kafka_batch_provider.output.databases.mariadb_local_files import pinned_connection
 
 UNREADABLE_URL = (
     "the database URL cannot be read as mysql://USER:PASSWORD@HOST:PORT/DB: a password or user "
@@ -43,9 +44,16 @@ TERMINAL_CODES = (1044, 1045, 1142, 1143, 1227, 1049, 1146, 1054, 1048, 1264, 12
 
 #: A deadlock (1213, the transaction rolled back by InnoDB) and a row changed since the transaction's
 #: snapshot read it (1020, ``innodb_snapshot_isolation``, on by default from MariaDB 11.6.2): the
-#: same transaction again may pass. Not a lock's timeout (1205): InnoDB rolls back only the statement, after waiting its
-#: whole ``innodb_lock_wait_timeout``.
+#: same transaction again may pass. Not a lock's timeout (1205): InnoDB rolls back only the
+#: statement, after waiting its whole ``innodb_lock_wait_timeout``.
 CONFLICT_CODES = (1213, 1020)
+#: LOAD DATA LOCAL refused by the server's settings.
+LOCAL_INFILE_REFUSED = (1148, 3948)
+
+
+def error_code(exc: BaseException) -> int:
+    """The server's (or PyMySQL's) error number of a PyMySQL error (0 when it carries none)."""
+    return exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
 
 
 class MariaDB:
@@ -84,8 +92,6 @@ class MariaDB:
                 raise ConfigError(
                     f"the database URL's query may set {', '.join(SSL_FILES + SSL_FLAGS)}; {key[:40]!r} is not one"
                 )
-        from kafka_batch_provider.output.databases.mariadb_local_files import pinned_connection
-
         try:
             # (local_infile: the capability LOAD DATA LOCAL needs; which file goes is pinned per statement)
             return pinned_connection()(
@@ -121,11 +127,10 @@ class MariaDB:
             return False
 
     def terminal(self, exc: BaseException) -> bool:
-        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
-        return code in TERMINAL_CODES
+        return error_code(exc) in TERMINAL_CODES
 
     def conflict(self, exc: BaseException) -> bool:
-        return bool(exc.args) and exc.args[0] in CONFLICT_CODES
+        return error_code(exc) in CONFLICT_CODES
 
     def tls_parameters(self, extra: Mapping[str, Any], conn_id: str) -> dict[str, str]:
         """The URL's TLS parameters from an Airflow ``mysql`` connection's extra, as the MySQL provider

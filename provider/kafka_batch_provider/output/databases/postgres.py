@@ -23,7 +23,8 @@ TERMINAL_FATALS = ("password authentication failed", "no pg_hba.conf entry", "da
 
 
 #: A serialization failure (under REPEATABLE READ or SERIALIZABLE) and a deadlock: the server rolled
-#: the transaction back for another's sake.
+#: the transaction back for another's sake. (A batch's transaction runs READ COMMITTED, so of the
+#: two only the deadlock reaches it.)
 CONFLICT_STATES = ("40001", "40P01")
 
 #: The Airflow ``postgres`` connection's extra keys that are libpq's TLS parameters.
