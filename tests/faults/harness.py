@@ -235,14 +235,21 @@ def run_through_outage(
     return run
 
 
+def wait_while_running(run: CliRun, what: str, found, every: float = 0.05, timeout: float = 180) -> None:
+    """Until ``found()``, with the run still running then (a fault's moment: it must come mid-run)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert run.process.poll() is None, f"the batch ended before {what}: {run.finish().stderr[-1500:]}"
+        if found():
+            return
+        assert time.monotonic() < deadline, f"expected {what} within {timeout:g} s"
+        time.sleep(every)
+
+
 def wait_until_tasks_write(run: CliRun, lake: Lake, timeout: float = 240) -> None:
     """Until the batch's Spark tasks have written a file and the run has not ended: mid-write."""
     store = lake.store()
-    deadline = time.monotonic() + timeout
-    while not lake.staged_names(store) and time.monotonic() < deadline and run.process.poll() is None:
-        time.sleep(0.05)
-    assert run.process.poll() is None, f"the batch ended before the fault: {run.finish().stderr[-800:]}"
-    assert lake.staged_names(store), f"no task wrote a file within {timeout:g} s"
+    wait_while_running(run, "a task wrote a file", lambda: bool(lake.staged_names(store)), timeout=timeout)
 
 
 def race(runs: list[CliRun]) -> list[CliRun]:

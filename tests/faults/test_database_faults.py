@@ -8,13 +8,12 @@ deadlock with another application: the transaction runs again in place. Counted 
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 
 import pytest
 
 from kafka_batch_provider.testing.producers import produce, sample_records
-from tests.faults.harness import CliRun, race, run_cli
+from tests.faults.harness import CliRun, race, run_cli, wait_while_running
 from tests.integration.helpers import group_offsets
 from tests.support.databases import PASSWORD
 
@@ -194,15 +193,6 @@ def two_upsert_batches(db, kafka_config, topic: str, group: str, remote: str) ->
     assert run_cli([*args, "--mode", "upsert"], {"KAFKA_BATCH_DATABASE_URL": db.url}).result()["records"] == 6
     produce(kafka_config, topic, [keyed(3, None), keyed(5, {"id": 5, "name": "v2-5"})])
     return args
-
-
-def wait_while_running(batch: CliRun, what: str, found, every: float = 0.05, timeout: float = 180) -> None:
-    """Until ``found()``; the batch must still be running."""
-    deadline = time.monotonic() + timeout
-    while not found():
-        assert batch.process.poll() is None, f"the batch ended before {what}: {batch.finish().stderr[-1500:]}"
-        assert time.monotonic() < deadline, f"expected {what} within {timeout:g} s"
-        time.sleep(every)
 
 
 def check_retried_once(outcome, db, batch: CliRun, reason: str, table: str, log: str) -> None:
